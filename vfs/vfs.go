@@ -1,0 +1,63 @@
+// Package vfs is the filesystem interface the engine writes through. The
+// engine never calls package os directly, so tests can substitute a
+// filesystem that injects errors or simulates a crash.
+package vfs
+
+import (
+	"io"
+	"os"
+)
+
+// File is an open file. Files opened for reading are safe for concurrent
+// ReadAt calls; writes are made by one goroutine at a time.
+type File interface {
+	io.Reader
+	io.ReaderAt
+	io.Writer
+	io.Closer
+	// Sync makes everything written so far durable.
+	Sync() error
+	// Stat returns the file's metadata.
+	Stat() (os.FileInfo, error)
+}
+
+// FS is a filesystem. Names are paths as package filepath builds them.
+type FS interface {
+	// Create creates or truncates a file for writing.
+	Create(name string) (File, error)
+	// Open opens a file for reading.
+	Open(name string) (File, error)
+	// OpenDir opens a directory so that Sync makes its entries (created,
+	// renamed and removed names) durable.
+	OpenDir(name string) (File, error)
+	// Remove deletes a file.
+	Remove(name string) error
+	// Rename atomically replaces newname with oldname.
+	Rename(oldname, newname string) error
+	// MkdirAll creates a directory and its parents.
+	MkdirAll(dir string, perm os.FileMode) error
+	// List returns the names (not paths) of a directory's entries.
+	List(dir string) ([]string, error)
+	// Stat returns a file's metadata.
+	Stat(name string) (os.FileInfo, error)
+	// Lock takes an exclusive lock on name, creating it if needed, and
+	// fails at once if anyone (this or another process) holds it. Closing
+	// the returned Closer releases the lock.
+	Lock(name string) (io.Closer, error)
+}
+
+// Default returns the operating system's filesystem.
+func Default() FS { return osFS{} }
+
+// SyncDir fsyncs a directory so that changes to its entries are durable.
+func SyncDir(fs FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
+}
