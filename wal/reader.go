@@ -1,0 +1,227 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/tabuladb/tabula/internal/base"
+)
+
+// Reader reads the records of a log in order. It is used by one goroutine
+// at a time.
+type Reader struct {
+	f    io.ReaderAt
+	size int64
+
+	// buf holds the bytes of the block at blockOff that are present in the
+	// file: BlockSize of them except in the file's last block.
+	buf      []byte
+	blockOff int64
+	// pos is where the next chunk starts in buf.
+	pos int
+
+	// rec assembles a record split over several chunks.
+	rec []byte
+	// end is the offset just past the last complete record returned.
+	end int64
+	// maxSync is the largest sync offset carried by a valid chunk so far.
+	maxSync int64
+	// err is sticky: io.EOF, a corruption or a read failure.
+	err  error
+	torn bool
+}
+
+// NewReader returns a Reader over the first size bytes of f.
+func NewReader(f io.ReaderAt, size int64) *Reader {
+	return &Reader{
+		f:        f,
+		size:     max(size, 0),
+		buf:      make([]byte, 0, BlockSize),
+		blockOff: -BlockSize,
+		pos:      BlockSize,
+	}
+}
+
+// Next returns the next record, valid until the next call. At the end of
+// the log, whether a clean end or a torn tail (see TornTail), it returns
+// io.EOF. Damage to data the writer had synced returns an error wrapping
+// base.ErrCorruption that names the offset. Errors are sticky.
+func (r *Reader) Next() ([]byte, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	rec, err := r.next()
+	if err != nil {
+		r.err = err
+		return nil, err
+	}
+	return rec, nil
+}
+
+// TornTail reports, after Next returned io.EOF, whether the log ended with
+// a torn tail (a partly written record or damaged chunk in data that was
+// never synced, which the reader dropped), and the offset at which the
+// intact prefix of the log ends: just past the last complete record.
+func (r *Reader) TornTail() (torn bool, offset int64) {
+	return r.torn, r.end
+}
+
+func (r *Reader) next() ([]byte, error) {
+	r.rec = r.rec[:0]
+	inRecord := false
+	for {
+		if r.pos+HeaderSize > BlockSize {
+			// Either the block is used up or only its zero-filled
+			// trailer is left: the next chunk starts the next block.
+			if err := r.loadBlock(r.blockOff + BlockSize); err != nil {
+				return nil, err
+			}
+			r.pos = 0
+		}
+		off := r.blockOff + int64(r.pos)
+		if r.pos == len(r.buf) {
+			if inRecord {
+				return nil, r.bad(off, "record's last chunk missing at end of file")
+			}
+			return nil, io.EOF
+		}
+		h, problem := checkChunk(r.buf, r.pos, r.blockOff)
+		if problem != problemNone {
+			return nil, r.bad(off, string(problem))
+		}
+		payload := r.buf[r.pos+HeaderSize : r.pos+HeaderSize+h.length]
+		switch {
+		case h.typ == chunkFull && !inRecord:
+			r.advance(h)
+			r.end = off + HeaderSize + int64(h.length)
+			return payload, nil
+		case h.typ == chunkFirst && !inRecord:
+			inRecord = true
+			r.rec = append(r.rec, payload...)
+			r.advance(h)
+		case h.typ == chunkMiddle && inRecord:
+			r.rec = append(r.rec, payload...)
+			r.advance(h)
+		case h.typ == chunkLast && inRecord:
+			r.rec = append(r.rec, payload...)
+			r.advance(h)
+			r.end = off + HeaderSize + int64(h.length)
+			return r.rec, nil
+		default:
+			// A valid chunk out of sequence: the writer never produces
+			// this, but it is judged like any other damage.
+			return nil, r.bad(off, fmt.Sprintf("chunk of type %d out of sequence", h.typ))
+		}
+	}
+}
+
+// advance moves past the valid chunk h at r.pos.
+func (r *Reader) advance(h chunkHeader) {
+	r.maxSync = max(r.maxSync, h.syncOffset)
+	r.pos += HeaderSize + h.length
+}
+
+// loadBlock reads the block at off into r.buf; past the end of the file
+// it leaves r.buf empty.
+func (r *Reader) loadBlock(off int64) error {
+	r.blockOff = off
+	r.buf = r.buf[:0]
+	if off >= r.size {
+		return nil
+	}
+	n := int(min(BlockSize, r.size-off))
+	got, err := r.f.ReadAt(r.buf[:n], off)
+	if got < n {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("wal: read block at offset %d: %w", off, err)
+	}
+	r.buf = r.buf[:n]
+	return nil
+}
+
+// bad decides what the damage found at off (a bad chunk, or the file
+// ending inside a record) means. If any valid chunk says the writer had
+// synced the log past the end of the intact prefix, the damaged bytes were
+// durable and this is corruption. Otherwise they were never synced: a
+// crash tore the tail, the log ends at the intact prefix, and bad returns
+// io.EOF.
+func (r *Reader) bad(off int64, why string) error {
+	synced, err := r.syncedPast(r.end)
+	if err != nil {
+		return err
+	}
+	if synced > r.end {
+		return fmt.Errorf("wal: chunk at offset %d: %s (the log was synced to offset %d, past the intact prefix ending at %d): %w",
+			off, why, synced, r.end, base.ErrCorruption)
+	}
+	r.torn = true
+	return io.EOF
+}
+
+// syncedPast looks for a valid chunk carrying a sync offset beyond x: among
+// the chunks read so far, then in the rest of the file from the damaged
+// chunk on. It returns the first such offset found, or one <= x.
+//
+// Where the chain of chunks is intact (from the start of every block, and
+// from any valid chunk on) the scan follows chunk lengths. Past damage the
+// next chunk boundary is unknown, because the damaged length cannot be
+// trusted, so the scan tries every byte offset; to keep that cheap and
+// hard to fool, a candidate is only checksummed if its header is
+// plausible: a valid type, a length that fits, and a sync offset no larger
+// than its own offset.
+func (r *Reader) syncedPast(x int64) (int64, error) {
+	if r.maxSync > x {
+		return r.maxSync, nil
+	}
+	if s := scanForSync(r.buf, r.pos, r.blockOff, x); s > x {
+		return s, nil
+	}
+	for off := r.blockOff + BlockSize; off < r.size; off += BlockSize {
+		if err := r.loadBlock(off); err != nil {
+			return 0, err
+		}
+		if s := scanForSync(r.buf, 0, off, x); s > x {
+			return s, nil
+		}
+	}
+	return x, nil
+}
+
+// scanForSync scans block[pos:], where a chunk starts at pos, for a valid
+// chunk whose sync offset exceeds x, and returns that offset (or 0).
+func scanForSync(block []byte, pos int, blockOff int64, x int64) int64 {
+	chained := true
+	for pos+HeaderSize <= len(block) && pos+HeaderSize <= BlockSize {
+		if !chained {
+			// Test the type byte alone first: it rejects almost every
+			// offset, and this loop may run over a whole block.
+			if t := block[pos+10]; t < chunkFull || t > chunkLast {
+				pos++
+				continue
+			}
+			h := decodeHeader(block[pos:])
+			plausible := h.typ >= chunkFull && h.typ <= chunkLast &&
+				pos+HeaderSize+h.length <= len(block) &&
+				h.syncOffset >= 0 && h.syncOffset <= blockOff+int64(pos)
+			if !plausible {
+				pos++
+				continue
+			}
+		}
+		h, problem := checkChunk(block, pos, blockOff)
+		if problem != problemNone {
+			chained = false
+			pos++
+			continue
+		}
+		if h.syncOffset > x {
+			return h.syncOffset
+		}
+		chained = true
+		pos += HeaderSize + h.length
+	}
+	return 0
+}

@@ -1,0 +1,438 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// SyncFile is what a Writer appends to. vfs.File satisfies it.
+type SyncFile interface {
+	io.Writer
+	// Sync makes everything written so far durable.
+	Sync() error
+}
+
+// DefaultMaxBuffered is the default bound on bytes that WriteRecord has
+// accepted but the background goroutine has not yet handed to the file.
+const DefaultMaxBuffered = 4 << 20
+
+// WriterOptions configures a Writer. The zero value is ready to use.
+type WriterOptions struct {
+	// MaxBuffered bounds the bytes accepted but not yet written to the
+	// file; WriteRecord blocks while more than this is outstanding, so a
+	// slow disk pushes back on committers instead of growing memory. A
+	// single record larger than the bound is still accepted whole. Zero
+	// means DefaultMaxBuffered.
+	MaxBuffered int
+}
+
+// ErrWriterClosed is returned by calls made on a Writer after Close.
+var ErrWriterClosed = errors.New("wal: writer closed")
+
+// block is one BlockSize slice of the log being assembled in memory.
+type block struct {
+	buf [BlockSize]byte
+	// n is how many bytes of buf hold chunks (or trailer padding).
+	n int
+	// written is how many bytes of buf the background goroutine has
+	// handed to the file. Only that goroutine changes it (under mu), so
+	// it can read buf[written:n] without the lock while WriteRecord keeps
+	// appending beyond n.
+	written int
+}
+
+// Writer appends records to a log file. WriteRecord calls must be
+// serialized by the caller; SyncTo, Size and Close may be called from any
+// goroutine.
+type Writer struct {
+	f           SyncFile
+	maxBuffered int64
+	// maxFree bounds the recycled blocks kept for reuse, so that one huge
+	// record does not pin its memory for the life of the Writer.
+	maxFree int
+
+	// wake carries a "there is work" signal to the background goroutine.
+	// It has a buffer of one and is only sent to when pending is false, so
+	// signalling costs a flag test on the common path.
+	wake chan struct{}
+	quit chan struct{}
+	done chan struct{}
+
+	mu sync.Mutex
+	// cond is broadcast whenever flushed or synced advances or err is set;
+	// SyncTo callers and WriteRecord calls held up by backpressure wait on
+	// it.
+	cond sync.Cond
+	// cur is the block being filled; full holds filled blocks, in file
+	// order, that are not yet completely written out; free holds blocks
+	// to reuse.
+	cur  *block
+	full []*block
+	free []*block
+	// logical is the offset just past the last byte appended (Size).
+	logical int64
+	// flushed is the offset up to which bytes were handed to the file.
+	flushed int64
+	// synced is the offset up to which the file is known durable. Every
+	// chunk records it, so readers can tell torn tails from corruption.
+	synced int64
+	// syncReq is the largest offset a SyncTo caller needs durable.
+	syncReq int64
+	// err is the first write or fsync failure. Once set, the file's
+	// contents are unknown, so every later call fails with it.
+	err     error
+	pending bool
+	closing bool
+	closed  bool
+
+	// Group commit gathering. waiting counts SyncTo calls blocked now;
+	// joined counts those that asked for durability since the last
+	// round was gathered; expect is how many were in SyncTo when the last
+	// fsync finished, i.e. how many committers are cycling. See
+	// gatherLocked.
+	waiting   int
+	joined    int
+	expect    int
+	gathering bool
+	lastSync  time.Duration
+	// arrived tells a gathering flusher that joined grew.
+	arrived chan struct{}
+	timer   *time.Timer
+}
+
+// maxGatherDelay caps how long the flusher holds an fsync back waiting for
+// committers to join it.
+const maxGatherDelay = time.Millisecond
+
+// NewWriter returns a Writer appending to f, which must be empty: offsets
+// are counted from the start of the file. It starts a background goroutine
+// that Close stops.
+func NewWriter(f SyncFile, opts WriterOptions) *Writer {
+	maxBuffered := opts.MaxBuffered
+	if maxBuffered <= 0 {
+		maxBuffered = DefaultMaxBuffered
+	}
+	w := &Writer{
+		f:           f,
+		maxBuffered: int64(maxBuffered),
+		maxFree:     maxBuffered/BlockSize + 2,
+		wake:        make(chan struct{}, 1),
+		quit:        make(chan struct{}),
+		done:        make(chan struct{}),
+		arrived:     make(chan struct{}, 1),
+		timer:       time.NewTimer(time.Hour),
+		cur:         new(block),
+	}
+	w.timer.Stop()
+	w.cond.L = &w.mu
+	go w.flushLoop()
+	return w
+}
+
+// WriteRecord appends one record and returns the file offset just past it,
+// to be passed to SyncTo when the record must be durable. It only copies p
+// into memory and never waits for an fsync; it blocks only while more than
+// MaxBuffered bytes wait to be written. Callers serialize calls.
+func (w *Writer) WriteRecord(p []byte) (end int64, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usableLocked(); err != nil {
+		return 0, err
+	}
+	for w.logical-w.flushed > w.maxBuffered {
+		w.signalLocked()
+		w.cond.Wait()
+		if err := w.usableLocked(); err != nil {
+			return 0, err
+		}
+	}
+	// Read once so that every chunk of the record carries the same value:
+	// the durable offset cannot lie inside this record.
+	syncOffset := w.synced
+	first := true
+	for {
+		b := w.cur
+		left := BlockSize - b.n
+		if left < HeaderSize {
+			// Blocks are reused, so the trailer must be zeroed explicitly.
+			clear(b.buf[b.n:])
+			b.n = BlockSize
+			w.logical += int64(left)
+			w.rotateLocked()
+			continue
+		}
+		n := min(len(p), left-HeaderSize)
+		last := n == len(p)
+		var typ byte
+		switch {
+		case first && last:
+			typ = chunkFull
+		case first:
+			typ = chunkFirst
+		case last:
+			typ = chunkLast
+		default:
+			typ = chunkMiddle
+		}
+		copy(b.buf[b.n+HeaderSize:], p[:n])
+		putChunk(b.buf[b.n:], n, typ, syncOffset)
+		b.n += HeaderSize + n
+		w.logical += int64(HeaderSize + n)
+		p = p[n:]
+		first = false
+		if b.n == BlockSize {
+			w.rotateLocked()
+		}
+		if last {
+			break
+		}
+	}
+	w.signalLocked()
+	return w.logical, nil
+}
+
+// SyncTo blocks until every byte before end (an offset WriteRecord
+// returned; at most Size) is durable. Callers that arrive while an fsync
+// runs are covered together by the next one, so concurrent committers
+// share fsyncs (group commit). After a write or fsync failure it returns
+// that failure, even for data that was synced before it.
+func (w *Writer) SyncTo(end int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if end > w.logical {
+		return fmt.Errorf("wal: sync to offset %d beyond the log's size %d", end, w.logical)
+	}
+	if w.err == nil && w.synced < end && !w.closed {
+		w.waiting++
+		defer func() { w.waiting-- }()
+		w.joined++
+		if w.gathering {
+			select {
+			case w.arrived <- struct{}{}:
+			default:
+			}
+		}
+	}
+	for {
+		if w.err != nil {
+			return w.err
+		}
+		if w.synced >= end {
+			return nil
+		}
+		if w.closed {
+			return ErrWriterClosed
+		}
+		if w.syncReq < end {
+			w.syncReq = end
+		}
+		w.signalLocked()
+		w.cond.Wait()
+	}
+}
+
+// Size returns the log's logical size: every byte appended so far,
+// including bytes not yet written to the file.
+func (w *Writer) Size() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.logical
+}
+
+// Close writes out and fsyncs everything appended, then stops the
+// background goroutine. It does not close the file. Later calls return the
+// first call's result.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	if w.closing {
+		// Wait for the first Close to finish so both report the same.
+		for !w.closed {
+			w.cond.Wait()
+		}
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.closing = true
+	w.syncReq = w.logical
+	for w.err == nil && w.synced < w.logical {
+		w.signalLocked()
+		w.cond.Wait()
+	}
+	w.closed = true
+	err := w.err
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	close(w.quit)
+	<-w.done
+	return err
+}
+
+// usableLocked returns the error that stops new records, if any.
+func (w *Writer) usableLocked() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closing {
+		return ErrWriterClosed
+	}
+	return nil
+}
+
+// signalLocked tells the background goroutine there is work, unless a
+// signal it has not yet acted on is outstanding.
+func (w *Writer) signalLocked() {
+	if w.pending {
+		return
+	}
+	w.pending = true
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// rotateLocked queues the filled current block for writing and starts a
+// new one.
+func (w *Writer) rotateLocked() {
+	w.full = append(w.full, w.cur)
+	if n := len(w.free); n > 0 {
+		b := w.free[n-1]
+		w.free = w.free[:n-1]
+		b.n, b.written = 0, 0
+		w.cur = b
+		return
+	}
+	w.cur = new(block)
+}
+
+// flushLoop is the background goroutine. Each round takes everything
+// appended so far, writes it without holding the lock (so WriteRecord
+// keeps appending meanwhile), and fsyncs if anyone waits for durability;
+// records that arrive during an fsync are all covered by the next one.
+func (w *Writer) flushLoop() {
+	defer close(w.done)
+	var batch []*block
+	for {
+		select {
+		case <-w.wake:
+		case <-w.quit:
+			return
+		}
+		w.mu.Lock()
+		for w.err == nil {
+			if w.syncReq > w.synced {
+				w.gatherLocked()
+			}
+			w.pending = false
+			batch, w.full = w.full, batch[:0]
+			cur := w.cur
+			from, to := cur.written, cur.n
+			start, target := w.flushed, w.logical
+			doSync := w.syncReq > w.synced
+			if len(batch) == 0 && from == to && !doSync {
+				break
+			}
+			w.joined = 0
+			w.mu.Unlock()
+
+			err := w.writeOut(batch, cur, from, to, start)
+			var syncTime time.Duration
+			if err == nil && doSync {
+				t0 := time.Now()
+				if serr := w.f.Sync(); serr != nil {
+					err = fmt.Errorf("wal: fsync up to offset %d: %w", target, serr)
+				}
+				syncTime = time.Since(t0)
+			}
+
+			w.mu.Lock()
+			if err != nil {
+				w.err = err
+				w.cond.Broadcast()
+				break
+			}
+			cur.written = to
+			for i, b := range batch {
+				if len(w.free) < w.maxFree {
+					w.free = append(w.free, b)
+				}
+				batch[i] = nil
+			}
+			batch = batch[:0]
+			w.flushed = target
+			if doSync {
+				w.synced = target
+				w.lastSync = syncTime
+				w.expect = w.waiting
+			}
+			w.cond.Broadcast()
+		}
+		w.mu.Unlock()
+	}
+}
+
+// gatherLocked holds an fsync back briefly so that committers released by
+// the previous fsync can join it. Without this, when an fsync finishes the
+// next starts at once with only the records that arrived while it ran;
+// the committers it just released append during the new fsync and wait
+// for the one after, so they split into groups that alternate and each
+// fsync covers a fraction of them. The flusher waits until as many
+// committers have asked for a sync as were in SyncTo when the last fsync
+// finished, or for half an fsync's duration, whichever comes first. A
+// single committer never waits (it is all that is expected), and when
+// concurrency drops the expectation is corrected after one fsync.
+func (w *Writer) gatherLocked() {
+	if w.joined >= w.expect || w.closing {
+		return
+	}
+	d := min(w.lastSync/2, maxGatherDelay)
+	if d <= 0 {
+		return
+	}
+	w.timer.Reset(d)
+	defer w.timer.Stop()
+	w.gathering = true
+	defer func() { w.gathering = false }()
+	for w.joined < w.expect && !w.closing {
+		w.mu.Unlock()
+		select {
+		case <-w.arrived:
+			w.mu.Lock()
+		case <-w.timer.C:
+			w.mu.Lock()
+			return
+		}
+	}
+}
+
+// writeOut hands the unwritten parts of the filled blocks in batch, then
+// cur[from:to], to the file. start is the file offset of the first byte.
+func (w *Writer) writeOut(batch []*block, cur *block, from, to int, start int64) error {
+	off := start
+	write := func(p []byte) error {
+		n, err := w.f.Write(p)
+		if err == nil && n < len(p) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return fmt.Errorf("wal: write %d bytes at offset %d: %w", len(p), off+int64(n), err)
+		}
+		off += int64(n)
+		return nil
+	}
+	for _, b := range batch {
+		if b.written < BlockSize {
+			if err := write(b.buf[b.written:]); err != nil {
+				return err
+			}
+		}
+	}
+	if from < to {
+		return write(cur.buf[from:to])
+	}
+	return nil
+}
