@@ -1,0 +1,260 @@
+package sstable
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/tabuladb/tabula/internal/base"
+)
+
+// ReadableFile is what a Reader reads a table from. ReadAt must be safe for
+// concurrent use, as it is for *os.File and vfs.File.
+type ReadableFile interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// Reader reads one table. NewReader verifies and loads the footer, the
+// properties, the index and the filter; data blocks are read (and verified)
+// on demand, through the block cache when there is one.
+//
+// A Reader is safe for concurrent use by any number of goroutines: its
+// in-memory state is immutable after NewReader, blocks are never modified
+// once read, and the block cache has its own locks.
+type Reader struct {
+	f       ReadableFile
+	fileNum uint64
+	cache   *Cache
+	index   index
+	filter  *bloomFilter // nil when the table has none
+	props   Properties
+	// zstd decodes zstd blocks when there is no Cache to share one.
+	zstd zstdDecoder
+	// iters recycles iterators: a scan then allocates nothing.
+	iters sync.Pool
+}
+
+// NewReader opens the table in f, whose size is size. It reads and checks
+// the footer, properties, index and filter blocks; an error wraps
+// base.ErrCorruption when they are damaged. On error f is not closed.
+func NewReader(f ReadableFile, size int64, opts ReaderOptions) (*Reader, error) {
+	r := &Reader{f: f, fileNum: opts.FileNum, cache: opts.Cache}
+	r.iters.New = func() any { return new(iterator) }
+	if size < footerLen {
+		return nil, r.errorf("file of %d bytes is too small to be a table: %w", size, base.ErrCorruption)
+	}
+	buf := make([]byte, footerLen)
+	if err := readFull(f, buf, size-footerLen); err != nil {
+		return nil, r.errorf("read footer: %w", err)
+	}
+	ft, err := decodeFooter(buf, uint64(size))
+	if err != nil {
+		return nil, r.errorf("%w", err)
+	}
+
+	// The properties block is stored uncompressed: it says how large a
+	// decompressed block may be.
+	data, err := r.readBlock(ft.properties, 0)
+	if err != nil {
+		return nil, r.wrapMeta("properties", ft.properties, err)
+	}
+	if r.props, err = decodeProperties(data); err != nil {
+		return nil, r.wrapMeta("properties", ft.properties, err)
+	}
+
+	// Data blocks precede every meta block.
+	dataEnd := min(ft.index.offset, ft.properties.offset)
+	if ft.filter.length > 0 {
+		dataEnd = min(dataEnd, ft.filter.offset)
+	}
+	if data, err = r.readBlock(ft.index, r.props.MaxBlockSize); err != nil {
+		return nil, r.wrapMeta("index", ft.index, err)
+	}
+	if r.index, err = decodeIndex(data, dataEnd); err != nil {
+		return nil, r.wrapMeta("index", ft.index, err)
+	}
+	if uint64(r.index.len()) != r.props.NumDataBlocks {
+		return nil, r.errorf("index has %d blocks, properties say %d: %w",
+			r.index.len(), r.props.NumDataBlocks, base.ErrCorruption)
+	}
+
+	if ft.filter.length > 0 {
+		if data, err = r.readBlock(ft.filter, 0); err != nil {
+			return nil, r.wrapMeta("filter", ft.filter, err)
+		}
+		if r.filter, err = decodeFilter(data); err != nil {
+			return nil, r.wrapMeta("filter", ft.filter, err)
+		}
+	} else if r.props.PrefixFilter {
+		return nil, r.errorf("properties promise a prefix filter but there is no filter block: %w", base.ErrCorruption)
+	}
+	return r, nil
+}
+
+func (r *Reader) errorf(format string, args ...any) error {
+	return fmt.Errorf("sstable %06d: "+format, append([]any{r.fileNum}, args...)...)
+}
+
+// blockErr wraps an error met in the block at h.
+func (r *Reader) blockErr(h blockHandle, err error) error {
+	return fmt.Errorf("sstable %06d: block at offset %d: %w", r.fileNum, h.offset, err)
+}
+
+func (r *Reader) wrapMeta(name string, h blockHandle, err error) error {
+	return fmt.Errorf("sstable %06d: %s block at offset %d: %w", r.fileNum, name, h.offset, unwrapBlockErr(err))
+}
+
+// unwrapBlockErr strips the context readBlock added, so meta block errors
+// name the block once.
+func unwrapBlockErr(err error) error {
+	var be *blockError
+	if errors.As(err, &be) {
+		return be.err
+	}
+	return err
+}
+
+// blockError is what readBlock returns: the cause, with the file and block
+// in its message.
+type blockError struct {
+	fileNum uint64
+	offset  uint64
+	err     error
+}
+
+func (e *blockError) Error() string {
+	return fmt.Sprintf("sstable %06d: block at offset %d: %v", e.fileNum, e.offset, e.err)
+}
+
+func (e *blockError) Unwrap() error { return e.err }
+
+func readFull(f io.ReaderAt, buf []byte, off int64) error {
+	n, err := f.ReadAt(buf, off)
+	if n == len(buf) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = fmt.Errorf("short read (%d of %d bytes), file truncated: %w", n, len(buf), base.ErrCorruption)
+	}
+	return err
+}
+
+// readBlock reads the block at h, verifies its checksum and decompresses
+// it, refusing a decompressed size above maxDecoded (0: the block must be
+// stored uncompressed). The result is never modified afterwards, so it may
+// be cached and handed to any number of readers.
+func (r *Reader) readBlock(h blockHandle, maxDecoded uint64) ([]byte, error) {
+	buf := make([]byte, h.length+blockTrailerLen)
+	if err := readFull(r.f, buf, int64(h.offset)); err != nil {
+		return nil, &blockError{r.fileNum, h.offset, err}
+	}
+	n := h.length
+	typ := buf[n]
+	if got, want := xxhash.Sum64(buf[:n+1]), binary.LittleEndian.Uint64(buf[n+1:]); got != want {
+		return nil, &blockError{r.fileNum, h.offset, fmt.Errorf("checksum mismatch (computed %#x, stored %#x): %w", got, want, base.ErrCorruption)}
+	}
+	if typ == blockTypeNone {
+		return buf[:n:n], nil
+	}
+	if maxDecoded == 0 {
+		return nil, &blockError{r.fileNum, h.offset, fmt.Errorf("block type %d where only uncompressed blocks are allowed: %w", typ, base.ErrCorruption)}
+	}
+	zd := &r.zstd
+	if r.cache != nil {
+		zd = &r.cache.zstd
+	}
+	out, err := decompress(typ, buf[:n], zd, maxDecoded)
+	if err != nil {
+		return nil, &blockError{r.fileNum, h.offset, err}
+	}
+	return out, nil
+}
+
+// dataBlock returns data block h from the cache or the file.
+func (r *Reader) dataBlock(h blockHandle) ([]byte, error) {
+	if r.cache != nil {
+		if b := r.cache.get(r.fileNum, h.offset); b != nil {
+			return b, nil
+		}
+	}
+	b, err := r.readBlock(h, r.props.MaxBlockSize)
+	if err != nil {
+		return nil, err
+	}
+	if r.cache != nil {
+		r.cache.set(r.fileNum, h.offset, b)
+	}
+	return b, nil
+}
+
+// Get returns the newest version of userKey with a sequence number <= seq
+// in this table: its value and kind, found=false if the table holds no such
+// version. The bloom filter is consulted first, so a missing key usually
+// costs no I/O. value aliases a block that is never modified or recycled:
+// it stays valid for as long as the caller holds it, but must not be
+// modified.
+func (r *Reader) Get(userKey []byte, seq base.SeqNum) (value []byte, kind base.Kind, found bool, err error) {
+	if r.filter != nil && !r.filter.mayContain(keyHash(userKey)) {
+		return nil, 0, false, nil
+	}
+	search := base.MakeSearchKey(userKey, min(seq, base.SeqNumMax))
+	i := r.index.seek(search)
+	if i == r.index.len() {
+		return nil, 0, false, nil
+	}
+	h := r.index.entries[i].handle
+	data, err := r.dataBlock(h)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	// The block holds the first key >= search if the table has one: its
+	// separator is >= search, and the separator is either its last key
+	// or a key between its last key and the next block's first that no
+	// version of userKey can equal.
+	value, trailer, match, err := getInBlock(data, search)
+	if err != nil {
+		return nil, 0, false, r.blockErr(h, err)
+	}
+	if !match {
+		return nil, 0, false, nil
+	}
+	return value, trailer.Kind(), true, nil
+}
+
+// MayContain reports whether the table may hold some version of userKey;
+// false is certain, true is not.
+func (r *Reader) MayContain(userKey []byte) bool {
+	return r.filter == nil || r.filter.mayContain(keyHash(userKey))
+}
+
+// MayContainPrefix reports whether the table may hold a key whose Split
+// prefix (as configured when it was written) is prefix; false is certain.
+// It is true when the table has no prefix filter.
+func (r *Reader) MayContainPrefix(prefix []byte) bool {
+	return r.filter == nil || !r.props.PrefixFilter || r.filter.mayContain(prefixHash(prefix))
+}
+
+// NewIter returns an iterator over the table's entries whose user keys are
+// in [lower, upper); a nil bound is open. The iterator reads no data block
+// that the index proves to be wholly outside the bounds. It must be closed,
+// and not used after Close.
+func (r *Reader) NewIter(lower, upper []byte) base.InternalIterator {
+	it := r.iters.Get().(*iterator)
+	it.init(r, lower, upper)
+	return it
+}
+
+// Properties returns the table's properties. Their keys must not be
+// modified.
+func (r *Reader) Properties() Properties { return r.props }
+
+// Close closes the file. No Get or iterator may be in progress; values
+// already returned stay valid, since they live in memory.
+func (r *Reader) Close() error {
+	r.zstd.close()
+	return r.f.Close()
+}
