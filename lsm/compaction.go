@@ -1,0 +1,186 @@
+package lsm
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"github.com/tabuladb/tabula/internal/base"
+)
+
+func (db *DB) compactLoop() {
+	defer db.bgWG.Done()
+	for {
+		select {
+		case <-db.closing:
+			return
+		case <-db.compactSignal:
+		}
+		for db.maybeCompact() {
+		}
+	}
+}
+
+// maybeCompact runs one automatic compaction if one is needed and none is
+// running. It returns whether it ran one successfully.
+func (db *DB) maybeCompact() bool {
+	db.mu.Lock()
+	if db.opts.DisableBackgroundCompactions || db.compacting || db.bgErr != nil || db.closed.Load() {
+		db.mu.Unlock()
+		return false
+	}
+	c := db.pickCompaction()
+	if c == nil {
+		db.mu.Unlock()
+		return false
+	}
+	db.compacting = true
+	c.setCompacting(true)
+	db.mu.Unlock()
+	return db.runCompaction(c) == nil
+}
+
+// runCompaction executes c and installs its result. It clears
+// db.compacting when done.
+func (db *DB) runCompaction(c *compaction) error {
+	start := time.Now()
+	edit := &versionEdit{}
+	for i, files := range c.inputs {
+		level := c.level
+		if i == 1 {
+			level = c.outputLevel
+		}
+		for _, f := range files {
+			edit.deleted = append(edit.deleted, deletedFileEntry{level: level, fileNum: f.fileNum})
+		}
+	}
+	var (
+		outputs []*fileMetadata
+		err     error
+	)
+	if c.trivialMove {
+		outputs = c.inputs[0]
+	} else {
+		db.mu.Lock()
+		snapshots := db.compactionSnapshots()
+		db.mu.Unlock()
+		outputs, err = db.compactTables(c, snapshots)
+	}
+	for _, m := range outputs {
+		edit.added = append(edit.added, newFileEntry{level: c.outputLevel, meta: m})
+	}
+
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if err == nil {
+		err = db.versions.logAndApply(edit, base.SeqNum(db.commit.logSeq.Load()))
+		if err != nil && !c.trivialMove {
+			db.removeTables(outputs)
+		}
+	}
+	c.setCompacting(false)
+	db.compacting = false
+	c.version.unref()
+	db.cond.Broadcast()
+	if err != nil {
+		if err != ErrClosed {
+			db.setBGErr(fmt.Errorf("lsm: compaction L%d->L%d: %w", c.level, c.outputLevel, err))
+		}
+		return err
+	}
+	db.updateReadState()
+	db.metrics.recordCompaction(c, outputs, time.Since(start))
+	return nil
+}
+
+// compactTables merges the inputs of c into new tables.
+func (db *DB) compactTables(c *compaction, snapshots []base.SeqNum) ([]*fileMetadata, error) {
+	var iters []base.InternalIterator
+	var entries []*tableCacheEntry
+	defer func() {
+		for _, it := range iters {
+			it.Close()
+		}
+		for _, e := range entries {
+			db.tableCache.release(e)
+		}
+	}()
+	if c.level == 0 {
+		for _, f := range c.inputs[0] {
+			r, e, err := db.tableCache.acquire(f)
+			if err != nil {
+				return nil, err
+			}
+			entries = append(entries, e)
+			iters = append(iters, r.NewIter(nil, nil))
+		}
+	} else {
+		iters = append(iters, newLevelIter(db.tableCache, c.inputs[0], nil, nil, nil))
+	}
+	if len(c.inputs[1]) > 0 {
+		iters = append(iters, newLevelIter(db.tableCache, c.inputs[1], nil, nil, nil))
+	}
+	merged := newMergingIter(iters)
+	ci := newCompactionIter(merged, snapshots, baseLevelChecker(c.version, c.outputLevel+1))
+	var lim *tableWriterLimits
+	if len(c.grandparents) > 0 {
+		lim = &tableWriterLimits{grandparents: c.grandparents, maxGrandparentBytes: db.maxGrandparentBytes()}
+	}
+	// The merging iterator owns the input iterators from here on.
+	iters = nil
+	defer merged.Close()
+	return db.writeTables(ci, db.opts.TargetFileSize, lim)
+}
+
+// Compact compacts the key range [start, end) (nil = unbounded) down the
+// levels: memtables are flushed, then every level that holds keys of the
+// range is merged into the next, down to the deepest level holding any, so
+// that afterwards the range's data sits in one level with deleted and
+// overwritten versions dropped (except what live snapshots still see).
+func (db *DB) Compact(start, end []byte) error {
+	if start != nil && end != nil && bytes.Compare(start, end) >= 0 {
+		return nil
+	}
+	if err := db.Flush(); err != nil {
+		return err
+	}
+	// overlapping() takes an inclusive end; compacting a little more than
+	// asked is harmless.
+	db.mu.Lock()
+	deepest := -1
+	for level := range NumLevels {
+		if len(db.versions.current.overlapping(level, start, end)) > 0 {
+			deepest = level
+		}
+	}
+	db.mu.Unlock()
+	for level := 0; level <= deepest; level++ {
+		db.mu.Lock()
+		for db.compacting {
+			db.cond.Wait()
+		}
+		if err := db.writeErrLocked(); err != nil {
+			db.mu.Unlock()
+			return err
+		}
+		v := db.versions.current
+		inputs := v.overlapping(level, start, end)
+		if len(inputs) == 0 {
+			db.mu.Unlock()
+			continue
+		}
+		// Never a trivial move: the point is to rewrite the data, dropping
+		// what no reader can see. The deepest level's data moves one level
+		// down (L6 is rewritten in place).
+		c := db.newCompaction(v, level, inputs)
+		c.manual = true
+		db.compacting = true
+		c.setCompacting(true)
+		db.mu.Unlock()
+		if err := db.runCompaction(c); err != nil {
+			return err
+		}
+	}
+	signal(db.compactSignal)
+	return nil
+}

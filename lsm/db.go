@@ -1,0 +1,222 @@
+package lsm
+
+import (
+	"bytes"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tabuladb/tabula/internal/base"
+	"github.com/tabuladb/tabula/memtable"
+	"github.com/tabuladb/tabula/sstable"
+	"github.com/tabuladb/tabula/vfs"
+	"github.com/tabuladb/tabula/wal"
+)
+
+// DB is an open database. All methods are safe for concurrent use.
+type DB struct {
+	dir        string
+	opts       Options
+	fs         vfs.FS
+	dirLock    io.Closer
+	blockCache *sstable.Cache
+	tableCache *tableCache
+
+	commit commitPipeline
+	// visibleSeq is the newest sequence number readers may see: every
+	// batch at or below it is fully applied (and durable, if synced).
+	visibleSeq atomic.Uint64
+	// closed is set first thing in Close so readers fail fast.
+	closed atomic.Bool
+
+	// mu guards the fields below it. Lock order: commit.mu, then mu, then
+	// readState.mu.
+	mu   sync.Mutex
+	cond sync.Cond // signalled when a flush or compaction finishes
+	mem  struct {
+		mutable *memTable
+		queue   []*memTable // full memtables waiting for flush, oldest first
+	}
+	// log is the WAL segment the mutable memtable's writes go to. It is
+	// replaced only with both commit.mu and mu held.
+	log struct {
+		num    uint64
+		file   vfs.File
+		writer *wal.Writer
+	}
+	versions   *versionSet
+	snapshots  snapshotList
+	compacting bool // a compaction (automatic or manual) is running
+	// bgErr is the sticky error of a failed flush, compaction or WAL write:
+	// once set, writes fail with it; reads still work.
+	bgErr error
+
+	readState struct {
+		mu  sync.RWMutex
+		val *readState
+	}
+
+	obsolete struct {
+		mu     sync.Mutex
+		tables []*fileMetadata
+	}
+
+	flushSignal   chan struct{}
+	compactSignal chan struct{}
+	cleanSignal   chan struct{}
+	closing       chan struct{}
+	bgWG          sync.WaitGroup
+
+	metrics dbMetrics
+}
+
+// memTable is a memtable together with the WAL segment that holds its writes.
+type memTable struct {
+	*memtable.MemTable
+	logNum uint64
+	// lastSeq is the last sequence number assigned when the memtable was
+	// rotated out; its flush waits until that is visible.
+	lastSeq base.SeqNum
+}
+
+func newMemTable(size int64, logNum uint64) *memTable {
+	return &memTable{MemTable: memtable.New(int(size)), logNum: logNum}
+}
+
+// readState is what a read needs: the memtables and the current version,
+// pinned together. It is replaced (under DB.mu) whenever one of them
+// changes; readers load it with a reference.
+type readState struct {
+	refs    atomic.Int32
+	mem     *memTable
+	queue   []*memTable // oldest first
+	current *version
+}
+
+func (rs *readState) unref() {
+	if rs.refs.Add(-1) == 0 {
+		rs.current.unref()
+	}
+}
+
+// loadReadState returns the current readState with a reference the caller
+// must drop with unref.
+func (db *DB) loadReadState() *readState {
+	db.readState.mu.RLock()
+	rs := db.readState.val
+	rs.refs.Add(1)
+	db.readState.mu.RUnlock()
+	return rs
+}
+
+// updateReadState publishes a readState for the current memtables and
+// version. Called with db.mu held.
+func (db *DB) updateReadState() {
+	rs := &readState{
+		mem:     db.mem.mutable,
+		queue:   slices.Clone(db.mem.queue),
+		current: db.versions.current,
+	}
+	rs.refs.Store(1)
+	rs.current.ref()
+	db.readState.mu.Lock()
+	old := db.readState.val
+	db.readState.val = rs
+	db.readState.mu.Unlock()
+	if old != nil {
+		old.unref()
+	}
+}
+
+// Get returns a copy of the newest value of key, or ErrNotFound.
+func (db *DB) Get(key []byte) ([]byte, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
+	// Load the state before the sequence number: a version installed after
+	// the load cannot matter, and every write at or below the sequence
+	// number is in the loaded state.
+	rs := db.loadReadState()
+	defer rs.unref()
+	return db.get(rs, key, base.SeqNum(db.visibleSeq.Load()))
+}
+
+func (db *DB) get(rs *readState, key []byte, seq base.SeqNum) ([]byte, error) {
+	if v, kind, ok := rs.mem.Get(key, seq); ok {
+		return foundValue(v, kind)
+	}
+	for i := len(rs.queue) - 1; i >= 0; i-- {
+		if v, kind, ok := rs.queue[i].Get(key, seq); ok {
+			return foundValue(v, kind)
+		}
+	}
+	for _, f := range rs.current.levels[0] {
+		if bytes.Compare(key, f.smallest.UserKey) < 0 || bytes.Compare(key, f.largest.UserKey) > 0 {
+			continue
+		}
+		if v, kind, ok, err := db.tableGet(f, key, seq); err != nil || ok {
+			if err != nil {
+				return nil, err
+			}
+			return foundValue(v, kind)
+		}
+	}
+	for level := 1; level < NumLevels; level++ {
+		files := rs.current.levels[level]
+		i, _ := slices.BinarySearchFunc(files, key, func(f *fileMetadata, k []byte) int {
+			return bytes.Compare(f.largest.UserKey, k)
+		})
+		if i == len(files) || bytes.Compare(key, files[i].smallest.UserKey) < 0 {
+			continue
+		}
+		if v, kind, ok, err := db.tableGet(files[i], key, seq); err != nil || ok {
+			if err != nil {
+				return nil, err
+			}
+			return foundValue(v, kind)
+		}
+	}
+	return nil, ErrNotFound
+}
+
+func (db *DB) tableGet(f *fileMetadata, key []byte, seq base.SeqNum) ([]byte, base.Kind, bool, error) {
+	r, e, err := db.tableCache.acquire(f)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	v, kind, ok, err := r.Get(key, seq)
+	db.tableCache.release(e)
+	return v, kind, ok, err
+}
+
+func foundValue(v []byte, kind base.Kind) ([]byte, error) {
+	if kind == base.KindDelete {
+		return nil, ErrNotFound
+	}
+	return slices.Clone(v), nil
+}
+
+// Set writes value under key.
+func (db *DB) Set(key, value []byte, wo *WriteOptions) error {
+	b := Batch{}
+	b.Set(key, value)
+	return db.Apply(&b, wo)
+}
+
+// Delete removes key. Deleting an absent key is not an error.
+func (db *DB) Delete(key []byte, wo *WriteOptions) error {
+	b := Batch{}
+	b.Delete(key)
+	return db.Apply(&b, wo)
+}
+
+// NewIter returns an iterator over the latest state of the DB. It must be
+// closed.
+func (db *DB) NewIter(o *IterOptions) *Iterator {
+	if db.closed.Load() {
+		return &Iterator{err: ErrClosed}
+	}
+	rs := db.loadReadState()
+	return db.newIter(rs, base.SeqNum(db.visibleSeq.Load()), o)
+}

@@ -1,0 +1,26 @@
+// Package lsm is Tabula's ordered key-value engine: a log-structured merge
+// tree with a write-ahead log, skiplist memtables, leveled compaction of
+// sstables, snapshots and atomic batches.
+//
+// A write is a Batch. The commit pipeline (commit.go) gives each batch a
+// range of sequence numbers, appends it to the WAL as one record, inserts it
+// into the mutable memtable and then publishes its sequence numbers, so a
+// batch becomes visible to readers all at once. Synced writers share fsyncs
+// (group commit). A full memtable is rotated to an immutable one and written
+// to an L0 sstable by a background flush (flush.go); background compactions
+// (compaction.go) merge tables down the levels. Every change to the set of
+// live tables is a version edit appended to the MANIFEST (version_set.go).
+//
+// Reads load a readState (the memtables and the current version, pinned by
+// reference counts) and see exactly the writes at or below their sequence
+// number: the latest published one, or a Snapshot's.
+//
+//	db, err := lsm.Open("data", nil)
+//	if err != nil { ... }
+//	defer db.Close()
+//	err = db.Set([]byte("k"), []byte("v"), nil) // nil options: synced
+//	v, err := db.Get([]byte("k"))
+//	it := db.NewIter(&lsm.IterOptions{LowerBound: []byte("a"), UpperBound: []byte("b")})
+//	for ok := it.First(); ok; ok = it.Next() { use(it.Key(), it.Value()) }
+//	err = it.Close()
+package lsm

@@ -1,0 +1,18 @@
+package lsm
+
+import (
+	"errors"
+
+	"github.com/tabuladb/tabula/internal/base"
+)
+
+var (
+	// ErrNotFound is returned by Get when the key has no live value.
+	ErrNotFound = errors.New("lsm: not found")
+	// ErrClosed is returned by operations on a closed DB.
+	ErrClosed = errors.New("lsm: closed")
+	// ErrCorruption is wrapped by every error caused by data on disk that
+	// fails a checksum or cannot be decoded; the wrapping error names the
+	// file and offset.
+	ErrCorruption = base.ErrCorruption
+)

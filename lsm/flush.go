@@ -1,0 +1,304 @@
+package lsm
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tabuladb/tabula/internal/base"
+	"github.com/tabuladb/tabula/sstable"
+	"github.com/tabuladb/tabula/vfs"
+)
+
+// Flush writes every memtable to L0 and returns once the tables and the
+// manifest edit are durable.
+func (db *DB) Flush() error {
+	db.commit.mu.Lock()
+	db.mu.Lock()
+	if err := db.writeErrLocked(); err != nil {
+		db.mu.Unlock()
+		db.commit.mu.Unlock()
+		return err
+	}
+	var target *memTable
+	if !db.mem.mutable.Empty() {
+		target = db.mem.mutable
+		newLogNum := db.versions.newFileNum()
+		db.mu.Unlock()
+		if err := db.rotateMemTable(newLogNum); err != nil {
+			db.commit.mu.Unlock()
+			return db.failWrites(err)
+		}
+		db.mu.Lock()
+	} else if n := len(db.mem.queue); n > 0 {
+		target = db.mem.queue[n-1]
+	}
+	db.commit.mu.Unlock()
+	defer db.mu.Unlock()
+	for target != nil && slices.Contains(db.mem.queue, target) {
+		if err := db.writeErrLocked(); err != nil {
+			return err
+		}
+		signal(db.flushSignal)
+		db.cond.Wait()
+	}
+	return db.writeErrLocked()
+}
+
+func (db *DB) flushLoop() {
+	defer db.bgWG.Done()
+	for {
+		select {
+		case <-db.closing:
+			return
+		case <-db.flushSignal:
+		}
+		for db.flushOne() {
+		}
+	}
+}
+
+// flushOne writes the oldest queued memtable to an L0 table. It returns
+// false when there was nothing to do or the flush failed.
+func (db *DB) flushOne() bool {
+	db.mu.Lock()
+	if len(db.mem.queue) == 0 || db.bgErr != nil {
+		db.mu.Unlock()
+		return false
+	}
+	m := db.mem.queue[0]
+	db.mu.Unlock()
+
+	// Every write in the memtable must be visible before it reaches a
+	// table: compactions treat table contents as seen by current readers.
+	if !db.waitVisible(m.lastSeq) {
+		return false
+	}
+	start := time.Now()
+	db.mu.Lock()
+	snapshots := db.compactionSnapshots()
+	v := db.versions.current
+	v.ref()
+	db.mu.Unlock()
+
+	iter := m.NewIter(nil, nil)
+	metas, err := db.writeTables(newCompactionIter(iter, snapshots, baseLevelChecker(v, 0)), 0, nil)
+	if cerr := iter.Close(); err == nil {
+		err = cerr
+	}
+	v.unref()
+
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	edit := &versionEdit{logNum: db.mem.mutable.logNum}
+	if len(db.mem.queue) > 1 {
+		edit.logNum = db.mem.queue[1].logNum
+	}
+	for _, meta := range metas {
+		edit.added = append(edit.added, newFileEntry{level: 0, meta: meta})
+	}
+	if err == nil {
+		err = db.versions.logAndApply(edit, base.SeqNum(db.commit.logSeq.Load()))
+	}
+	if err != nil {
+		db.removeTables(metas)
+		db.setBGErr(fmt.Errorf("lsm: flush: %w", err))
+		return false
+	}
+	db.mem.queue = db.mem.queue[1:]
+	db.updateReadState()
+	db.metrics.flushCount.Add(1)
+	db.metrics.flushNanos.Add(int64(time.Since(start)))
+	for _, meta := range metas {
+		db.metrics.flushBytes.Add(int64(meta.size))
+	}
+	db.cond.Broadcast()
+	if m.logNum < edit.logNum {
+		db.fs.Remove(makeFilename(db.dir, fileTypeLog, m.logNum))
+	}
+	signal(db.compactSignal)
+	return true
+}
+
+// waitVisible waits until seq is visible. It returns false if a failed
+// write means it never will be.
+func (db *DB) waitVisible(seq base.SeqNum) bool {
+	c := &db.commit
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	for base.SeqNum(db.visibleSeq.Load()) < seq {
+		if c.failed != nil {
+			return false
+		}
+		c.pubCond.Wait()
+	}
+	return true
+}
+
+// setBGErr records a background failure. Called with db.mu held.
+func (db *DB) setBGErr(err error) {
+	if db.bgErr == nil {
+		db.bgErr = err
+	}
+	db.cond.Broadcast()
+}
+
+// compactionSnapshots returns the sequence numbers that cut key histories
+// into stripes: live snapshots ascending, then the visible sequence number.
+// Called with db.mu held.
+func (db *DB) compactionSnapshots() []base.SeqNum {
+	s := db.snapshots.seqNums()
+	return append(s, base.SeqNum(db.visibleSeq.Load()))
+}
+
+// tableWriterLimits says where writeTables cuts its output besides the
+// target size.
+type tableWriterLimits struct {
+	// grandparents are the tables two levels below the output; an output
+	// table is also cut once it overlaps more than maxGrandparentBytes of
+	// them, to bound the cost of compacting it later.
+	grandparents        []*fileMetadata
+	maxGrandparentBytes int64
+}
+
+// writeTables writes the entries ci keeps into new tables of about
+// targetSize bytes (0: a single table), each synced, and
+// syncs the directory. It never splits one user key's versions between two
+// tables, so tables of one level never share a user key. On error it
+// removes what it wrote.
+func (db *DB) writeTables(ci *compactionIter, targetSize int64, lim *tableWriterLimits) ([]*fileMetadata, error) {
+	var (
+		metas    []*fileMetadata
+		out      *tableOutput
+		lastKey  []byte
+		gpIndex  int
+		gpBytes  int64
+		entries  int
+		cutAtKey bool // finish the current table at the next user key
+	)
+	fail := func(err error) ([]*fileMetadata, error) {
+		if out != nil {
+			out.abort()
+		}
+		db.mu.Lock()
+		db.removeTables(metas)
+		db.mu.Unlock()
+		return nil, err
+	}
+	for {
+		key, value, ok := ci.next()
+		if !ok {
+			break
+		}
+		if entries++; entries%1024 == 0 {
+			select {
+			case <-db.closing:
+				return fail(ErrClosed)
+			default:
+			}
+		}
+		newUserKey := lastKey == nil || !bytes.Equal(key.UserKey, lastKey)
+		if lim != nil && newUserKey {
+			for gpIndex < len(lim.grandparents) && bytes.Compare(lim.grandparents[gpIndex].largest.UserKey, key.UserKey) < 0 {
+				gpBytes += int64(lim.grandparents[gpIndex].size)
+				gpIndex++
+			}
+			if out != nil && gpBytes > lim.maxGrandparentBytes {
+				cutAtKey = true
+			}
+		}
+		if out != nil && newUserKey && (cutAtKey || (targetSize > 0 && int64(out.w.EstimatedSize()) >= targetSize)) {
+			meta, err := out.finish()
+			if err != nil {
+				out = nil
+				return fail(err)
+			}
+			metas = append(metas, meta)
+			out, cutAtKey, gpBytes = nil, false, 0
+		}
+		if out == nil {
+			var err error
+			if out, err = db.newTableOutput(); err != nil {
+				return fail(err)
+			}
+		}
+		if err := out.w.Add(key, value); err != nil {
+			return fail(fmt.Errorf("lsm: table %06d: %w", out.fileNum, err))
+		}
+		lastKey = append(lastKey[:0], key.UserKey...)
+	}
+	if err := ci.iter.Error(); err != nil {
+		return fail(err)
+	}
+	if out != nil {
+		meta, err := out.finish()
+		if err != nil {
+			out = nil
+			return fail(err)
+		}
+		metas = append(metas, meta)
+	}
+	if len(metas) > 0 {
+		if err := vfs.SyncDir(db.fs, db.dir); err != nil {
+			return fail(fmt.Errorf("lsm: sync directory: %w", err))
+		}
+	}
+	return metas, nil
+}
+
+// tableOutput is a table being written.
+type tableOutput struct {
+	db      *DB
+	fileNum uint64
+	file    vfs.File
+	w       *sstable.Writer
+}
+
+func (db *DB) newTableOutput() (*tableOutput, error) {
+	db.mu.Lock()
+	fileNum := db.versions.newFileNum()
+	db.mu.Unlock()
+	f, err := db.fs.Create(makeFilename(db.dir, fileTypeTable, fileNum))
+	if err != nil {
+		return nil, fmt.Errorf("lsm: create table: %w", err)
+	}
+	return &tableOutput{db: db, fileNum: fileNum, file: f, w: sstable.NewWriter(f, db.opts.writerOptions())}, nil
+}
+
+// finish completes the table, syncs and closes it.
+func (o *tableOutput) finish() (*fileMetadata, error) {
+	err := o.w.Close()
+	if err == nil {
+		err = o.file.Sync()
+	}
+	if cerr := o.file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		o.db.fs.Remove(makeFilename(o.db.dir, fileTypeTable, o.fileNum))
+		return nil, fmt.Errorf("lsm: write table %06d: %w", o.fileNum, err)
+	}
+	md := o.w.Metadata()
+	return &fileMetadata{
+		fileNum:     o.fileNum,
+		size:        md.Size,
+		smallest:    md.Smallest,
+		largest:     md.Largest,
+		smallestSeq: md.SmallestSeq,
+		largestSeq:  md.LargestSeq,
+	}, nil
+}
+
+func (o *tableOutput) abort() {
+	o.file.Close()
+	o.db.fs.Remove(makeFilename(o.db.dir, fileTypeTable, o.fileNum))
+}
+
+// removeTables deletes tables that were written but never installed.
+// Called with db.mu held or before they were shared.
+func (db *DB) removeTables(metas []*fileMetadata) {
+	for _, m := range metas {
+		db.fs.Remove(makeFilename(db.dir, fileTypeTable, m.fileNum))
+	}
+}

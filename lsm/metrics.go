@@ -1,0 +1,169 @@
+package lsm
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Metrics is a point-in-time report of a DB's shape and activity.
+type Metrics struct {
+	Levels [NumLevels]LevelMetrics
+	WAL    struct {
+		Files        int   // live segments
+		Bytes        int64 // size of live segments
+		BytesWritten int64 // batch bytes appended since Open
+	}
+	MemTable struct {
+		Size      int64 // bytes used in the mutable memtable
+		Immutable int   // full memtables waiting for flush
+	}
+	Flush struct {
+		Count        int64
+		BytesWritten int64
+		Duration     time.Duration
+	}
+	Compaction struct {
+		Count        int64 // compactions that rewrote data
+		TrivialMoves int64
+		BytesRead    int64
+		BytesWritten int64
+		Duration     time.Duration
+	}
+	BlockCache struct {
+		Hits, Misses int64
+		Size         int64
+		Count        int64
+	}
+	TableCache struct {
+		Hits, Misses int64
+		Open         int
+	}
+	// Stall counts the times writes waited for flushes or compactions and
+	// for how long in total.
+	Stall struct {
+		Count    int64
+		Duration time.Duration
+	}
+	Snapshots int
+	// VisibleSeqNum is the newest sequence number visible to reads.
+	VisibleSeqNum uint64
+}
+
+// LevelMetrics describes one level.
+type LevelMetrics struct {
+	Files int
+	Bytes int64
+	// Score is the level's need for compaction (>= 1: wants one).
+	Score float64
+	// BytesWritten is the total written into the level by flushes (L0) or
+	// compactions since Open.
+	BytesWritten int64
+}
+
+// TotalBytes is the size of all tables.
+func (m Metrics) TotalBytes() int64 {
+	var n int64
+	for _, l := range m.Levels {
+		n += l.Bytes
+	}
+	return n
+}
+
+func (m *Metrics) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "level  files       bytes  score     written\n")
+	for i, l := range m.Levels {
+		fmt.Fprintf(&b, "L%d    %6d %11d %6.2f %11d\n", i, l.Files, l.Bytes, l.Score, l.BytesWritten)
+	}
+	fmt.Fprintf(&b, "wal: %d files, %d bytes, %d bytes written\n", m.WAL.Files, m.WAL.Bytes, m.WAL.BytesWritten)
+	fmt.Fprintf(&b, "memtable: %d bytes, %d immutable\n", m.MemTable.Size, m.MemTable.Immutable)
+	fmt.Fprintf(&b, "flush: %d, %d bytes, %s\n", m.Flush.Count, m.Flush.BytesWritten, m.Flush.Duration)
+	fmt.Fprintf(&b, "compaction: %d (+%d moves), read %d, wrote %d bytes, %s\n",
+		m.Compaction.Count, m.Compaction.TrivialMoves, m.Compaction.BytesRead, m.Compaction.BytesWritten, m.Compaction.Duration)
+	fmt.Fprintf(&b, "block cache: %d hits, %d misses, %d bytes\n", m.BlockCache.Hits, m.BlockCache.Misses, m.BlockCache.Size)
+	fmt.Fprintf(&b, "table cache: %d hits, %d misses, %d open\n", m.TableCache.Hits, m.TableCache.Misses, m.TableCache.Open)
+	fmt.Fprintf(&b, "stalls: %d, %s\n", m.Stall.Count, m.Stall.Duration)
+	return b.String()
+}
+
+// dbMetrics are the counters the DB updates as it works.
+type dbMetrics struct {
+	walBytesWritten   atomic.Int64
+	flushCount        atomic.Int64
+	flushBytes        atomic.Int64
+	flushNanos        atomic.Int64
+	compactionCount   atomic.Int64
+	trivialMoves      atomic.Int64
+	compactionRead    atomic.Int64
+	compactionWritten atomic.Int64
+	compactionNanos   atomic.Int64
+	levelWritten      [NumLevels]atomic.Int64
+	stallCount        atomic.Int64
+	stallNanos        atomic.Int64
+}
+
+func (m *dbMetrics) recordCompaction(c *compaction, outputs []*fileMetadata, d time.Duration) {
+	if c.trivialMove {
+		m.trivialMoves.Add(1)
+		return
+	}
+	m.compactionCount.Add(1)
+	m.compactionRead.Add(sumSizes(c.allInputs()))
+	written := sumSizes(outputs)
+	m.compactionWritten.Add(written)
+	m.levelWritten[c.outputLevel].Add(written)
+	m.compactionNanos.Add(int64(d))
+}
+
+// Metrics returns the DB's current metrics.
+func (db *DB) Metrics() Metrics {
+	var m Metrics
+	db.mu.Lock()
+	v := db.versions.current
+	scores := db.levelScores(v)
+	for level := range v.levels {
+		m.Levels[level] = LevelMetrics{
+			Files:        len(v.levels[level]),
+			Bytes:        v.levelBytes(level),
+			Score:        scores[level],
+			BytesWritten: db.metrics.levelWritten[level].Load(),
+		}
+	}
+	m.MemTable.Size = int64(db.mem.mutable.Size())
+	m.MemTable.Immutable = len(db.mem.queue)
+	m.Snapshots = db.snapshots.l.Len()
+	logs := map[uint64]bool{db.mem.mutable.logNum: true}
+	for _, mt := range db.mem.queue {
+		logs[mt.logNum] = true
+	}
+	db.mu.Unlock()
+	for num := range logs {
+		if info, err := db.fs.Stat(makeFilename(db.dir, fileTypeLog, num)); err == nil {
+			m.WAL.Files++
+			m.WAL.Bytes += info.Size()
+		}
+	}
+	m.WAL.BytesWritten = db.metrics.walBytesWritten.Load()
+	m.Levels[0].BytesWritten = db.metrics.flushBytes.Load()
+	m.Flush.Count = db.metrics.flushCount.Load()
+	m.Flush.BytesWritten = db.metrics.flushBytes.Load()
+	m.Flush.Duration = time.Duration(db.metrics.flushNanos.Load())
+	m.Compaction.Count = db.metrics.compactionCount.Load()
+	m.Compaction.TrivialMoves = db.metrics.trivialMoves.Load()
+	m.Compaction.BytesRead = db.metrics.compactionRead.Load()
+	m.Compaction.BytesWritten = db.metrics.compactionWritten.Load()
+	m.Compaction.Duration = time.Duration(db.metrics.compactionNanos.Load())
+	if db.blockCache != nil {
+		cm := db.blockCache.Metrics()
+		m.BlockCache.Hits, m.BlockCache.Misses, m.BlockCache.Size, m.BlockCache.Count = cm.Hits, cm.Misses, cm.Size, cm.Count
+	}
+	m.TableCache.Hits = db.tableCache.hits.Load()
+	m.TableCache.Misses = db.tableCache.misses.Load()
+	m.TableCache.Open = db.tableCache.openCount()
+	m.Stall.Count = db.metrics.stallCount.Load()
+	m.Stall.Duration = time.Duration(db.metrics.stallNanos.Load())
+	m.VisibleSeqNum = db.visibleSeq.Load()
+	return m
+}

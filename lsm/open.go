@@ -1,0 +1,312 @@
+package lsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/tabuladb/tabula/internal/base"
+	"github.com/tabuladb/tabula/memtable"
+	"github.com/tabuladb/tabula/sstable"
+	"github.com/tabuladb/tabula/wal"
+)
+
+// Open opens the DB in dir, creating it (and dir) if missing, and recovers
+// every write acknowledged before the last close or crash. A nil opts means
+// defaults. Only one DB may have dir open at a time, across processes.
+func Open(dir string, opts *Options) (*DB, error) {
+	o := opts.withDefaults()
+	db := &DB{
+		dir:           dir,
+		opts:          o,
+		fs:            o.FS,
+		flushSignal:   make(chan struct{}, 1),
+		compactSignal: make(chan struct{}, 1),
+		cleanSignal:   make(chan struct{}, 1),
+		closing:       make(chan struct{}),
+	}
+	db.cond.L = &db.mu
+	db.commit.pubCond.L = &db.commit.pubMu
+	if err := db.fs.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
+	}
+	lock, err := db.fs.Lock(makeFilename(dir, fileTypeLock, 0))
+	if err != nil {
+		return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
+	}
+	db.dirLock = lock
+	if o.CacheSize > 0 {
+		db.blockCache = sstable.NewCache(o.CacheSize)
+	}
+	db.tableCache = newTableCache(dir, db.fs, db.blockCache, o.MaxOpenFiles)
+	db.versions = newVersionSet(dir, &db.opts, db.queueObsolete)
+	if err := db.recover(); err != nil {
+		db.versions.closeManifest()
+		db.tableCache.close()
+		lock.Close()
+		return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
+	}
+	db.bgWG.Add(3)
+	go db.flushLoop()
+	go db.compactLoop()
+	go db.cleanLoop()
+	signal(db.compactSignal)
+	return db, nil
+}
+
+// recover loads the manifest, replays the WAL segments it does not cover
+// into L0 tables, starts a new WAL segment and writes a new manifest.
+func (db *DB) recover() error {
+	vs := db.versions
+	if _, err := vs.load(); err != nil {
+		return err
+	}
+	names, err := db.fs.List(db.dir)
+	if err != nil {
+		return err
+	}
+	var logs []uint64
+	for _, name := range names {
+		ft, num := parseFilename(name)
+		if ft == fileTypeLog && num >= vs.logNum {
+			logs = append(logs, num)
+		}
+		// Never reuse the number of a file a crash left behind.
+		if ft != fileTypeUnknown && num >= vs.nextFileNum {
+			vs.nextFileNum = num + 1
+		}
+	}
+	slices.Sort(logs)
+	lastSeq := vs.lastSeq
+	edit := &versionEdit{}
+	for i, num := range logs {
+		seq, metas, err := db.replayLog(num, i == len(logs)-1, lastSeq)
+		for _, m := range metas {
+			edit.added = append(edit.added, newFileEntry{level: 0, meta: m})
+		}
+		if err != nil {
+			db.removeTables(metas)
+			return err
+		}
+		lastSeq = max(lastSeq, seq)
+	}
+
+	// The recovered writes are in tables now; a fresh WAL segment takes new
+	// writes, and a fresh manifest records it all.
+	logNum := vs.newFileNum()
+	f, w, err := createLog(db.fs, db.dir, logNum)
+	if err != nil {
+		db.removeTables(tablesOf(edit))
+		return err
+	}
+	db.log.num, db.log.file, db.log.writer = logNum, f, w
+	nv, err := vs.current.applyEdit(edit)
+	if err == nil {
+		vs.logNum = logNum
+		err = vs.createManifest(nv, lastSeq)
+	}
+	if err != nil {
+		if nv != nil {
+			nv.unref()
+		}
+		w.Close()
+		f.Close()
+		db.removeTables(tablesOf(edit))
+		return err
+	}
+	vs.current.unref()
+	vs.current = nv
+	vs.lastSeq = lastSeq
+	db.commit.logSeq.Store(uint64(lastSeq))
+	db.visibleSeq.Store(uint64(lastSeq))
+	db.mem.mutable = newMemTable(db.opts.MemTableSize, logNum)
+	db.updateReadState()
+	db.deleteUnreferencedFiles(names)
+	return nil
+}
+
+func tablesOf(e *versionEdit) []*fileMetadata {
+	var out []*fileMetadata
+	for _, a := range e.added {
+		out = append(out, a.meta)
+	}
+	return out
+}
+
+// replayLog reads WAL segment num into memtables and writes them out as L0
+// tables. A torn record ends the last segment cleanly (the crash cut it
+// before it was acknowledged); anywhere else it is corruption. It returns
+// the last sequence number it saw.
+func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum, []*fileMetadata, error) {
+	name := makeFilename(db.dir, fileTypeLog, num)
+	f, err := db.fs.Open(name)
+	if err != nil {
+		return 0, nil, fmt.Errorf("open WAL: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return 0, nil, err
+	}
+	var (
+		metas []*fileMetadata
+		mem   = newMemTable(db.opts.MemTableSize, num)
+		r     = wal.NewReader(f, info.Size())
+		b     Batch
+	)
+	flushMem := func() error {
+		if mem.Empty() {
+			return nil
+		}
+		iter := mem.NewIter(nil, nil)
+		defer iter.Close()
+		// No snapshot survives a restart, so only each key's newest
+		// version is kept; tombstones stay, older tables may hold the key.
+		ms, err := db.writeTables(newCompactionIter(iter, nil, func([]byte) bool { return false }), 0, nil)
+		metas = append(metas, ms...)
+		return err
+	}
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
+		}
+		br, err := newBatchReader(rec)
+		if err != nil {
+			return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
+		}
+		b.repr, b.count, b.memSize = rec, br.count, 0
+		// Validate the whole batch and size it before applying any of it.
+		for {
+			key, value, ok, err := br.next()
+			if err != nil {
+				return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
+			}
+			if !ok {
+				break
+			}
+			b.memSize += memtable.EntrySize(len(key.UserKey), len(value))
+		}
+		if b.memSize > mem.Available() {
+			if err := flushMem(); err != nil {
+				return lastSeq, metas, err
+			}
+			mem = newMemTable(max(db.opts.MemTableSize, int64(b.memSize)+4096), num)
+		}
+		if err := db.applyToMemTable(&b, mem); err != nil {
+			return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
+		}
+		if s := br.seq + base.SeqNum(br.count) - 1; br.count > 0 && s > lastSeq {
+			lastSeq = s
+		}
+	}
+	if torn, off := r.TornTail(); torn && !last {
+		return lastSeq, metas, fmt.Errorf("%s: record at offset %d is torn, but a newer WAL segment follows: %w", name, off, ErrCorruption)
+	}
+	return lastSeq, metas, flushMem()
+}
+
+// deleteUnreferencedFiles removes, at open, what earlier runs left behind:
+// tables not in the current version, WAL segments below the log number,
+// old manifests and temporary files.
+func (db *DB) deleteUnreferencedFiles(names []string) {
+	live := map[uint64]bool{}
+	db.versions.addLiveFiles(live)
+	for _, name := range names {
+		ft, num := parseFilename(name)
+		var obsolete bool
+		switch ft {
+		case fileTypeTable:
+			obsolete = !live[num]
+		case fileTypeLog:
+			obsolete = num < db.versions.logNum
+		case fileTypeManifest:
+			obsolete = num != db.versions.manifestNum
+		case fileTypeTemp:
+			obsolete = true
+		}
+		if obsolete {
+			db.fs.Remove(makeFilename(db.dir, ft, num))
+		}
+	}
+}
+
+// queueObsolete takes tables no version references any more; the clean
+// loop deletes their files.
+func (db *DB) queueObsolete(tables []*fileMetadata) {
+	db.obsolete.mu.Lock()
+	db.obsolete.tables = append(db.obsolete.tables, tables...)
+	db.obsolete.mu.Unlock()
+	signal(db.cleanSignal)
+}
+
+func (db *DB) cleanLoop() {
+	defer db.bgWG.Done()
+	for {
+		select {
+		case <-db.closing:
+			return
+		case <-db.cleanSignal:
+			db.deleteObsoleteTables()
+		}
+	}
+}
+
+func (db *DB) deleteObsoleteTables() {
+	db.obsolete.mu.Lock()
+	tables := db.obsolete.tables
+	db.obsolete.tables = nil
+	db.obsolete.mu.Unlock()
+	for _, t := range tables {
+		db.tableCache.evict(t.fileNum)
+		db.fs.Remove(makeFilename(db.dir, fileTypeTable, t.fileNum))
+	}
+}
+
+// Close waits for in-flight writes, stops background work, and closes the
+// DB. Writes not yet flushed stay in the WAL and are recovered by the next
+// Open. Iterators and snapshots should be closed first.
+func (db *DB) Close() error {
+	db.commit.mu.Lock()
+	db.mu.Lock()
+	if db.closed.Load() {
+		db.mu.Unlock()
+		db.commit.mu.Unlock()
+		return ErrClosed
+	}
+	db.closed.Store(true)
+	close(db.closing)
+	db.cond.Broadcast()
+	db.mu.Unlock()
+	db.commit.mu.Unlock()
+	db.commit.pubMu.Lock()
+	db.commit.pubCond.Broadcast()
+	db.commit.pubMu.Unlock()
+
+	db.bgWG.Wait()
+
+	db.mu.Lock()
+	err := db.bgErr
+	if errors.Is(err, ErrClosed) {
+		err = nil
+	}
+	if werr := db.log.writer.Close(); err == nil && werr != nil {
+		err = fmt.Errorf("lsm: close WAL: %w", werr)
+	}
+	if cerr := db.log.file.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if merr := db.versions.closeManifest(); err == nil && merr != nil {
+		err = merr
+	}
+	db.mu.Unlock()
+	db.deleteObsoleteTables()
+	db.tableCache.close()
+	if lerr := db.dirLock.Close(); err == nil && lerr != nil {
+		err = lerr
+	}
+	return err
+}

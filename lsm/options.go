@@ -1,0 +1,138 @@
+package lsm
+
+import (
+	"github.com/tabuladb/tabula/sstable"
+	"github.com/tabuladb/tabula/vfs"
+)
+
+// NumLevels is the number of levels of the tree: L0 (overlapping tables
+// flushed from memtables) and L1 to L6 (each a sorted run of tables).
+const NumLevels = 7
+
+// Compression selects how sstable blocks are compressed.
+type Compression = sstable.Compression
+
+// The compressions a DB can use for its sstable blocks.
+const (
+	DefaultCompression = sstable.DefaultCompression // S2
+	NoCompression      = sstable.NoCompression
+	S2Compression      = sstable.S2Compression
+	ZstdCompression    = sstable.ZstdCompression
+)
+
+// Options configures a DB. The zero value of every field means its default.
+type Options struct {
+	// MemTableSize is the size of a memtable's arena: once full, the
+	// memtable is rotated and flushed to L0. Default 64 MiB.
+	MemTableSize int64
+	// MemTableStopWritesThreshold is how many full memtables may wait for
+	// their flush before writes stall. Default 2.
+	MemTableStopWritesThreshold int
+	// CacheSize is the capacity of the block cache shared by all sstables.
+	// Default 32 MiB; negative disables it.
+	CacheSize int64
+	// BloomBitsPerKey sizes the sstable bloom filters. Default 10;
+	// negative means no filters.
+	BloomBitsPerKey int
+	// MaxOpenFiles bounds the table cache of open sstables. Default 1000.
+	MaxOpenFiles int
+	// BlockSize is the uncompressed size of sstable data blocks. Default 4096.
+	BlockSize int
+	// Compression is applied to sstable blocks. Default S2.
+	Compression Compression
+	// L0CompactionThreshold is the number of L0 tables that triggers an L0
+	// compaction. Default 4.
+	L0CompactionThreshold int
+	// L0StopWritesThreshold is the number of L0 tables at which writes
+	// stall until compaction catches up. Default 12.
+	L0StopWritesThreshold int
+	// LBaseMaxBytes is the target size of L1; each deeper level is
+	// LevelMultiplier times larger. Default 64 MiB.
+	LBaseMaxBytes int64
+	// LevelMultiplier is the fan-out between levels. Default 10.
+	LevelMultiplier int
+	// TargetFileSize is the size at which compaction cuts its output
+	// tables. Default 4 MiB.
+	TargetFileSize int64
+	// Split, if set, returns the length of a key's prefix (for Tabula, the
+	// clustered-index key up to and including the PartitionKey). Sstables
+	// then also filter on prefixes, and an iterator whose bounds lie within
+	// one prefix skips tables that cannot hold it. Split(p) must return
+	// len(p) for every prefix p it produces.
+	Split func(key []byte) int
+	// FS is the filesystem the DB writes through. Default: the OS.
+	FS vfs.FS
+	// DisableBackgroundCompactions stops automatic compactions (flushes
+	// still run). Compact still works. For tests that need a fixed shape.
+	DisableBackgroundCompactions bool
+}
+
+// withDefaults returns a copy of o (which may be nil) with every zero field
+// set to its default.
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	setDefault(&r.MemTableSize, 64<<20)
+	setDefault(&r.MemTableStopWritesThreshold, 2)
+	setDefault(&r.CacheSize, 32<<20)
+	setDefault(&r.BloomBitsPerKey, 10)
+	setDefault(&r.MaxOpenFiles, 1000)
+	setDefault(&r.BlockSize, 4096)
+	setDefault(&r.L0CompactionThreshold, 4)
+	setDefault(&r.L0StopWritesThreshold, 12)
+	setDefault(&r.LBaseMaxBytes, 64<<20)
+	setDefault(&r.LevelMultiplier, 10)
+	setDefault(&r.TargetFileSize, 4<<20)
+	if r.L0StopWritesThreshold < r.L0CompactionThreshold {
+		r.L0StopWritesThreshold = r.L0CompactionThreshold
+	}
+	if r.MaxOpenFiles < 16 {
+		r.MaxOpenFiles = 16
+	}
+	if r.FS == nil {
+		r.FS = vfs.Default()
+	}
+	return r
+}
+
+func setDefault[T int | int64](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+func (o *Options) writerOptions() sstable.WriterOptions {
+	return sstable.WriterOptions{
+		BlockSize:       o.BlockSize,
+		Compression:     o.Compression,
+		BloomBitsPerKey: o.BloomBitsPerKey,
+		Split:           o.Split,
+	}
+}
+
+// levelMaxBytes is the size above which a level (1 to NumLevels-2) wants
+// compaction into the next.
+func (o *Options) levelMaxBytes(level int) int64 {
+	n := o.LBaseMaxBytes
+	for l := 1; l < level; l++ {
+		n *= int64(o.LevelMultiplier)
+	}
+	return n
+}
+
+// WriteOptions control a single write.
+type WriteOptions struct {
+	// Sync makes the write durable (fsynced to the WAL) before it is
+	// acknowledged. A nil *WriteOptions means Sync: true.
+	Sync bool
+}
+
+// IterOptions bound an iterator. A nil *IterOptions means the whole key space.
+type IterOptions struct {
+	// LowerBound is the inclusive lower bound; nil means none.
+	LowerBound []byte
+	// UpperBound is the exclusive upper bound; nil means none.
+	UpperBound []byte
+}

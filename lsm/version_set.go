@@ -1,0 +1,255 @@
+package lsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+
+	"github.com/tabuladb/tabula/internal/base"
+	"github.com/tabuladb/tabula/vfs"
+	"github.com/tabuladb/tabula/wal"
+)
+
+// maxManifestSize is the size past which the next edit starts a new
+// manifest holding a snapshot of the current version, so replaying the
+// manifest at open stays quick.
+const maxManifestSize = 4 << 20
+
+// versionSet owns the current version and the MANIFEST that records how it
+// came to be. All methods are called with DB.mu held (or before the DB is
+// shared, during Open).
+type versionSet struct {
+	dir  string
+	fs   vfs.FS
+	opts *Options
+
+	current *version
+	// logNum is the lowest WAL number still needed for recovery.
+	logNum      uint64
+	nextFileNum uint64
+	// lastSeq is the last sequence number recorded in the manifest; the
+	// DB's is at least as large.
+	lastSeq base.SeqNum
+
+	manifestNum  uint64
+	manifestFile vfs.File
+	manifest     *wal.Writer
+
+	onObsolete func([]*fileMetadata)
+}
+
+func newVersionSet(dir string, opts *Options, onObsolete func([]*fileMetadata)) *versionSet {
+	vs := &versionSet{dir: dir, fs: opts.FS, opts: opts, onObsolete: onObsolete, nextFileNum: 1}
+	vs.current = &version{onObsolete: onObsolete}
+	vs.current.refs.Store(1)
+	return vs
+}
+
+// newFileNum allocates a file number.
+func (vs *versionSet) newFileNum() uint64 {
+	n := vs.nextFileNum
+	vs.nextFileNum++
+	return n
+}
+
+// load recovers the version set from CURRENT and the manifest it names.
+// exists is false when the directory holds no DB.
+func (vs *versionSet) load() (exists bool, err error) {
+	currentName := makeFilename(vs.dir, fileTypeCurrent, 0)
+	cf, err := vs.fs.Open(currentName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	content, err := io.ReadAll(io.LimitReader(cf, 256))
+	cf.Close()
+	if err != nil {
+		return true, fmt.Errorf("read %s: %w", currentName, err)
+	}
+	name, ok := strings.CutSuffix(string(content), "\n")
+	ft, num := parseFilename(name)
+	if !ok || ft != fileTypeManifest {
+		return true, fmt.Errorf("%s does not name a manifest (%q): %w", currentName, content, ErrCorruption)
+	}
+	vs.manifestNum = num
+	manifestName := makeFilename(vs.dir, fileTypeManifest, num)
+	mf, err := vs.fs.Open(manifestName)
+	if err != nil {
+		return true, fmt.Errorf("open manifest named by CURRENT: %w", err)
+	}
+	defer mf.Close()
+	info, err := mf.Stat()
+	if err != nil {
+		return true, err
+	}
+	r := wal.NewReader(mf, info.Size())
+	v := vs.current
+	for i := 0; ; i++ {
+		rec, err := r.Next()
+		if err == io.EOF {
+			if i == 0 {
+				// The first record is synced before CURRENT names the
+				// manifest, so it cannot be a torn tail.
+				return true, fmt.Errorf("%s has no intact record: %w", manifestName, ErrCorruption)
+			}
+			break
+		} else if err != nil {
+			return true, fmt.Errorf("%s: %w", manifestName, err)
+		}
+		e, err := decodeVersionEdit(rec)
+		if err != nil {
+			return true, fmt.Errorf("%s: record %d: %w", manifestName, i, err)
+		}
+		if i == 0 && e.formatVersion == 0 {
+			return true, fmt.Errorf("%s: first record lacks a format version: %w", manifestName, ErrCorruption)
+		}
+		nv, err := v.applyEdit(e)
+		if err != nil {
+			return true, fmt.Errorf("%s: record %d: %w", manifestName, i, err)
+		}
+		v.unref()
+		v = nv
+		vs.applyCounters(e)
+	}
+	vs.current = v
+	return true, nil
+}
+
+func (vs *versionSet) applyCounters(e *versionEdit) {
+	if e.logNum != 0 {
+		vs.logNum = e.logNum
+	}
+	if e.nextFileNum > vs.nextFileNum {
+		vs.nextFileNum = e.nextFileNum
+	}
+	if e.lastSeq > vs.lastSeq {
+		vs.lastSeq = e.lastSeq
+	}
+	for _, a := range e.added {
+		if a.meta.fileNum >= vs.nextFileNum {
+			vs.nextFileNum = a.meta.fileNum + 1
+		}
+	}
+}
+
+// logAndApply records e in the manifest (synced) and makes the version it
+// produces current. lastSeq is the DB's last sequence number.
+func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
+	nv, err := vs.current.applyEdit(e)
+	if err != nil {
+		return err
+	}
+	if vs.manifest == nil || vs.manifest.Size() > maxManifestSize {
+		// The new manifest's snapshot already contains e's effect.
+		vs.applyCounters(e)
+		if err := vs.createManifest(nv, lastSeq); err != nil {
+			nv.unref()
+			return err
+		}
+	} else {
+		e.nextFileNum = vs.nextFileNum
+		e.lastSeq = lastSeq
+		end, err := vs.manifest.WriteRecord(e.encode())
+		if err == nil {
+			err = vs.manifest.SyncTo(end)
+		}
+		if err != nil {
+			nv.unref()
+			return fmt.Errorf("write manifest %06d: %w", vs.manifestNum, err)
+		}
+		vs.applyCounters(e)
+	}
+	vs.current.unref()
+	vs.current = nv
+	return nil
+}
+
+// createManifest writes a new manifest holding a snapshot of v, points
+// CURRENT at it, and retires the previous manifest.
+func (vs *versionSet) createManifest(v *version, lastSeq base.SeqNum) error {
+	num := vs.newFileNum()
+	name := makeFilename(vs.dir, fileTypeManifest, num)
+	f, err := vs.fs.Create(name)
+	if err != nil {
+		return fmt.Errorf("create manifest: %w", err)
+	}
+	w := wal.NewWriter(f, wal.WriterOptions{})
+	e := v.snapshotEdit()
+	e.logNum = vs.logNum
+	e.nextFileNum = vs.nextFileNum
+	e.lastSeq = max(lastSeq, vs.lastSeq)
+	end, err := w.WriteRecord(e.encode())
+	if err == nil {
+		err = w.SyncTo(end)
+	}
+	if err == nil {
+		err = setCurrent(vs.fs, vs.dir, num, vs.newFileNum())
+	}
+	if err != nil {
+		w.Close()
+		f.Close()
+		vs.fs.Remove(name)
+		return fmt.Errorf("manifest %06d: %w", num, err)
+	}
+	oldNum := vs.manifestNum
+	vs.closeManifest()
+	vs.manifest, vs.manifestFile, vs.manifestNum = w, f, num
+	if oldNum != 0 {
+		// Best effort: a leftover manifest is deleted at the next open.
+		vs.fs.Remove(makeFilename(vs.dir, fileTypeManifest, oldNum))
+	}
+	return nil
+}
+
+func (vs *versionSet) closeManifest() error {
+	if vs.manifest == nil {
+		return nil
+	}
+	err := vs.manifest.Close()
+	if cerr := vs.manifestFile.Close(); err == nil {
+		err = cerr
+	}
+	vs.manifest, vs.manifestFile = nil, nil
+	return err
+}
+
+// setCurrent atomically points CURRENT at manifest number num: it writes a
+// temporary file, syncs it, renames it over CURRENT and syncs the directory.
+func setCurrent(fs vfs.FS, dir string, num, tempNum uint64) error {
+	tmp := makeFilename(dir, fileTypeTemp, tempNum)
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("set CURRENT: %w", err)
+	}
+	content := []byte(fmt.Sprintf("MANIFEST-%06d\n", num))
+	_, err = f.Write(content)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, makeFilename(dir, fileTypeCurrent, 0))
+	}
+	if err == nil {
+		err = vfs.SyncDir(fs, dir)
+	}
+	if err != nil {
+		fs.Remove(tmp)
+		return fmt.Errorf("set CURRENT to manifest %06d: %w", num, err)
+	}
+	return nil
+}
+
+// addLiveFiles adds to live the numbers of every table in the current version.
+func (vs *versionSet) addLiveFiles(live map[uint64]bool) {
+	for _, files := range vs.current.levels {
+		for _, f := range files {
+			live[f.fileNum] = true
+		}
+	}
+}
