@@ -121,7 +121,7 @@ func (db *DB) compactTables(c *compaction, snapshots []base.SeqNum) ([]*fileMeta
 		iters = append(iters, newLevelIter(db.tableCache, c.inputs[1], nil, nil, nil))
 	}
 	merged := newMergingIter(iters)
-	ci := newCompactionIter(merged, snapshots, baseLevelChecker(c.version, c.outputLevel+1))
+	ci := newCompactionIter(merged, snapshots, baseLevelChecker(c.version, c.outputLevel+1), db.opts.DropKey)
 	var lim *tableWriterLimits
 	if len(c.grandparents) > 0 {
 		lim = &tableWriterLimits{grandparents: c.grandparents, maxGrandparentBytes: db.maxGrandparentBytes()}

@@ -26,14 +26,17 @@ type compactionIter struct {
 	snapshots []base.SeqNum
 	// isBaseLevel reports whether no table below the output can hold key.
 	isBaseLevel func(userKey []byte) bool
+	// drop, if set, removes whole keys (Options.DropKey).
+	drop func(userKey []byte) bool
 
 	started    bool
 	curKey     []byte
 	prevStripe int // stripe of the last entry kept or dropped for curKey; -1 if none
+	dropping   bool // drop says every version of curKey goes
 }
 
-func newCompactionIter(iter base.InternalIterator, snapshots []base.SeqNum, isBaseLevel func([]byte) bool) *compactionIter {
-	return &compactionIter{iter: iter, snapshots: snapshots, isBaseLevel: isBaseLevel}
+func newCompactionIter(iter base.InternalIterator, snapshots []base.SeqNum, isBaseLevel, drop func([]byte) bool) *compactionIter {
+	return &compactionIter{iter: iter, snapshots: snapshots, isBaseLevel: isBaseLevel, drop: drop}
 }
 
 // stripe returns the index of the first snapshot that can see seq.
@@ -58,6 +61,10 @@ func (ci *compactionIter) next() (base.InternalKey, []byte, bool) {
 		if ci.curKey == nil || !bytes.Equal(key.UserKey, ci.curKey) {
 			ci.curKey = append(ci.curKey[:0], key.UserKey...)
 			ci.prevStripe = -1
+			ci.dropping = ci.drop != nil && ci.drop(key.UserKey)
+		}
+		if ci.dropping {
+			continue
 		}
 		if stripe == ci.prevStripe {
 			continue // shadowed by a newer version in the same stripe

@@ -390,3 +390,30 @@ func TestConcurrentWritersAndReaders(t *testing.T) {
 		}
 	}
 }
+
+func TestDropKeyRemovesKeysInCompaction(t *testing.T) {
+	var dropped sync.Map // prefixes whose keys compactions drop
+	opts := smallOptions()
+	opts.DropKey = func(key []byte) bool {
+		_, ok := dropped.Load(string(key[:2]))
+		return ok
+	}
+	db := openTestDB(t, t.TempDir(), opts)
+	defer db.Close()
+	for i := range 500 {
+		db.Set(fmt.Appendf(nil, "a/%04d", i), []byte("keep"), &WriteOptions{})
+		db.Set(fmt.Appendf(nil, "b/%04d", i), []byte("drop"), &WriteOptions{})
+	}
+	if err := db.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	dropped.Store("b/", true)
+	if err := db.Compact([]byte("b/"), []byte("b0")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for i := range 500 {
+		want[fmt.Sprintf("a/%04d", i)] = "keep"
+	}
+	checkIter(t, db.NewIter(nil), want, nil, nil)
+}

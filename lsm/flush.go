@@ -83,7 +83,7 @@ func (db *DB) flushOne() bool {
 	db.mu.Unlock()
 
 	iter := m.NewIter(nil, nil)
-	metas, err := db.writeTables(newCompactionIter(iter, snapshots, baseLevelChecker(v, 0)), 0, nil)
+	metas, err := db.writeTables(newCompactionIter(iter, snapshots, baseLevelChecker(v, 0), db.opts.DropKey), 0, nil)
 	if cerr := iter.Close(); err == nil {
 		err = cerr
 	}

@@ -163,7 +163,7 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 		defer iter.Close()
 		// No snapshot survives a restart, so only each key's newest
 		// version is kept; tombstones stay, older tables may hold the key.
-		ms, err := db.writeTables(newCompactionIter(iter, nil, func([]byte) bool { return false }), 0, nil)
+		ms, err := db.writeTables(newCompactionIter(iter, nil, func([]byte) bool { return false }, db.opts.DropKey), 0, nil)
 		metas = append(metas, ms...)
 		return err
 	}

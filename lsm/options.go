@@ -60,6 +60,14 @@ type Options struct {
 	// one prefix skips tables that cannot hold it. Split(p) must return
 	// len(p) for every prefix p it produces.
 	Split func(key []byte) int
+	// DropKey, if set, is asked by flushes and compactions about every user
+	// key they write; keys for which it returns true are dropped with all
+	// their versions. It lets a layer above delete a whole key range
+	// (Tabula: a deleted table) in O(1) and reclaim the space later. It
+	// must be stable (once true for a key, always true) and only say true
+	// for keys no reader needs, including readers on snapshots. It is
+	// called from background goroutines.
+	DropKey func(key []byte) bool
 	// FS is the filesystem the DB writes through. Default: the OS.
 	FS vfs.FS
 	// DisableBackgroundCompactions stops automatic compactions (flushes
