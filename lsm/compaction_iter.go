@@ -31,7 +31,7 @@ type compactionIter struct {
 
 	started    bool
 	curKey     []byte
-	prevStripe int // stripe of the last entry kept or dropped for curKey; -1 if none
+	prevStripe int  // stripe of the last entry kept or dropped for curKey; -1 if none
 	dropping   bool // drop says every version of curKey goes
 }
 
