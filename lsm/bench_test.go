@@ -1,0 +1,183 @@
+package lsm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// benchKey returns a key shaped like a clustered-index key.
+func benchKey(buf []byte, i uint64) []byte {
+	return fmt.Appendf(buf[:0], "devstoreaccount1/t0001/pk%06d/rk%08d", i%10000, i)
+}
+
+// benchValue is 256 bytes that compress about 2:1: half random, half pattern.
+func benchValue(rng *rand.Rand) []byte {
+	v := make([]byte, 256)
+	for i := 0; i < 128; i += 8 {
+		binary.LittleEndian.PutUint64(v[i:], rng.Uint64())
+	}
+	for i := 128; i < 256; i++ {
+		v[i] = byte('a' + i%8)
+	}
+	return v
+}
+
+func benchOptions() *Options {
+	return &Options{MemTableSize: 64 << 20, CacheSize: 64 << 20}
+}
+
+func BenchmarkFillRandom(b *testing.B) {
+	db := openTestDB(b, b.TempDir(), benchOptions())
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := benchValue(rng)
+	var key []byte
+	wo := &WriteOptions{}
+	b.SetBytes(int64(len(benchKey(nil, 0)) + len(val)))
+	b.ResetTimer()
+	for range b.N {
+		key = benchKey(key, rng.Uint64N(1<<40))
+		if err := db.Set(key, val, wo); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkBatch100(b *testing.B) {
+	db := openTestDB(b, b.TempDir(), benchOptions())
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := benchValue(rng)
+	var key []byte
+	batch := db.NewBatch()
+	wo := &WriteOptions{}
+	b.ResetTimer()
+	for range b.N {
+		batch.Reset()
+		for range 100 {
+			key = benchKey(key, rng.Uint64N(1<<40))
+			batch.Set(key, val)
+		}
+		if err := db.Apply(batch, wo); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// filledDB returns a DB holding n keys benchKey(0..n-1), flushed and compacted.
+func filledDB(b *testing.B, n int) *DB {
+	b.Helper()
+	db := openTestDB(b, b.TempDir(), benchOptions())
+	rng := rand.New(rand.NewPCG(3, 4))
+	val := benchValue(rng)
+	batch := db.NewBatch()
+	var key []byte
+	for i := range n {
+		key = benchKey(key, uint64(i))
+		batch.Set(key, val)
+		if batch.Len() == 1000 {
+			if err := db.Apply(batch, &WriteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			batch.Reset()
+		}
+	}
+	if err := db.Apply(batch, &WriteOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.Compact(nil, nil); err != nil {
+		b.Fatal(err)
+	}
+	return db
+}
+
+const benchKeys = 200_000
+
+func BenchmarkReadRandom(b *testing.B) {
+	db := filledDB(b, benchKeys)
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var key []byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		key = benchKey(key, rng.Uint64N(benchKeys))
+		if _, err := db.Get(key); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkReadMissing(b *testing.B) {
+	db := filledDB(b, benchKeys)
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var key []byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		key = benchKey(key, benchKeys+rng.Uint64N(benchKeys))
+		if _, err := db.Get(key); err != ErrNotFound {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkScan100(b *testing.B) {
+	db := filledDB(b, benchKeys)
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var key []byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		key = benchKey(key, rng.Uint64N(benchKeys))
+		it := db.NewIter(nil)
+		n := 0
+		for ok := it.SeekGE(key); ok && n < 100; ok = it.Next() {
+			n++
+		}
+		if err := it.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFillSync measures synced single-key writes from 1 and 8
+// goroutines: with group commit, 8 writers share fsyncs.
+func BenchmarkFillSync(b *testing.B) {
+	for _, writers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			db := openTestDB(b, b.TempDir(), benchOptions())
+			defer db.Close()
+			val := benchValue(rand.New(rand.NewPCG(1, 1)))
+			var next sync.Mutex
+			i := uint64(0)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := (b.N + writers - 1) / writers
+			for range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var key []byte
+					for range per {
+						next.Lock()
+						i++
+						k := i
+						next.Unlock()
+						key = benchKey(key, k)
+						if err := db.Set(key, val, nil); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
