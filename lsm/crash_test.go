@@ -13,7 +13,10 @@ import (
 	"time"
 )
 
-const crashChildEnv = "TABULA_LSM_CRASH_CHILD_DIR"
+const (
+	crashChildEnv = "TABULA_LSM_CRASH_CHILD_DIR"
+	lockChildEnv  = "TABULA_LSM_LOCK_CHILD_DIR"
+)
 
 // crashBatchKeys is the number of keys each batch of the crash workload
 // writes; they all carry the batch's number.
@@ -25,6 +28,17 @@ func crashKey(batch, i int) []byte { return fmt.Appendf(nil, "b%08d/k%02d", batc
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		crashChild(dir)
+		return
+	}
+	if dir := os.Getenv(lockChildEnv); dir != "" {
+		// Try to open a DB another process may hold, and say what happened.
+		db, err := Open(dir, nil)
+		if err != nil {
+			fmt.Println("refused:", err)
+			return
+		}
+		db.Close()
+		fmt.Println("opened")
 		return
 	}
 	os.Exit(m.Run())
@@ -149,5 +163,28 @@ func TestCrashRecovery(t *testing.T) {
 	t.Logf("%d crash rounds, %d acknowledged keys checked, %d batches written", rounds, checked, next)
 	if rounds < 2 || next == 0 {
 		t.Fatalf("crash test ran %d rounds and %d batches: not enough to mean anything", rounds, next)
+	}
+}
+
+// TestSecondProcessCannotOpen opens a DB and checks that another process is
+// refused the same directory, and gets it once the DB is closed.
+func TestSecondProcessCannotOpen(t *testing.T) {
+	dir := t.TempDir()
+	tryOpen := func() string {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), lockChildEnv+"="+dir)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("child: %v", err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	db := openTestDB(t, dir, nil)
+	if got := tryOpen(); !strings.HasPrefix(got, "refused:") || !strings.Contains(got, "LOCK") {
+		t.Fatalf("second process while the DB is open: %q", got)
+	}
+	db.Close()
+	if got := tryOpen(); got != "opened" {
+		t.Fatalf("second process after Close: %q", got)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // smallOptions make a DB that flushes and compacts after a few KiB, so tests
@@ -416,4 +418,26 @@ func TestDropKeyRemovesKeysInCompaction(t *testing.T) {
 		want[fmt.Sprintf("a/%04d", i)] = "keep"
 	}
 	checkIter(t, db.NewIter(nil), want, nil, nil)
+}
+
+func TestRunsOnMemFS(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := smallOptions()
+	opts.FS = fs
+	db := openTestDB(t, "/db", opts)
+	want := map[string]string{}
+	for i := range 2000 {
+		k := fmt.Sprintf("k%04d", i%700)
+		want[k] = fmt.Sprint(i)
+		db.Set([]byte(k), []byte(want[k]), nil)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTestDB(t, "/db", opts)
+	defer db.Close()
+	checkIter(t, db.NewIter(nil), want, nil, nil)
+	if d, err := Describe("/db", fs); err != nil || d.LastSeq < 2000 {
+		t.Fatalf("Describe = %+v, %v", d, err)
+	}
 }

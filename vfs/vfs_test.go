@@ -1,6 +1,10 @@
 package vfs
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
 	"path/filepath"
 	"testing"
 )
@@ -55,5 +59,68 @@ func TestCreateWriteSyncRead(t *testing.T) {
 	names, err := fs.List(dir)
 	if err != nil || len(names) != 1 || names[0] != "f" {
 		t.Fatalf("List = %v, %v", names, err)
+	}
+}
+
+// TestFilesystems runs the same checks on every implementation.
+func TestFilesystems(t *testing.T) {
+	for name, fs := range map[string]FS{"os": Default(), "mem": NewMem()} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "sub", "dir")
+			if err := fs.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			a := filepath.Join(dir, "a")
+			f, err := fs.Create(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write([]byte("one "))
+			f.Write([]byte("two"))
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			if err := SyncDir(fs, dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := fs.Rename(a, filepath.Join(dir, "b")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fs.Open(a); err == nil {
+				t.Fatal("old name still opens after Rename")
+			}
+			r, err := fs.Open(filepath.Join(dir, "b"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(r)
+			r.Close()
+			if string(got) != "one two" {
+				t.Fatalf("content %q", got)
+			}
+			info, err := fs.Stat(filepath.Join(dir, "b"))
+			if err != nil || info.Size() != 7 {
+				t.Fatalf("Stat = %v, %v", info, err)
+			}
+			names, err := fs.List(dir)
+			if err != nil || fmt.Sprint(names) != "[b]" {
+				t.Fatalf("List = %v, %v", names, err)
+			}
+			if err := fs.Remove(filepath.Join(dir, "b")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fs.Stat(filepath.Join(dir, "b")); !errors.Is(err, iofs.ErrNotExist) {
+				t.Fatalf("Stat after Remove: %v", err)
+			}
+			l, err := fs.Lock(filepath.Join(dir, "LOCK"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fs.Lock(filepath.Join(dir, "LOCK")); err == nil {
+				t.Fatal("second Lock succeeded")
+			}
+			l.Close()
+		})
 	}
 }

@@ -1,0 +1,244 @@
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+// NewMem returns an empty in-memory filesystem, for tests and fuzzing.
+// Paths are cleaned with filepath.Clean; directories exist implicitly once
+// MkdirAll named them or a file was created in them.
+func NewMem() FS {
+	return &memFS{files: map[string]*memFile{}, dirs: map[string]bool{"/": true, ".": true}}
+}
+
+type memFS struct {
+	mu    sync.Mutex
+	files map[string]*memFile
+	dirs  map[string]bool
+	locks map[string]bool
+}
+
+// memFile is a file's content, shared by every handle open on it.
+type memFile struct {
+	mu   sync.RWMutex
+	data []byte
+}
+
+// memHandle is an open file: a position for Read, and the content.
+type memHandle struct {
+	fs       *memFS
+	name     string
+	f        *memFile
+	pos      int64
+	writable bool
+	closed   bool
+}
+
+func (m *memFS) Create(name string) (File, error) {
+	name = filepath.Clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.dirs[filepath.Dir(name)] {
+		return nil, &fs.PathError{Op: "create", Path: name, Err: fs.ErrNotExist}
+	}
+	f := &memFile{}
+	m.files[name] = f
+	return &memHandle{fs: m, name: name, f: f, writable: true}, nil
+}
+
+func (m *memFS) Open(name string) (File, error) {
+	name = filepath.Clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.files[name]
+	if !ok {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return &memHandle{fs: m, name: name, f: f}, nil
+}
+
+func (m *memFS) OpenDir(name string) (File, error) {
+	name = filepath.Clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.dirs[name] {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return &memHandle{fs: m, name: name, f: &memFile{}}, nil
+}
+
+func (m *memFS) Remove(name string) error {
+	name = filepath.Clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.files[name]; !ok {
+		return &fs.PathError{Op: "remove", Path: name, Err: fs.ErrNotExist}
+	}
+	delete(m.files, name)
+	return nil
+}
+
+func (m *memFS) Rename(oldname, newname string) error {
+	oldname, newname = filepath.Clean(oldname), filepath.Clean(newname)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.files[oldname]
+	if !ok {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: fs.ErrNotExist}
+	}
+	delete(m.files, oldname)
+	m.files[newname] = f
+	return nil
+}
+
+func (m *memFS) MkdirAll(dir string, _ os.FileMode) error {
+	dir = filepath.Clean(dir)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for d := dir; !m.dirs[d]; d = filepath.Dir(d) {
+		m.dirs[d] = true
+	}
+	return nil
+}
+
+func (m *memFS) List(dir string) ([]string, error) {
+	dir = filepath.Clean(dir)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.dirs[dir] {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: fs.ErrNotExist}
+	}
+	var names []string
+	for name := range m.files {
+		if filepath.Dir(name) == dir {
+			names = append(names, filepath.Base(name))
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func (m *memFS) Stat(name string) (os.FileInfo, error) {
+	name = filepath.Clean(name)
+	m.mu.Lock()
+	f, ok := m.files[name]
+	m.mu.Unlock()
+	if !ok {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
+	}
+	return memInfo{name: filepath.Base(name), size: f.size()}, nil
+}
+
+func (m *memFS) Lock(name string) (io.Closer, error) {
+	name = filepath.Clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.locks == nil {
+		m.locks = map[string]bool{}
+	}
+	if m.locks[name] {
+		return nil, fmt.Errorf("lock %s: already held", name)
+	}
+	m.locks[name] = true
+	if _, ok := m.files[name]; !ok {
+		m.files[name] = &memFile{}
+	}
+	return lockCloser(func() error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.locks, name)
+		return nil
+	}), nil
+}
+
+type lockCloser func() error
+
+func (c lockCloser) Close() error { return c() }
+
+func (f *memFile) size() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return int64(len(f.data))
+}
+
+var errClosed = errors.New("vfs: file closed")
+
+func (h *memHandle) Read(p []byte) (int, error) {
+	n, err := h.ReadAt(p, h.pos)
+	h.pos += int64(n)
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+func (h *memHandle) ReadAt(p []byte, off int64) (int, error) {
+	if h.closed {
+		return 0, errClosed
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("vfs: negative offset %d", off)
+	}
+	h.f.mu.RLock()
+	defer h.f.mu.RUnlock()
+	if off >= int64(len(h.f.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, h.f.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (h *memHandle) Write(p []byte) (int, error) {
+	if h.closed {
+		return 0, errClosed
+	}
+	if !h.writable {
+		return 0, fmt.Errorf("vfs: %s: opened read-only", h.name)
+	}
+	h.f.mu.Lock()
+	h.f.data = append(h.f.data, p...)
+	h.f.mu.Unlock()
+	return len(p), nil
+}
+
+func (h *memHandle) Sync() error {
+	if h.closed {
+		return errClosed
+	}
+	return nil
+}
+
+func (h *memHandle) Stat() (os.FileInfo, error) {
+	return memInfo{name: filepath.Base(h.name), size: h.f.size()}, nil
+}
+
+func (h *memHandle) Close() error {
+	if h.closed {
+		return errClosed
+	}
+	h.closed = true
+	return nil
+}
+
+type memInfo struct {
+	name string
+	size int64
+}
+
+func (i memInfo) Name() string       { return i.name }
+func (i memInfo) Size() int64        { return i.size }
+func (i memInfo) Mode() os.FileMode  { return 0o600 }
+func (i memInfo) ModTime() time.Time { return time.Time{} }
+func (i memInfo) IsDir() bool        { return false }
+func (i memInfo) Sys() any           { return nil }
