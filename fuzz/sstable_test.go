@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -268,20 +266,7 @@ func TestSSTableSeeds(t *testing.T) {
 	}
 }
 
-// TestWriteSSTableSeeds regenerates the seed corpus of FuzzSSTableReader.
-// It only runs when TABULA_WRITE_FUZZ_SEEDS is set.
-func TestWriteSSTableSeeds(t *testing.T) {
-	if os.Getenv("TABULA_WRITE_FUZZ_SEEDS") == "" {
-		t.Skip("set TABULA_WRITE_FUZZ_SEEDS=1 to regenerate testdata/fuzz/FuzzSSTableReader")
-	}
-	dir := filepath.Join("testdata", "fuzz", "FuzzSSTableReader")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range sstableSeeds(t) {
-		content := fmt.Sprintf("go test fuzz v1\n[]byte(%+q)\n", data)
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+// TestSSTableSeedFiles checks the committed corpus of FuzzSSTableReader.
+func TestSSTableSeedFiles(t *testing.T) {
+	checkSeedFiles(t, "FuzzSSTableReader", sstableSeeds(t))
 }
