@@ -1,0 +1,121 @@
+package partition
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tabuladb/tabula/odata"
+)
+
+// Limits of an entity group transaction (Performing entity group
+// transactions).
+const (
+	MaxBatchOps   = 100
+	MaxBatchBytes = 4 << 20 // keys plus encoded values of the whole batch
+)
+
+// ExecuteBatch runs an entity group transaction: up to 100 operations on
+// entities of one PartitionKey, each entity at most once, at most 4 MiB in
+// all. Under the partition's latch every condition is checked in order and
+// then everything is committed as one engine batch: all or nothing, and
+// invisible to queries (which read at a snapshot) until it is whole.
+//
+// The results are per operation, in order. A client-visible failure is a
+// *BatchError naming the operation, and nothing is applied: a missing table
+// is reported at index 0, too many operations at index 100, a batch too
+// large at the operation that crosses the limit. Storage failures and
+// context cancellation are returned as they are. An empty batch does
+// nothing.
+func (s *Store) ExecuteBatch(ctx context.Context, account, tableName string, ops []Op) ([]StoredEntity, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t, err := s.lookupTable(account, tableName)
+	if err != nil {
+		return nil, &BatchError{Index: 0, Err: err}
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	if len(ops) > MaxBatchOps {
+		return nil, &BatchError{Index: MaxBatchOps, Err: serviceError(odata.CodeInvalidInput, msgTooManyChanges)}
+	}
+	var pk string
+	rows := make(map[string]struct{}, len(ops))
+	for i := range ops {
+		op := &ops[i]
+		if err := checkOp(op); err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+		if i == 0 {
+			pk = op.Entity.PartitionKey
+		} else if op.Entity.PartitionKey != pk {
+			return nil, &BatchError{Index: i, Err: serviceError(CodeCommandsInBatchActOnDifferentPartitions, msgDifferentPartitions)}
+		}
+		if _, dup := rows[op.Entity.RowKey]; dup {
+			return nil, &BatchError{Index: i, Err: serviceError(CodeInvalidDuplicateRow, msgDuplicateRow)}
+		}
+		rows[op.Entity.RowKey] = struct{}{}
+	}
+
+	l := s.latch.forPartition(account, t.id, pk)
+	l.Lock()
+	defer l.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+
+	ws := make([]staged, len(ops))
+	var floor odata.DateTime
+	for i := range ops {
+		if i%16 == 15 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		key := AppendEntityKey(nil, account, t.id, pk, ops[i].Entity.RowKey)
+		old, err := s.getRaw(key)
+		if err != nil {
+			return nil, err
+		}
+		if ws[i], err = prepare(&ops[i], key, old); err != nil {
+			if ErrorCode(err) == "" {
+				return nil, err
+			}
+			return nil, &BatchError{Index: i, Err: err}
+		}
+		floor = max(floor, ws[i].floor)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ts, err := s.clock.next(len(ws), floor)
+	if err != nil {
+		return nil, err
+	}
+	b := s.db.NewBatch()
+	var dEnt, dBytes int64
+	for i := range ws {
+		w := &ws[i]
+		w.stamp(ts + odata.DateTime(i))
+		if w.del {
+			b.Delete(w.key)
+		} else {
+			b.Set(w.key, w.value)
+		}
+		if b.Size() > MaxBatchBytes {
+			return nil, &BatchError{Index: i, Err: serviceError(CodeRequestBodyTooLarge, msgBodyTooLarge)}
+		}
+		e, n := w.statDeltas()
+		dEnt += e
+		dBytes += n
+	}
+	if err := s.db.Apply(b, s.syncWO); err != nil {
+		return nil, fmt.Errorf("partition: batch of %d on partition %q: %w", len(ws), pk, err)
+	}
+	t.recordWrite(pk, int64(len(ws)), dEnt, dBytes)
+	out := make([]StoredEntity, len(ws))
+	for i := range ws {
+		out[i] = ws[i].result()
+	}
+	return out, nil
+}

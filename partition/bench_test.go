@@ -1,0 +1,121 @@
+package partition
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+// Benchmarks run on the OS filesystem (a temporary directory), so synced
+// writes pay a real fsync.
+
+func benchStore(b *testing.B) *Store {
+	b.Helper()
+	s, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	if _, err := s.CreateTable(context.Background(), acct, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// benchFill writes parts partitions of rows entities with a few properties.
+func benchFill(b *testing.B, s *Store, parts, rows int) {
+	b.Helper()
+	for p := range parts {
+		for start := 0; start < rows; start += 100 {
+			ops := make([]Op, 0, 100)
+			for r := start; r < min(rows, start+100); r++ {
+				ops = append(ops, Op{Kind: OpInsert, Entity: ent(fmt.Sprintf("p%04d", p), fmt.Sprintf("r%05d", r),
+					"Name", fmt.Sprint("name-", r), "Age", r%100, "Score", float64(r)/3, "Active", r%2 == 0)})
+			}
+			if _, err := s.ExecuteBatch(context.Background(), acct, "bench", ops); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func BenchmarkGetEntity(b *testing.B) {
+	s := benchStore(b)
+	benchFill(b, s, 10, 1000)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.GetEntity(ctx, acct, "bench", fmt.Sprintf("p%04d", i%10), fmt.Sprintf("r%05d", i*7%1000)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func BenchmarkInsertEntity(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		e := ent("p", fmt.Sprintf("r%09d", i), "Name", "name", "Age", 42, "Score", 1.5, "Active", true)
+		if _, err := s.InsertEntity(ctx, acct, "bench", e); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func BenchmarkBatch100(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	ops := make([]Op, 100)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		for j := range ops {
+			ops[j] = Op{Kind: OpInsert, Entity: ent(fmt.Sprint("p", i), fmt.Sprintf("r%03d", j), "Name", "name", "Age", j)}
+		}
+		if _, err := s.ExecuteBatch(ctx, acct, "bench", ops); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkQueryPartition reads one whole partition of 100 entities.
+func BenchmarkQueryPartition(b *testing.B) {
+	s := benchStore(b)
+	benchFill(b, s, 100, 100)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		n := 0
+		_, err := s.QueryEntities(ctx, acct, "bench", EntityQuery{Filter: fmt.Sprintf("PartitionKey eq 'p%04d'", i%100)},
+			func(*StoredEntity) error { n++; return nil })
+		if err != nil || n != 100 {
+			b.Fatal(n, err)
+		}
+		i++
+	}
+}
+
+// BenchmarkFilteredScan scans 10,000 entities with a residual filter that
+// keeps 1% of them (one page).
+func BenchmarkFilteredScan(b *testing.B) {
+	s := benchStore(b)
+	benchFill(b, s, 10, 1000)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		n := 0
+		c, err := s.QueryEntities(ctx, acct, "bench", EntityQuery{Filter: "Age eq 7 and Active eq false"},
+			func(*StoredEntity) error { n++; return nil })
+		if err != nil || n != 100 || !c.IsZero() {
+			b.Fatal(n, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/10000, "ns/entity")
+}

@@ -1,0 +1,225 @@
+package partition
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tabuladb/tabula/lsm"
+	"github.com/tabuladb/tabula/odata"
+)
+
+// table is an open table: its identity, its key prefix and its range
+// partitions. The catalog keeps one per live table.
+type table struct {
+	account string
+	name    string // as created: names are case-preserving
+	lower   string // the catalog key: names are case-insensitive
+	id      uint64
+	prefix  []byte // appendTablePrefix(account, id); read-only
+
+	// deleted is set when the table is dropped, so that background work
+	// holding the table stops persisting things for it.
+	deleted atomic.Bool
+	// dirty says the range statistics changed since they were persisted.
+	dirty atomic.Bool
+
+	// mu orders writes against range edits: every write holds it shared
+	// from before its commit until its statistics are recorded, and a
+	// split, merge or recount holds it exclusively while it takes its
+	// snapshot and while it installs new ranges. Reads never take it.
+	mu sync.RWMutex
+	// ranges is the table's range map, sorted by start, contiguous, the
+	// first starting at "" and the last unbounded. Replaced whole (under mu
+	// held exclusively), so readers load it without locking.
+	ranges atomic.Pointer[[]*rangeState]
+}
+
+type tableKey struct{ account, lower string }
+
+func (t *table) rangeList() []*rangeState { return *t.ranges.Load() }
+
+// catalog value: version 1 | table id (8 bytes big-endian) | name as created.
+const catalogVersion = 1
+
+func encodeCatalogValue(id uint64, name string) []byte {
+	v := make([]byte, 0, 1+idLen+len(name))
+	v = append(v, catalogVersion)
+	v = binary.BigEndian.AppendUint64(v, id)
+	return append(v, name...)
+}
+
+func decodeCatalogValue(v []byte) (uint64, string, error) {
+	if len(v) < 1+idLen || v[0] != catalogVersion {
+		return 0, "", fmt.Errorf("partition: catalog entry: bad header: %w", lsm.ErrCorruption)
+	}
+	return binary.BigEndian.Uint64(v[1:]), string(v[1+idLen:]), nil
+}
+
+// deleted-table record: version 1 | state | account.
+const (
+	deletedVersion   = 1
+	deletedPending   = 0 // its key range has not been compacted yet
+	deletedCompacted = 1 // a compaction has dropped its keys
+)
+
+func encodeDeletedValue(state byte, account string) []byte {
+	return append([]byte{deletedVersion, state}, account...)
+}
+
+func decodeDeletedValue(v []byte) (byte, string, error) {
+	if len(v) < 2 || v[0] != deletedVersion {
+		return 0, "", fmt.Errorf("partition: deleted-table record: bad header: %w", lsm.ErrCorruption)
+	}
+	return v[1], string(v[2:]), nil
+}
+
+// lookupTable finds a live table; a missing one is TableNotFound.
+func (s *Store) lookupTable(account, name string) (*table, error) {
+	if v, ok := s.tables.Load(tableKey{account, strings.ToLower(name)}); ok {
+		return v.(*table), nil
+	}
+	return nil, serviceError(CodeTableNotFound, msgTableNotFound)
+}
+
+// isDeleted is the store's view of dropped table ids, read by DropKey from
+// the engine's background goroutines.
+func (s *Store) isDeleted(id uint64) bool {
+	m := s.deleted.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[id]
+	return ok
+}
+
+// markDeleted adds id to the dropped set (copy on write: drops are rare and
+// DropKey reads it for every key a compaction writes).
+func (s *Store) markDeleted(id uint64) {
+	for {
+		old := s.deleted.Load()
+		next := make(map[uint64]struct{}, 1)
+		if old != nil {
+			for k := range *old {
+				next[k] = struct{}{}
+			}
+		}
+		next[id] = struct{}{}
+		if s.deleted.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// dropKey is the engine's DropKey: the keys of dropped tables (entities,
+// and range maps or ACLs that a racing writer stored after the drop) are
+// garbage. Table ids are never reused, so the answer never changes back.
+func (s *Store) dropKey(key []byte) bool {
+	id, ok := entityTableID(key)
+	return ok && s.isDeleted(id)
+}
+
+// loadCatalog reads the store's bookkeeping at Open: the layout version,
+// the id counter, the clock lease, the tables with their range maps and the
+// dropped tables. It returns the ids of dropped tables whose space is not
+// yet reclaimed.
+func (s *Store) loadCatalog() (pendingDrops []droppedTable, err error) {
+	if v, err := s.db.Get(metaKey(metaLayout)); err == nil {
+		ver, n := binary.Uvarint(v)
+		if n <= 0 || ver != layoutVersion {
+			return nil, fmt.Errorf("partition: store layout version %d, this build reads %d", ver, layoutVersion)
+		}
+	} else if !errors.Is(err, lsm.ErrNotFound) {
+		return nil, fmt.Errorf("partition: read layout version: %w", err)
+	} else if err := s.db.Set(metaKey(metaLayout), binary.AppendUvarint(nil, layoutVersion), s.syncWO); err != nil {
+		return nil, fmt.Errorf("partition: write layout version: %w", err)
+	}
+
+	s.nextID = 1
+	if v, err := s.db.Get(metaKey(metaNextID)); err == nil {
+		if len(v) != 8 {
+			return nil, fmt.Errorf("partition: next table id: bad value: %w", lsm.ErrCorruption)
+		}
+		s.nextID = binary.BigEndian.Uint64(v)
+	} else if !errors.Is(err, lsm.ErrNotFound) {
+		return nil, fmt.Errorf("partition: read next table id: %w", err)
+	}
+
+	if v, err := s.db.Get(metaKey(metaClock)); err == nil {
+		if len(v) != 8 {
+			return nil, fmt.Errorf("partition: clock lease: bad value: %w", lsm.ErrCorruption)
+		}
+		s.clock.last = odata.DateTime(binary.BigEndian.Uint64(v))
+		s.clock.lease = s.clock.last
+	} else if !errors.Is(err, lsm.ErrNotFound) {
+		return nil, fmt.Errorf("partition: read clock lease: %w", err)
+	}
+
+	// Dropped tables first, so that DropKey knows them before anything else.
+	err = s.scan([]byte{nsDeleted}, []byte{nsDeleted + 1}, func(k, v []byte) error {
+		if len(k) != 1+idLen {
+			return fmt.Errorf("partition: deleted-table key %x: %w", k, lsm.ErrCorruption)
+		}
+		id := binary.BigEndian.Uint64(k[1:])
+		state, account, err := decodeDeletedValue(v)
+		if err != nil {
+			return err
+		}
+		s.markDeleted(id)
+		if state == deletedPending {
+			pendingDrops = append(pendingDrops, droppedTable{account: account, id: id})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	err = s.scan([]byte{nsCatalog}, []byte{nsCatalog + 1}, func(k, v []byte) error {
+		account, lower, err := decodeCatalogKey(k)
+		if err != nil {
+			return err
+		}
+		id, name, err := decodeCatalogValue(v)
+		if err != nil {
+			return err
+		}
+		t := newTable(account, name, id)
+		rs, err := s.loadRanges(id)
+		if err != nil {
+			return err
+		}
+		t.ranges.Store(&rs)
+		s.tables.Store(tableKey{account, lower}, t)
+		return nil
+	})
+	return pendingDrops, err
+}
+
+func newTable(account, name string, id uint64) *table {
+	return &table{
+		account: account,
+		name:    name,
+		lower:   strings.ToLower(name),
+		id:      id,
+		prefix:  appendTablePrefix(nil, account, id),
+	}
+}
+
+// scan calls fn for every key in [lower, upper) at the current state.
+func (s *Store) scan(lower, upper []byte, fn func(k, v []byte) error) error {
+	it := s.db.NewIter(&lsm.IterOptions{LowerBound: lower, UpperBound: upper})
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := fn(it.Key(), it.Value()); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("partition: scan: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+package partition
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"sync"
+)
+
+// latchStripes is the number of partition latches. Partitions share a latch
+// when their hashes collide, which only serializes writes that could have
+// run in parallel; 1024 stripes make that rare for the number of writers a
+// node runs at once.
+const latchStripes = 1024
+
+// latches serializes the writes to one partition: a conditional write reads
+// the current entity, checks the condition and commits while holding its
+// partition's latch, so no other write to the partition can slip between
+// the check and the commit. Readers never take latches; they read at a
+// snapshot.
+type latches struct {
+	seed    maphash.Seed
+	stripes [latchStripes]struct {
+		sync.Mutex
+		_ [56]byte // one stripe per cache line: no false sharing
+	}
+}
+
+func newLatches() *latches { return &latches{seed: maphash.MakeSeed()} }
+
+// forPartition returns the latch of partition pk of table id in account.
+func (l *latches) forPartition(account string, id uint64, pk string) *sync.Mutex {
+	var h maphash.Hash
+	h.SetSeed(l.seed)
+	h.WriteString(account)
+	var idb [9]byte
+	binary.BigEndian.PutUint64(idb[1:], id) // idb[0] = 0 separates account from id
+	h.Write(idb[:])
+	h.WriteString(pk)
+	return &l.stripes[h.Sum64()%latchStripes].Mutex
+}
