@@ -1,0 +1,206 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"runtime/pprof"
+	"syscall"
+	"time"
+)
+
+// childSpec is everything a child needs to run one (engine, workload,
+// repeat). The parent passes it as JSON in the hidden child subcommand's
+// -spec flag.
+type childSpec struct {
+	Engine     string       `json:"engine"`
+	Workload   string       `json:"workload"`
+	Repeat     int          `json:"repeat"`
+	Dir        string       `json:"dir"`
+	Params     params       `json:"params"`
+	Config     EngineConfig `json:"config"`
+	CPUProfile string       `json:"cpuprofile,omitempty"`
+}
+
+// result is what a child reports, as one JSON object on stdout. Every byte
+// and second figure is for the measured phase only.
+type result struct {
+	Engine   string `json:"engine"`
+	Workload string `json:"workload"`
+	Repeat   int    `json:"repeat"`
+	N        int    `json:"n"`
+
+	Ops       int64   `json:"ops"`
+	Entries   int64   `json:"entries,omitempty"`
+	Seconds   float64 `json:"seconds"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	// SetupSeconds is the untimed prefill and settle of read workloads;
+	// SyncSeconds the untimed sync(2) after the measured phase.
+	SetupSeconds float64 `json:"setup_seconds,omitempty"`
+	SyncSeconds  float64 `json:"sync_seconds"`
+
+	IO           ioCounters `json:"io"`
+	LogicalBytes int64      `json:"logical_bytes"`
+	WriteAmp     num        `json:"write_amp"` // io.write_bytes / logical_bytes
+	// WriteAmpNet leaves out cancelled_write_bytes: pages of files deleted
+	// before writeback, which never reached the disk.
+	WriteAmpNet  num   `json:"write_amp_net"`
+	DiskBytes    int64 `json:"disk_bytes"`     // du of the data dir (allocated blocks)
+	ApparentSize int64 `json:"apparent_bytes"` // sum of file sizes
+	TableBytes   int64 `json:"table_bytes"`    // du of the sstables alone
+	LiveBytes    int64 `json:"live_bytes"`
+	SpaceAmp     num   `json:"space_amp"` // disk_bytes / live_bytes
+	// SpaceAmpFiles uses apparent_bytes instead: it leaves out space a file
+	// has allocated beyond its size (Pebble preallocates its WAL).
+	SpaceAmpFiles num `json:"space_amp_files"`
+	// SpaceAmpTables uses table_bytes: the LSM's data layout alone.
+	SpaceAmpTables num `json:"space_amp_tables"`
+
+	PeakRSS        int64 `json:"peak_rss"`         // VmHWM over the measured phase
+	PeakRSSProcess int64 `json:"peak_rss_process"` // over the whole child, setup included
+
+	// CPU time of the whole child, from the parent's wait4.
+	UserSeconds float64 `json:"user_seconds,omitempty"`
+	SysSeconds  float64 `json:"sys_seconds,omitempty"`
+
+	Wrong       int64  `json:"wrong"`
+	EngineStats any    `json:"engine_stats,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
+// childMain is the hidden child subcommand.
+func childMain(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("child", flag.ContinueOnError)
+	specJSON := fs.String("spec", "", "run spec (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var spec childSpec
+	if err := json.Unmarshal([]byte(*specJSON), &spec); err != nil {
+		return fmt.Errorf("child: bad -spec: %w", err)
+	}
+	res, err := runChild(spec)
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if werr := json.NewEncoder(stdout).Encode(res); werr != nil && err == nil {
+		err = werr
+	}
+	return err
+}
+
+// runChild runs one workload on one engine in spec.Dir and measures it.
+// The result is filled as far as the run got, also on error.
+func runChild(spec childSpec) (result, error) {
+	res := result{Engine: spec.Engine, Workload: spec.Workload, Repeat: spec.Repeat, N: spec.Params.N}
+	w, err := findWorkload(spec.Workload)
+	if err != nil {
+		return res, err
+	}
+	if err := checkKeySpace(spec.Params.N); err != nil {
+		return res, err
+	}
+	e, err := openEngine(spec.Engine, spec.Dir, spec.Config)
+	if err != nil {
+		return res, fmt.Errorf("open %s: %w", spec.Engine, err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = e.Close()
+		}
+	}()
+
+	if w.Prefill {
+		t := time.Now()
+		if err := prefill(e, spec.Params); err != nil {
+			return res, fmt.Errorf("prefill: %w", err)
+		}
+		res.SetupSeconds = time.Since(t).Seconds()
+	}
+	// Start the measured phase from a clean slate: the setup's garbage
+	// returned to the OS, its dirty pages written back, the RSS peak reset.
+	debug.FreeOSMemory()
+	syscall.Sync()
+	if res.PeakRSSProcess, _, err = memStatus(); err != nil {
+		return res, err
+	}
+	if err := resetPeakRSS(); err != nil {
+		return res, fmt.Errorf("reset peak RSS: %w", err)
+	}
+	before, err := readProcIO()
+	if err != nil {
+		return res, err
+	}
+	if spec.CPUProfile != "" {
+		f, err := os.Create(spec.CPUProfile)
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+	}
+
+	t0 := time.Now()
+	ph, runErr := w.Run(e, spec.Params)
+	elapsed := time.Since(t0)
+
+	if spec.CPUProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	// Linux charges write_bytes when a page is dirtied, so the counter
+	// already holds buffered writes; sync(2) still writes them back before
+	// the counters and du are read, so that what is counted is on disk for
+	// every engine alike and the next run starts with no dirty pages.
+	t1 := time.Now()
+	syscall.Sync()
+	res.SyncSeconds = time.Since(t1).Seconds()
+	after, err := readProcIO()
+	if err != nil {
+		return res, err
+	}
+	res.IO = after.sub(before)
+
+	res.Ops, res.Entries, res.Wrong = ph.Ops, ph.Entries, ph.Wrong
+	res.Seconds = elapsed.Seconds()
+	if res.Seconds > 0 {
+		res.OpsPerSec = float64(res.Ops) / res.Seconds
+	}
+	res.LogicalBytes = ph.LogicalBytes
+	res.WriteAmp = num(ratio(float64(res.IO.WriteBytes), float64(res.LogicalBytes)))
+	res.WriteAmpNet = num(ratio(float64(res.IO.WriteBytes-res.IO.CancelledWriteBytes), float64(res.LogicalBytes)))
+	res.LiveBytes = ph.LiveBytes
+	du, err := diskUsage(spec.Dir)
+	if err != nil {
+		return res, err
+	}
+	res.DiskBytes, res.ApparentSize, res.TableBytes = du.Allocated, du.Apparent, du.Tables
+	res.SpaceAmp = num(ratio(float64(res.DiskBytes), float64(res.LiveBytes)))
+	res.SpaceAmpFiles = num(ratio(float64(res.ApparentSize), float64(res.LiveBytes)))
+	res.SpaceAmpTables = num(ratio(float64(res.TableBytes), float64(res.LiveBytes)))
+	if res.PeakRSS, _, err = memStatus(); err != nil {
+		return res, err
+	}
+	res.PeakRSSProcess = max(res.PeakRSSProcess, res.PeakRSS)
+	res.EngineStats = e.Stats()
+	if runErr != nil {
+		return res, runErr
+	}
+
+	closed = true
+	if err := e.Close(); err != nil {
+		return res, fmt.Errorf("close: %w", err)
+	}
+	// Leave nothing dirty for the next run to pay for.
+	syscall.Sync()
+	if res.Ops == 0 {
+		return res, errors.New("workload did no operations")
+	}
+	return res, nil
+}

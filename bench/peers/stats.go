@@ -1,0 +1,45 @@
+package main
+
+import (
+	"math"
+	"slices"
+)
+
+// median returns the median of xs (the mean of the middle two for an even
+// count), ignoring NaNs; NaN if nothing is left. The median, not the mean,
+// because one repeat disturbed by another tenant's disk burst should not
+// move the figure.
+func median(xs []float64) float64 {
+	s := slices.DeleteFunc(slices.Clone(xs), math.IsNaN)
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// ratio returns a/b, or NaN when b is zero or either is NaN: a ratio to
+// nothing is not a number the report should print as one.
+func ratio(a, b float64) float64 {
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// pairRatios returns a[i]/b[i] for each repeat both have; a repeat missing
+// on either side (a failed run) is NaN.
+func pairRatios(a, b []float64) []float64 {
+	out := make([]float64, max(len(a), len(b)))
+	for i := range out {
+		out[i] = math.NaN()
+		if i < len(a) && i < len(b) {
+			out[i] = ratio(a[i], b[i])
+		}
+	}
+	return out
+}
