@@ -174,6 +174,14 @@ func startBeforeEnd(start, end Position) bool {
 
 func (r KeyRange) empty() bool { return !startBeforeEnd(r.Start, r.End) }
 
+// Intersect returns the keys in both r and s, and false when there are
+// none. The partition layer uses it to confine a query to the key range of
+// a shared access signature.
+func (r KeyRange) Intersect(s KeyRange) (KeyRange, bool) {
+	x := r.intersect(s)
+	return x, !x.empty()
+}
+
 // intersect returns r ∩ s (possibly empty).
 func (r KeyRange) intersect(s KeyRange) KeyRange {
 	out := r

@@ -13,11 +13,15 @@ import (
 
 // EntityQuery is a Query Entities request: Filter is the $filter, Top the
 // page size (0 means 1,000, the most a page holds), and NextPartitionKey /
-// NextRowKey the continuation tokens of the previous page.
+// NextRowKey the continuation tokens of the previous page. Scope confines
+// the query to a key range, as a shared access signature with a key range
+// does: entities outside it are silently not seen. Its zero value is every
+// key.
 type EntityQuery struct {
 	Filter                       string
 	Top                          int
 	NextPartitionKey, NextRowKey string
+	Scope                        odata.KeyRange
 }
 
 // timeCheckEvery is how many keys a page examines between looks at the
@@ -63,6 +67,9 @@ func (s *Store) QueryEntities(ctx context.Context, account, tableName string, q 
 	plan, err := odata.PlanQuery(q.Filter)
 	if err != nil {
 		return Continuation{}, err
+	}
+	if !q.Scope.IsFull() {
+		plan.Ranges = clipRanges(plan.Ranges, q.Scope)
 	}
 	var from []byte
 	if c := (Continuation{q.NextPartitionKey, q.NextRowKey}); !c.IsZero() {
@@ -114,6 +121,18 @@ func (s *Store) QueryEntities(ctx context.Context, account, tableName string, q 
 		}
 	}
 	return Continuation{}, nil
+}
+
+// clipRanges intersects each of a plan's sorted, disjoint ranges with
+// scope, keeping the order.
+func clipRanges(rs []odata.KeyRange, scope odata.KeyRange) []odata.KeyRange {
+	out := rs[:0]
+	for _, r := range rs {
+		if x, ok := r.Intersect(scope); ok {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // QueryEntitiesPage is QueryEntities collecting the page's entities, each

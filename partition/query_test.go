@@ -203,3 +203,43 @@ func TestStoredEntityOfQuery(t *testing.T) {
 		t.Fatal(n, err)
 	}
 }
+
+// TestQueryScope checks that a query confined to a key range (a SAS's
+// spk/srk/epk/erk) sees exactly the entities inside it, whatever the filter
+// and however it pages.
+func TestQueryScope(t *testing.T) {
+	e := newEnv(t, nil)
+	e.createTable("qry")
+	fillQueryTable(t, e.s)
+	scope := odata.KeyRange{
+		Start: odata.Position{Kind: odata.BeforeKey, PartitionKey: "p3", RowKey: "r15"},
+		End:   odata.Position{Kind: odata.AfterKey, PartitionKey: "p5", RowKey: "r02"},
+	}
+	inScope := func(p, r int) bool { return (p == 3 && r >= 15) || p == 4 || (p == 5 && r <= 2) }
+	for _, c := range []struct {
+		filter string
+		want   func(p, r int) bool
+	}{
+		{"", inScope},
+		{"Even eq true", func(p, r int) bool { return inScope(p, r) && r%2 == 0 }},
+		{"PartitionKey eq 'p5'", func(p, r int) bool { return inScope(p, r) && p == 5 }},
+		{"PartitionKey eq 'p5' and RowKey eq 'r02'", func(p, r int) bool { return p == 5 && r == 2 }},
+		{"PartitionKey eq 'p5' and RowKey eq 'r03'", func(p, r int) bool { return false }},
+		{"PartitionKey lt 'p3' or PartitionKey gt 'p5'", func(p, r int) bool { return false }},
+	} {
+		var want []string
+		for p := range 10 {
+			for r := range 20 {
+				if c.want(p, r) {
+					want = append(want, fmt.Sprintf("p%d/r%02d", p, r))
+				}
+			}
+		}
+		for _, top := range []int{0, 3} {
+			got, _ := walk(t, e.s, EntityQuery{Filter: c.filter, Top: top, Scope: scope})
+			if !slices.Equal(got, want) {
+				t.Errorf("filter %q top %d: got %v, want %v", c.filter, top, got, want)
+			}
+		}
+	}
+}

@@ -346,14 +346,7 @@ func TestKeyRange(t *testing.T) {
 					t.Errorf("(%q,%q): got %v, want AuthorizationFailure", k[0], k[1], err)
 				}
 			}
-			full, ok := p.ClipRange(odata.FullRange)
-			if !ok {
-				t.Fatal("full range clipped to nothing")
-			}
-			kr, _ := p.KeyRange()
-			if full != kr {
-				t.Fatalf("full range clipped to %v, want %v", full, kr)
-			}
+			full, _ := p.KeyRange()
 			if c.single {
 				if pk, rk, ok := full.Point(); !ok || pk != "p" || rk != "r" {
 					t.Fatalf("one-entity SAS clips to %v", full)
@@ -363,7 +356,9 @@ func TestKeyRange(t *testing.T) {
 	}
 }
 
-func TestClipRange(t *testing.T) {
+// TestKeyRangeClipsQueries checks the SAS range a query is confined to
+// (partition.EntityQuery.Scope) by intersecting it with query ranges.
+func TestKeyRangeClipsQueries(t *testing.T) {
 	p, err := authSAS(t, "/devstoreaccount1/mytable?"+serviceSAS(t, devKey, with(baseFields(), "spk", "c", "epk", "m", "erk", "5")), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -375,6 +370,10 @@ func TestClipRange(t *testing.T) {
 		return odata.Position{Kind: odata.AfterKey, PartitionKey: pk, RowKey: rk}
 	}
 	afterP := func(pk string) odata.Position { return odata.Position{Kind: odata.AfterPartition, PartitionKey: pk} }
+	kr, limited := p.KeyRange()
+	if !limited {
+		t.Fatal("a SAS with spk/epk/erk must limit the key range")
+	}
 	for _, c := range []struct {
 		name string
 		in   odata.KeyRange
@@ -390,14 +389,13 @@ func TestClipRange(t *testing.T) {
 		{"touching end", odata.KeyRange{Start: after("m", "5"), End: afterP("m")}, odata.KeyRange{}, false},
 		{"point inside", odata.KeyRange{Start: before("m", "5"), End: after("m", "5")}, odata.KeyRange{Start: before("m", "5"), End: after("m", "5")}, true},
 	} {
-		got, ok := p.ClipRange(c.in)
+		got, ok := kr.Intersect(c.in)
 		if ok != c.ok || (ok && got != c.want) {
-			t.Errorf("%s: ClipRange(%v) = %v, %v; want %v, %v", c.name, c.in, got, ok, c.want, c.ok)
+			t.Errorf("%s: %v ∩ %v = %v, %v; want %v, %v", c.name, kr, c.in, got, ok, c.want, c.ok)
 		}
 	}
-	rs := p.ClipRanges([]odata.KeyRange{{Start: before("a", ""), End: afterP("b")}, {Start: before("d", ""), End: afterP("d")}, odata.FullRange})
-	if len(rs) != 2 || rs[0].Start.PartitionKey != "d" || rs[1].Start.PartitionKey != "c" {
-		t.Fatalf("ClipRanges = %v", rs)
+	if got, ok := kr.Intersect(odata.FullRange); !ok || got != kr {
+		t.Fatalf("%v ∩ full range = %v", kr, got)
 	}
 }
 
@@ -516,8 +514,8 @@ func TestAccountSASCanDo(t *testing.T) {
 	if err := p.CheckKey("any", "key"); err != nil {
 		t.Fatal(err)
 	}
-	if r, ok := p.ClipRange(odata.FullRange); !ok || r != odata.FullRange {
-		t.Fatal("account SAS must not clip ranges")
+	if r, limited := p.KeyRange(); limited || r != odata.FullRange {
+		t.Fatal("account SAS must not limit the key range")
 	}
 }
 
