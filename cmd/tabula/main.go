@@ -1,7 +1,8 @@
-// Command tabula is Tabula's binary: for now, a tool that inspects a
-// store's directory.
+// Command tabula is Tabula's binary: the Table service server and a tool
+// that inspects a store's directory.
 //
-//	tabula inspect DIR   print the levels, tables and WAL segments of the store in DIR
+//	tabula serve [flags]   serve the Azure Table API (default 127.0.0.1:10002, data in ./tabula-data)
+//	tabula inspect DIR     print the levels, tables and WAL segments of the store in DIR
 package main
 
 import (
@@ -20,6 +21,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
+	case "serve":
+		return serve(args[1:], stdout, stderr)
 	case "inspect":
 		if len(args) != 2 {
 			fmt.Fprintln(stderr, "usage: tabula inspect DIR")
@@ -43,5 +46,6 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, `usage: tabula <command> [arguments]
 
 commands:
-  inspect DIR   print the levels, tables and WAL segments of the store in DIR`)
+  serve [flags]   serve the Azure Table API; "tabula serve -h" lists the flags
+  inspect DIR     print the levels, tables and WAL segments of the store in DIR`)
 }

@@ -1,0 +1,21 @@
+// Package server is Tabula's REST front end: the Azure Table service API
+// over HTTP, as the official SDKs and the Azurite emulator speak it, on a
+// partition.Store.
+//
+// URLs are path-style, as the emulator serves them: the account is the
+// first path segment (/devstoreaccount1/Tables, /devstoreaccount1/t(...)),
+// optionally with the "-secondary" suffix of the read-access geo endpoint.
+// Each request is authenticated (Shared Key, Shared Key Lite, account or
+// service SAS; server/auth), checked against the operation it performs,
+// and answered with the service's headers and, on failure, its status,
+// x-ms-error-code header and error body: JSON for the OData operations, XML
+// for ACLs and service properties. Entity group transactions are parsed
+// and framed by server/batch, XML documents by server/storagexml; the
+// table semantics are the partition package's.
+//
+// The handler never panics to a client: a panic becomes a logged 500
+// InternalError. Request bodies are capped (4 MiB, the service's batch
+// limit; entities are further limited to 1 MiB by the store), and Serve
+// sets header, read, write and idle timeouts so a slow client cannot hold
+// a connection.
+package server

@@ -1,0 +1,202 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// getEntity answers a point query, GET /t(PartitionKey='p',RowKey='r').
+func (s *Server) getEntity(rq *request) error {
+	m, err := rq.metadata()
+	if err != nil {
+		return err
+	}
+	sel, err := selection(rq)
+	if err != nil {
+		return err
+	}
+	t := rq.target
+	if err := rq.principal.CheckKey(t.PartitionKey, t.RowKey); err != nil {
+		return err
+	}
+	e, err := s.store.GetEntity(rq.ctx, rq.account, t.Table, t.PartitionKey, t.RowKey)
+	if err != nil {
+		return err
+	}
+	body, err := rq.encoder(m, sel).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), e.ETag, e.Value)
+	if err != nil {
+		return err
+	}
+	h := rq.w.Header()
+	h.Set("ETag", e.ETag)
+	h.Set("DataServiceVersion", "3.0;")
+	rq.reply(http.StatusOK, jsonContentType(m), body)
+	return nil
+}
+
+// insertEntity answers POST /t with the entity in the body: 201 with the
+// entity, or 204 when the client prefers no content.
+func (s *Server) insertEntity(rq *request) error {
+	m, err := rq.metadata()
+	if err != nil {
+		return err
+	}
+	if err := rejectIfNoneMatch(rq.r.Header); err != nil {
+		return err
+	}
+	body, err := rq.readBody()
+	if err != nil {
+		return err
+	}
+	d, err := odata.DecodeEntityJSON(body)
+	if err != nil {
+		return err
+	}
+	if !d.HasPartitionKey || !d.HasRowKey {
+		return &odata.Error{Code: odata.CodePropertiesNeedValue, Message: msgPropertiesNeedValueForInsert, Pos: -1}
+	}
+	if err := rq.principal.CheckKey(d.PartitionKey, d.RowKey); err != nil {
+		return err
+	}
+	e, err := s.store.InsertEntity(rq.ctx, rq.account, rq.target.Table, &d.Entity)
+	if err != nil {
+		return err
+	}
+	h := rq.w.Header()
+	location := entityURL(rq.baseURL(), rq.target.Table, e.PartitionKey, e.RowKey)
+	h.Set("ETag", e.ETag)
+	h.Set("Location", location)
+	h.Set("DataServiceId", location)
+	h.Set("DataServiceVersion", "3.0;")
+	pref := rq.preference()
+	if pref != "" {
+		h.Set("Preference-Applied", pref)
+	}
+	if pref == "return-no-content" {
+		rq.reply(http.StatusNoContent, "", nil)
+		return nil
+	}
+	out, err := rq.encoder(m, nil).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), e.ETag, e.Value)
+	if err != nil {
+		return err
+	}
+	rq.reply(http.StatusCreated, jsonContentType(m), out)
+	return nil
+}
+
+// writeEntity returns the handler of PUT, MERGE and PATCH on an entity:
+// kind is the update or merge when the request has If-Match, else the
+// upsert. The keys are the URL's; keys in the body are ignored.
+func (s *Server) writeEntity(kind partition.OpKind) handler {
+	return func(rq *request) error {
+		ifMatch, err := ifMatch(rq.r.Header)
+		if err != nil {
+			return err
+		}
+		body, err := rq.readBody()
+		if err != nil {
+			return err
+		}
+		d, err := odata.DecodeEntityJSON(body)
+		if err != nil {
+			return err
+		}
+		t := rq.target
+		if err := rq.principal.CheckKey(t.PartitionKey, t.RowKey); err != nil {
+			return err
+		}
+		d.PartitionKey, d.RowKey = t.PartitionKey, t.RowKey
+		e, err := s.store.Apply(rq.ctx, rq.account, t.Table, partition.Op{Kind: kind, Entity: &d.Entity, IfMatch: ifMatch})
+		if err != nil {
+			return err
+		}
+		rq.w.Header().Set("ETag", e.ETag)
+		rq.w.Header().Set("DataServiceVersion", "1.0;")
+		rq.reply(http.StatusNoContent, "", nil)
+		return nil
+	}
+}
+
+// deleteEntity answers DELETE /t(PartitionKey='p',RowKey='r'), which
+// needs If-Match.
+func (s *Server) deleteEntity(rq *request) error {
+	ifMatch, err := ifMatch(rq.r.Header)
+	if err != nil {
+		return err
+	}
+	if ifMatch == "" {
+		return &apiError{status: http.StatusBadRequest, code: "MissingRequiredHeader",
+			message: "An HTTP header that's mandatory for this request is not specified. (If-Match)"}
+	}
+	t := rq.target
+	if err := rq.principal.CheckKey(t.PartitionKey, t.RowKey); err != nil {
+		return err
+	}
+	if err := s.store.DeleteEntity(rq.ctx, rq.account, t.Table, t.PartitionKey, t.RowKey, ifMatch); err != nil {
+		return err
+	}
+	rq.w.Header().Set("DataServiceVersion", "1.0;")
+	rq.reply(http.StatusNoContent, "", nil)
+	return nil
+}
+
+// ifMatch returns the If-Match condition of an entity write: "" (none),
+// "*" or an ETag. If-None-Match has no meaning for the service's writes
+// and is refused, as is a value that is not an ETag at all.
+func ifMatch(h http.Header) (string, error) {
+	if err := rejectIfNoneMatch(h); err != nil {
+		return "", err
+	}
+	values := h.Values("If-Match")
+	switch {
+	case len(values) == 0:
+		return "", nil
+	case len(values) > 1:
+		return "", invalidInput(fmt.Sprintf(msgInvalidEtag, quoteForMessage(strings.Join(values, ", "))))
+	}
+	v := strings.TrimSpace(values[0])
+	if v == "*" || isETag(v) {
+		return v, nil
+	}
+	return "", invalidInput(fmt.Sprintf(msgInvalidEtag, quoteForMessage(v)))
+}
+
+func rejectIfNoneMatch(h http.Header) error {
+	if h.Get("If-None-Match") != "" {
+		return invalidInput(msgIfNoneMatchNotSupported)
+	}
+	return nil
+}
+
+// isETag reports whether v has the form of an entity tag, weak (W/"…") or
+// strong ("…"). A well-formed tag that is not the entity's is a failed
+// condition (412), not a bad request.
+func isETag(v string) bool {
+	v = strings.TrimPrefix(v, "W/")
+	return len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && !strings.Contains(v[1:len(v)-1], `"`)
+}
+
+// selection parses the request's $select.
+func selection(rq *request) (*odata.Selection, error) {
+	s, ok := rq.query["$select"]
+	if !ok || s[0] == "" {
+		return nil, nil
+	}
+	return odata.ParseSelect(s[0])
+}
+
+// entityURL is an entity's address, as Location and DataServiceId give it.
+func entityURL(base, table, pk, rk string) string {
+	return base + table + "(PartitionKey='" + escapeKey(pk) + "',RowKey='" + escapeKey(rk) + "')"
+}
+
+// escapeKey writes a key value for a URL: quotes doubled, then
+// percent-encoded as a path segment.
+func escapeKey(k string) string {
+	return url.PathEscape(strings.ReplaceAll(k, "'", "''"))
+}

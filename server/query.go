@@ -1,0 +1,81 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// maxPageBytes bounds the JSON of one query page. The service pages at
+// 1,000 entities; with entities of up to 1 MiB that could be a gigabyte
+// held for one response, so a page also ends, with a continuation, once it
+// has grown past this.
+const maxPageBytes = 8 << 20
+
+// errPageFull stops a page that reached maxPageBytes.
+var errPageFull = errors.New("server: page full")
+
+// queryEntities answers GET /t() with $filter, $select, $top and the
+// continuation parameters: one page, in (PartitionKey, RowKey) order,
+// with x-ms-continuation-NextPartitionKey / -NextRowKey when there is more.
+func (s *Server) queryEntities(rq *request) error {
+	m, err := rq.metadata()
+	if err != nil {
+		return err
+	}
+	sel, err := selection(rq)
+	if err != nil {
+		return err
+	}
+	q := partition.EntityQuery{
+		Filter:           rq.query.Get("$filter"),
+		NextPartitionKey: rq.query.Get("NextPartitionKey"),
+		NextRowKey:       rq.query.Get("NextRowKey"),
+	}
+	q.Scope, _ = rq.principal.KeyRange()
+	empty := false
+	if top, ok := rq.query["$top"]; ok {
+		if q.Top, err = odata.ParseTop(top[0]); err != nil {
+			return err
+		}
+		empty = q.Top == 0
+	}
+
+	var body bytes.Buffer
+	feed := rq.encoder(m, sel).NewEntityFeed(&body)
+	var next, stop partition.Continuation
+	if empty {
+		// $top=0 is a valid query with no entities; the table must still exist.
+		_, err = s.store.GetTable(rq.ctx, rq.account, rq.target.Table)
+	} else {
+		next, err = s.store.QueryEntities(rq.ctx, rq.account, rq.target.Table, q, func(e *partition.StoredEntity) error {
+			if feed.Len() > 0 && body.Len() >= maxPageBytes {
+				stop = partition.NewContinuation(e.PartitionKey, e.RowKey)
+				return errPageFull
+			}
+			return feed.WriteEntity([]byte(e.PartitionKey), []byte(e.RowKey), e.ETag, e.Value)
+		})
+		if errors.Is(err, errPageFull) {
+			next, err = stop, nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := feed.Close(); err != nil {
+		return err
+	}
+	h := rq.w.Header()
+	if !next.IsZero() {
+		h.Set("x-ms-continuation-NextPartitionKey", next.NextPartitionKey)
+		if next.NextRowKey != "" {
+			h.Set("x-ms-continuation-NextRowKey", next.NextRowKey)
+		}
+	}
+	h.Set("DataServiceVersion", "3.0;")
+	rq.reply(http.StatusOK, jsonContentType(m), body.Bytes())
+	return nil
+}

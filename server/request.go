@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/server/auth"
+	"github.com/tabuladb/tabula/server/batch"
+	"github.com/tabuladb/tabula/server/storagexml"
+)
+
+// request is one request in flight: what the router learned about it and
+// how it has been answered so far.
+type request struct {
+	s     *Server
+	w     http.ResponseWriter
+	r     *http.Request
+	ctx   context.Context
+	id    string
+	start time.Time
+	now   time.Time
+
+	account   string       // as addressed, without "-secondary"
+	target    batch.Target // what the path addresses
+	query     url.Values
+	principal *auth.Principal
+	xmlErrors bool // the operation speaks XML (ACLs, service properties)
+	status    int  // 0 until the response header is written
+}
+
+func (s *Server) newRequest(w http.ResponseWriter, r *http.Request) *request {
+	rq := &request{s: s, w: w, r: r, ctx: r.Context(), id: newRequestID(), start: time.Now(), now: s.opts.Now()}
+	h := w.Header()
+	h.Set("x-ms-request-id", rq.id)
+	h.Set("x-ms-version", responseVersion(r.Header.Get("x-ms-version")))
+	h.Set("Date", rq.now.UTC().Format(http.TimeFormat))
+	h.Set("Server", "Tabula")
+	if id := r.Header.Get("x-ms-client-request-id"); id != "" && len(id) <= 1024 {
+		h.Set("x-ms-client-request-id", id)
+	}
+	return rq
+}
+
+// writeHeader sends the status line and the headers set so far, adding the
+// CORS headers of an actual (non-preflight) cross-origin request.
+func (rq *request) writeHeader(status int) {
+	if rq.status != 0 {
+		return
+	}
+	rq.status = status
+	if rules := rq.s.corsRules(rq.ctx, rq.account); len(rules) > 0 {
+		for k, v := range storagexml.ActualHeaders(rules, rq.r.Header.Get("Origin"), rq.r.Method, rq.w.Header()) {
+			rq.w.Header()[k] = v
+		}
+	}
+	rq.w.WriteHeader(status)
+}
+
+// reply sends a complete response: status, the headers set so far, and body
+// (with its content type) unless body is nil.
+func (rq *request) reply(status int, contentType string, body []byte) {
+	h := rq.w.Header()
+	if body != nil {
+		h.Set("Content-Type", contentType)
+	}
+	rq.writeHeader(status)
+	if body != nil && rq.r.Method != http.MethodHead {
+		_, _ = rq.w.Write(body) // a failed write is the client's disconnect
+	}
+}
+
+// readBody reads the request body, refusing one over the server's limit
+// with 413 RequestBodyTooLarge.
+func (rq *request) readBody() ([]byte, error) {
+	limit := rq.s.opts.MaxBodyBytes
+	if rq.r.ContentLength > limit {
+		return nil, errBodyTooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(rq.w, rq.r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, errBodyTooLarge
+	case err != nil:
+		return nil, &apiError{status: http.StatusBadRequest, code: codeInvalidInput, message: "The request body could not be read: " + err.Error()}
+	}
+	return body, nil
+}
+
+// metadata is the JSON metadata level the client asked for.
+func (rq *request) metadata() (odata.Metadata, error) { return metadataOf(rq.r.Header, rq.query) }
+
+// metadataOf reads the JSON metadata level a request (or a batch
+// operation) asks for: $format wins over Accept; the SDK default, minimal
+// metadata, when neither says.
+func metadataOf(h http.Header, query url.Values) (odata.Metadata, error) {
+	if f, ok := query["$format"]; ok {
+		m, ok := parseJSONMediaType(f[0])
+		if !ok {
+			return 0, &apiError{status: http.StatusBadRequest, code: codeInvalidQueryParameterValue,
+				message: msgInvalidQueryParameterValue + " $format must be application/json;odata=nometadata, minimalmetadata or fullmetadata."}
+		}
+		return m, nil
+	}
+	accept := h.Get("Accept")
+	if accept == "" {
+		return odata.MinimalMetadata, nil
+	}
+	atom := false
+	for _, part := range strings.Split(accept, ",") {
+		if m, ok := parseJSONMediaType(part); ok {
+			return m, nil
+		}
+		mt := strings.ToLower(strings.TrimSpace(strings.SplitN(part, ";", 2)[0]))
+		switch mt {
+		case "*/*", "application/*":
+			return odata.MinimalMetadata, nil
+		case "application/atom+xml", "application/xml":
+			atom = true
+		}
+	}
+	if atom {
+		return 0, &apiError{status: http.StatusUnsupportedMediaType, code: "AtomFormatNotSupported", message: "Atom format is not supported."}
+	}
+	return odata.MinimalMetadata, nil
+}
+
+// parseJSONMediaType reads "application/json[;odata=level][;...]".
+func parseJSONMediaType(s string) (odata.Metadata, bool) {
+	params := strings.Split(s, ";")
+	if !strings.EqualFold(strings.TrimSpace(params[0]), "application/json") {
+		return 0, false
+	}
+	for _, p := range params[1:] {
+		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+		if strings.EqualFold(strings.TrimSpace(k), "odata") {
+			return odata.ParseMetadata(strings.TrimSpace(v))
+		}
+	}
+	return odata.MinimalMetadata, true
+}
+
+// jsonContentType is the Content-Type of a JSON response at level m.
+func jsonContentType(m odata.Metadata) string {
+	return "application/json;odata=" + m.String() + ";streaming=true;charset=utf-8"
+}
+
+// baseURL is the service root as the client addressed it, for odata.metadata,
+// odata.id and Location: scheme, host and the account segment.
+func (rq *request) baseURL() string {
+	scheme := "http"
+	if rq.r.TLS != nil {
+		scheme = "https"
+	}
+	account := rq.account
+	if rq.target.Secondary {
+		account += "-secondary"
+	}
+	return scheme + "://" + rq.r.Host + "/" + account + "/"
+}
+
+// encoder returns a JSON encoder for this request's table and metadata level.
+func (rq *request) encoder(m odata.Metadata, sel *odata.Selection) *odata.Encoder {
+	return odata.NewEncoder(odata.EncodeOptions{
+		Metadata: m,
+		BaseURL:  rq.baseURL(),
+		Account:  rq.account,
+		Table:    rq.target.Table,
+		Select:   sel,
+	})
+}
+
+// preference reads the Prefer header.
+func (rq *request) preference() string { return preferenceOf(rq.r.Header) }
+
+// preferenceOf reads a Prefer header: "return-content",
+// "return-no-content" or "" when the client states none.
+func preferenceOf(h http.Header) string {
+	for _, v := range strings.Split(h.Get("Prefer"), ",") {
+		switch v = strings.ToLower(strings.TrimSpace(v)); v {
+		case "return-content", "return-no-content":
+			return v
+		}
+	}
+	return ""
+}
+
+// knownVersions are the x-ms-version values the service (and the emulator)
+// accepts. JSON needs 2013-08-15 or later.
+var knownVersions = []string{
+	"2009-04-14", "2009-07-17", "2009-09-19", "2011-08-18", "2012-02-12",
+	"2013-08-15", "2014-02-14", "2015-02-21", "2015-04-05", "2015-07-08",
+	"2015-12-11", "2016-05-31", "2017-04-17", "2017-07-29", "2017-11-09",
+	"2018-03-28", "2018-11-09", "2019-02-02", "2019-07-07", "2019-10-10",
+	"2019-12-12", "2020-02-10", "2020-04-08", "2020-06-12", "2020-08-04",
+	"2020-10-02", "2020-12-06", "2021-02-12", "2021-04-10", "2021-06-08",
+	"2021-08-06", "2021-10-04", "2021-12-02", "2022-11-02", "2023-01-03",
+	"2023-08-03", "2023-11-03", "2024-02-04", "2024-05-04", "2024-08-04",
+	"2024-11-04", "2025-01-05", "2025-05-05", "2025-07-05", "2025-11-05",
+}
+
+// defaultVersion is the version the server answers with when the client
+// names none: the one the current SDKs send.
+const defaultVersion = "2019-02-02"
+
+func responseVersion(requested string) string {
+	if slices.Contains(knownVersions, requested) {
+		return requested
+	}
+	return defaultVersion
+}
+
+// checkVersion refuses an x-ms-version the service does not know, and JSON
+// requests under versions that predate JSON.
+func (rq *request) checkVersion() error {
+	v := rq.r.Header.Get("x-ms-version")
+	if v == "" {
+		return nil
+	}
+	if !slices.Contains(knownVersions, v) {
+		return &apiError{status: http.StatusBadRequest, code: codeInvalidHeaderValue,
+			message: msgInvalidHeaderValue + " The x-ms-version " + quoteForMessage(v) + " is not supported."}
+	}
+	if v < "2013-08-15" && !rq.xmlErrors {
+		return &apiError{status: http.StatusUnsupportedMediaType, code: "JsonFormatNotSupported", message: "JSON format is not supported."}
+	}
+	return nil
+}
+
+// quoteForMessage quotes client input for an error message, bounded so a
+// huge header cannot make a huge response.
+func quoteForMessage(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return "'" + s + "'"
+}

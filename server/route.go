@@ -1,0 +1,185 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/server/auth"
+	"github.com/tabuladb/tabula/server/batch"
+)
+
+// handler answers one kind of request once it is routed and authorized.
+// It writes the success response itself and returns the failure, if any.
+type handler func(rq *request) error
+
+// route finds what the request addresses and which operation it is,
+// authenticates and authorizes it, and runs the operation's handler.
+func (s *Server) route(rq *request) {
+	if err := s.prepare(rq); err != nil {
+		rq.fail(err)
+		return
+	}
+	if rq.r.Method == http.MethodOptions {
+		rq.xmlErrors = true
+		if err := s.preflight(rq); err != nil {
+			rq.fail(err)
+		}
+		return
+	}
+	method, err := batch.EffectiveMethod(rq.r.Method, rq.r.Header)
+	if err != nil {
+		rq.fail(err)
+		return
+	}
+	h, op, err := s.pick(rq, method)
+	if err == nil {
+		err = rq.checkVersion()
+	}
+	if err == nil {
+		err = s.authorize(rq, op)
+	}
+	if err == nil {
+		err = h(rq)
+	}
+	if err != nil {
+		rq.fail(err)
+	}
+}
+
+// prepare reads the account, the target and the query string.
+func (s *Server) prepare(rq *request) error {
+	path := rq.r.URL.EscapedPath()
+	first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	first, _, _ = strings.Cut(first, "?")
+	rq.account = strings.TrimSuffix(first, "-secondary")
+	q, err := url.ParseQuery(rq.r.URL.RawQuery)
+	if err != nil {
+		return invalidQueryParameter("The query string is not correctly encoded.")
+	}
+	rq.query = q
+	t, err := batch.ParseTarget(path, rq.account)
+	if err != nil {
+		return err
+	}
+	rq.target = t
+	return nil
+}
+
+// pick chooses the handler and the operation (for authorization) of a
+// request by what it addresses and its method (after X-HTTP-Method).
+func (s *Server) pick(rq *request, method string) (handler, auth.Operation, error) {
+	hasIfMatch := rq.r.Header.Get("If-Match") != ""
+	switch rq.target.Kind {
+	case batch.TargetService:
+		rq.xmlErrors = true
+		if rq.query.Get("restype") != "service" {
+			return nil, 0, invalidQueryParameter("restype must be 'service'.")
+		}
+		switch comp := rq.query.Get("comp"); {
+		case comp == "properties" && method == http.MethodGet:
+			return s.getServiceProperties, auth.OpGetServiceProperties, nil
+		case comp == "properties" && method == http.MethodPut:
+			return s.setServiceProperties, auth.OpSetServiceProperties, nil
+		case comp == "stats" && method == http.MethodGet:
+			return s.getServiceStats, auth.OpGetServiceStats, nil
+		case comp != "properties" && comp != "stats":
+			return nil, 0, invalidQueryParameter("comp must be 'properties' or 'stats'.")
+		}
+	case batch.TargetTables:
+		switch method {
+		case http.MethodGet:
+			return s.queryTables, auth.OpQueryTables, nil
+		case http.MethodPost:
+			return s.createTable, auth.OpCreateTable, nil
+		}
+		return nil, 0, &apiError{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed,
+			message: "The requested method is not allowed on the specified resource."}
+	case batch.TargetTable:
+		switch method {
+		case http.MethodGet:
+			return s.getTable, auth.OpQueryTables, nil
+		case http.MethodDelete:
+			return s.deleteTable, auth.OpDeleteTable, nil
+		}
+	case batch.TargetEntitySet:
+		if comp, ok := rq.query["comp"]; ok {
+			rq.xmlErrors = true
+			if comp[0] != "acl" {
+				return nil, 0, invalidQueryParameter("comp must be 'acl'.")
+			}
+			switch method {
+			case http.MethodGet, http.MethodHead:
+				return s.getTableACL, auth.OpGetTableACL, nil
+			case http.MethodPut:
+				return s.setTableACL, auth.OpSetTableACL, nil
+			}
+			break
+		}
+		switch method {
+		case http.MethodGet:
+			return s.queryEntities, auth.OpQueryEntities, nil
+		case http.MethodPost:
+			return s.insertEntity, auth.OpInsertEntity, nil
+		}
+	case batch.TargetEntity:
+		switch method {
+		case http.MethodGet:
+			return s.getEntity, auth.OpGetEntity, nil
+		case http.MethodPut:
+			if hasIfMatch {
+				return s.writeEntity(partition.OpUpdate), auth.OpUpdateEntity, nil
+			}
+			return s.writeEntity(partition.OpInsertOrReplace), auth.OpInsertOrReplaceEntity, nil
+		case "MERGE", http.MethodPatch:
+			if hasIfMatch {
+				return s.writeEntity(partition.OpMerge), auth.OpMergeEntity, nil
+			}
+			return s.writeEntity(partition.OpInsertOrMerge), auth.OpInsertOrMergeEntity, nil
+		case http.MethodDelete:
+			return s.deleteEntity, auth.OpDeleteEntity, nil
+		}
+	case batch.TargetBatch:
+		if method == http.MethodPost {
+			return s.batch, auth.OpBatch, nil
+		}
+	}
+	return nil, 0, unsupportedVerb()
+}
+
+// authorize authenticates the request and checks that its principal may
+// perform op on the table it addresses.
+func (s *Server) authorize(rq *request, op auth.Operation) error {
+	p, err := s.opts.Accounts.Authenticate(rq.ctx, rq.r, rq.account, rq.now, s.lookupPolicy(rq.account))
+	if err != nil {
+		return err
+	}
+	rq.principal = p
+	table := rq.target.Table
+	if op == auth.OpCreateTable {
+		table = "" // named in the body; only an account SAS can create tables
+	}
+	return p.CanDo(op, table)
+}
+
+// lookupPolicy resolves the stored access policies that service SAS
+// tokens name with si.
+func (s *Server) lookupPolicy(account string) auth.PolicyLookup {
+	return func(ctx context.Context, table, id string) (auth.Policy, bool, error) {
+		ids, err := s.store.GetTableACL(ctx, account, table)
+		if partition.IsCode(err, partition.CodeTableNotFound) {
+			return auth.Policy{}, false, nil
+		}
+		if err != nil {
+			return auth.Policy{}, false, err
+		}
+		for _, si := range ids {
+			if si.ID == id {
+				return auth.Policy{Start: si.Start, Expiry: si.Expiry, Permission: si.Permission}, true, nil
+			}
+		}
+		return auth.Policy{}, false, nil
+	}
+}

@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/server/auth"
+	"github.com/tabuladb/tabula/server/storagexml"
+)
+
+// Options configures a Server. The zero value of every field means its
+// default.
+type Options struct {
+	// Accounts are the storage accounts served and their keys. Default:
+	// the emulator's devstoreaccount1 with its well-known key.
+	Accounts *auth.Accounts
+	// Logger receives one debug record per request and every internal
+	// failure. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock of request dates, SAS expiry and error trailers.
+	// Default time.Now.
+	Now func() time.Time
+	// MaxBodyBytes caps every request body; a larger one is 413
+	// RequestBodyTooLarge. Default 4 MiB, the service's batch limit.
+	MaxBodyBytes int64
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
+	// connection timeouts Serve uses. Defaults: 10 s, 60 s, 60 s, 120 s.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes caps a request's header. Default 64 KiB.
+	MaxHeaderBytes int
+}
+
+func (o *Options) withDefaults() Options {
+	out := Options{}
+	if o != nil {
+		out = *o
+	}
+	if out.Accounts == nil {
+		out.Accounts = auth.DefaultAccounts()
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	if out.MaxBodyBytes <= 0 {
+		out.MaxBodyBytes = 4 << 20
+	}
+	if out.ReadHeaderTimeout <= 0 {
+		out.ReadHeaderTimeout = 10 * time.Second
+	}
+	if out.ReadTimeout <= 0 {
+		out.ReadTimeout = 60 * time.Second
+	}
+	if out.WriteTimeout <= 0 {
+		out.WriteTimeout = 60 * time.Second
+	}
+	if out.IdleTimeout <= 0 {
+		out.IdleTimeout = 120 * time.Second
+	}
+	if out.MaxHeaderBytes <= 0 {
+		out.MaxHeaderBytes = 64 << 10
+	}
+	return out
+}
+
+// Server answers Table service requests for a store. It is an
+// http.Handler; Serve runs it on a listener with the configured timeouts.
+type Server struct {
+	store *partition.Store
+	opts  Options
+	log   *slog.Logger
+
+	mu              sync.Mutex
+	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
+	propertiesWrite sync.Mutex                              // serializes Set Table Service Properties
+	httpServer      *http.Server
+}
+
+// New returns a server for store. A nil opts means defaults. The server
+// does not own the store: closing it is the caller's job, after Shutdown.
+func New(store *partition.Store, opts *Options) *Server {
+	o := opts.withDefaults()
+	return &Server{
+		store:      store,
+		opts:       o,
+		log:        o.Logger,
+		properties: make(map[string]storagexml.ServiceProperties),
+	}
+}
+
+// Serve accepts connections on ln until Shutdown, answering each request
+// with the server. It returns http.ErrServerClosed after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
+		WriteTimeout:      s.opts.WriteTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.mu.Lock()
+	if s.httpServer != nil {
+		s.mu.Unlock()
+		return errors.New("server: Serve called twice")
+	}
+	s.httpServer = hs
+	s.mu.Unlock()
+	return hs.Serve(ln)
+}
+
+// Shutdown stops accepting connections and waits, until ctx ends, for the
+// requests in flight to finish.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	hs := s.httpServer
+	s.mu.Unlock()
+	if hs == nil {
+		return nil
+	}
+	return hs.Shutdown(ctx)
+}
+
+// ServeHTTP answers one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rq := s.newRequest(w, r)
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("panic serving request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p))
+			rq.fail(errInternal)
+		}
+		s.log.Debug("request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path,
+			"status", rq.status, "duration", time.Since(rq.start))
+	}()
+	s.route(rq)
+}
+
+// newRequestID returns a random id in the GUID form the service uses.
+func newRequestID() string {
+	a, b := rand.Uint64(), rand.Uint64()
+	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", a>>32, (a>>16)&0xffff, a&0xffff, b>>48, b&0xffffffffffff)
+}

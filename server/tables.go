@@ -1,0 +1,107 @@
+package server
+
+import (
+	"bytes"
+	"net/http"
+
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// queryTables answers GET /Tables: one page of the account's tables,
+// with x-ms-continuation-NextTableName when there are more.
+func (s *Server) queryTables(rq *request) error {
+	m, err := rq.metadata()
+	if err != nil {
+		return err
+	}
+	q := partition.TableQuery{Filter: rq.query.Get("$filter"), NextTableName: rq.query.Get("NextTableName")}
+	empty := false
+	if top, ok := rq.query["$top"]; ok {
+		if q.Top, err = odata.ParseTop(top[0]); err != nil {
+			return err
+		}
+		empty = q.Top == 0
+	}
+	var page partition.TablePage
+	if !empty {
+		if page, err = s.store.QueryTables(rq.ctx, rq.account, q); err != nil {
+			return err
+		}
+	}
+	var body bytes.Buffer
+	feed := rq.encoder(m, nil).NewTableFeed(&body)
+	for _, t := range page.Tables {
+		if err := feed.WriteTable(t.Name); err != nil {
+			return err
+		}
+	}
+	if err := feed.Close(); err != nil {
+		return err
+	}
+	if page.NextTableName != "" {
+		rq.w.Header().Set("x-ms-continuation-NextTableName", page.NextTableName)
+	}
+	rq.w.Header().Set("DataServiceVersion", "3.0;")
+	rq.reply(http.StatusOK, jsonContentType(m), body.Bytes())
+	return nil
+}
+
+// createTable answers POST /Tables with {"TableName":"name"}.
+func (s *Server) createTable(rq *request) error {
+	m, err := rq.metadata()
+	if err != nil {
+		return err
+	}
+	body, err := rq.readBody()
+	if err != nil {
+		return err
+	}
+	name, err := odata.DecodeTableJSON(body)
+	if err != nil {
+		return err
+	}
+	t, err := s.store.CreateTable(rq.ctx, rq.account, name)
+	if err != nil {
+		return err
+	}
+	h := rq.w.Header()
+	location := rq.baseURL() + "Tables('" + escapeKey(t.Name) + "')"
+	h.Set("Location", location)
+	h.Set("DataServiceId", location)
+	h.Set("DataServiceVersion", "3.0;")
+	pref := rq.preference()
+	if pref != "" {
+		h.Set("Preference-Applied", pref)
+	}
+	if pref == "return-no-content" {
+		rq.reply(http.StatusNoContent, "", nil)
+		return nil
+	}
+	rq.reply(http.StatusCreated, jsonContentType(m), rq.encoder(m, nil).AppendTableResponse(nil, t.Name))
+	return nil
+}
+
+// getTable answers GET /Tables('name').
+func (s *Server) getTable(rq *request) error {
+	m, err := rq.metadata()
+	if err != nil {
+		return err
+	}
+	t, err := s.store.GetTable(rq.ctx, rq.account, rq.target.Table)
+	if err != nil {
+		return err
+	}
+	rq.w.Header().Set("DataServiceVersion", "3.0;")
+	rq.reply(http.StatusOK, jsonContentType(m), rq.encoder(m, nil).AppendTableResponse(nil, t.Name))
+	return nil
+}
+
+// deleteTable answers DELETE /Tables('name').
+func (s *Server) deleteTable(rq *request) error {
+	if err := s.store.DeleteTable(rq.ctx, rq.account, rq.target.Table); err != nil {
+		return err
+	}
+	rq.reply(http.StatusNoContent, "", nil)
+	return nil
+}
