@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// TestMain lets the tests run the binary as a real process: the test
+// binary re-executed with TABULA_RUN_MAIN=1 is the tabula command.
+func TestMain(m *testing.M) {
+	if os.Getenv("TABULA_RUN_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// serverProcess is a `tabula serve` child process.
+type serverProcess struct {
+	cmd     *exec.Cmd
+	stderr  *bytes.Buffer
+	connStr string // the first connection string it printed
+	exited  chan struct{}
+	err     error // Wait's result, once exited is closed
+}
+
+// startServe runs `tabula serve` with args and waits for it to print its
+// connection string.
+func startServe(t *testing.T, args ...string) *serverProcess {
+	t.Helper()
+	p, err := spawnServe(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
+}
+
+func spawnServe(args ...string) (*serverProcess, error) {
+	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), "TABULA_RUN_MAIN=1", "AZURITE_ACCOUNTS=")
+	p := &serverProcess{cmd: cmd, stderr: new(bytes.Buffer), exited: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			<-p.exited
+			return nil, fmt.Errorf("tabula serve exited before serving (%v): %s", p.err, p.stderr)
+		}
+		p.connStr = line
+		go func() {
+			for range lines {
+			}
+		}()
+		return p, nil
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("tabula serve printed no connection string in 30 s: %s", p.stderr)
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *serverProcess) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("tabula serve did not exit: %s", p.stderr)
+	}
+	if p.err == nil {
+		return 0
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	t.Fatal(p.err)
+	return -1
+}
+
+func tableClient(t *testing.T, connStr, table string) *aztables.Client {
+	t.Helper()
+	// No retries: a request to a killed server fails at once.
+	opts := &aztables.ClientOptions{ClientOptions: policy.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}}
+	svc, err := aztables.NewServiceClientFromConnectionString(connStr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc.NewClient(table)
+}
+
+func entityJSON(pk, rk string, n int) []byte {
+	b, _ := json.Marshal(map[string]any{"PartitionKey": pk, "RowKey": rk, "N": n})
+	return b
+}
+
+func TestServePrintsConnectionStringAndStopsCleanly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	p := startServe(t, "--addr", "127.0.0.1:0", "--data", dir)
+	if !strings.Contains(p.connStr, "AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;TableEndpoint=http://127.0.0.1:") {
+		t.Fatalf("connection string %q", p.connStr)
+	}
+	ctx := context.Background()
+	c := tableClient(t, p.connStr, "stops")
+	if _, err := c.CreateTable(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AddEntity(ctx, entityJSON("p", "r", 7), nil); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o700 {
+		t.Errorf("data directory mode %v, want owner-only 0700", perm)
+	}
+
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM: %s", code, p.stderr)
+	}
+	if !strings.Contains(p.stderr.String(), "the store is closed") {
+		t.Errorf("no clean-close log line: %s", p.stderr)
+	}
+	s, err := partition.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.GetEntity(ctx, "devstoreaccount1", "stops", "p", "r"); err != nil {
+		t.Fatalf("entity after a clean stop: %v", err)
+	}
+}
+
+func TestServeRefusesASecondInstance(t *testing.T) {
+	dir := t.TempDir()
+	startServe(t, "--addr", "127.0.0.1:0", "--data", dir)
+	start := time.Now()
+	_, err := spawnServe("--addr", "127.0.0.1:0", "--data", dir)
+	if err == nil {
+		t.Fatal("a second server on the same data directory started")
+	}
+	if !strings.Contains(err.Error(), "held by another process") {
+		t.Errorf("unclear refusal: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the refusal took %v, want at once", d)
+	}
+}
+
+func TestServeFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"serve", "--accounts", "bad"}, 2, "--accounts"},
+		{[]string{"serve", "--log-level", "loud"}, 2, "--log-level"},
+		{[]string{"serve", "extra"}, 2, "unexpected argument"},
+		{[]string{"serve", "--nope"}, 2, "flag provided but not defined"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(c.args, &stdout, &stderr); code != c.code || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, code, stderr.String(), c.code, c.want)
+		}
+	}
+}
+
+func TestServeCustomAccountsNeverPrintTheKey(t *testing.T) {
+	const key = "a2V5LW9uZS1rZXktb25lLWtleS1vbmUta2V5LW9uZQ=="
+	p := startServe(t, "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--accounts", "acct1:"+key, "--log-level", "debug")
+	if !strings.Contains(p.connStr, "AccountName=acct1;") || strings.Contains(p.connStr, key) {
+		t.Fatalf("connection string %q", p.connStr)
+	}
+	p.cmd.Process.Signal(syscall.SIGINT)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit code %d after SIGINT: %s", code, p.stderr)
+	}
+	if strings.Contains(p.stderr.String(), key) {
+		t.Fatalf("the account key appears in the log: %s", p.stderr)
+	}
+}
+
+// TestServeSurvivesKill9 acknowledges inserts over HTTP, kills the server
+// with SIGKILL, restarts it on the same data and checks that every
+// acknowledged insert is there with the ETag it was acknowledged with.
+func TestServeSurvivesKill9(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	acked := map[string]string{} // RowKey -> ETag
+	for round := range 3 {
+		p := startServe(t, "--addr", "127.0.0.1:0", "--data", dir)
+		c := tableClient(t, p.connStr, "durable")
+		if round == 0 {
+			if _, err := c.CreateTable(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkAcked(t, c, acked)
+		// Writers race the kill: whatever was acknowledged must survive.
+		stop := make(chan struct{})
+		done := make(chan map[string]string)
+		for w := range 4 {
+			go func() {
+				mine := map[string]string{}
+				defer func() { done <- mine }()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					rk := fmt.Sprintf("r%d-%d-%06d", round, w, i)
+					resp, err := c.AddEntity(ctx, entityJSON("p", rk, i), nil)
+					if err != nil {
+						return // the server is gone
+					}
+					mine[rk] = string(resp.ETag)
+				}
+			}()
+		}
+		time.Sleep(time.Duration(200+round*150) * time.Millisecond)
+		p.cmd.Process.Kill()
+		p.wait(t)
+		close(stop)
+		for range 4 {
+			for k, v := range <-done {
+				acked[k] = v
+			}
+		}
+	}
+	if len(acked) == 0 {
+		t.Fatal("no insert was acknowledged before the kills")
+	}
+	p := startServe(t, "--addr", "127.0.0.1:0", "--data", dir)
+	checkAcked(t, tableClient(t, p.connStr, "durable"), acked)
+	t.Logf("%d acknowledged inserts survived 3 kill -9s", len(acked))
+}
+
+func checkAcked(t *testing.T, c *aztables.Client, acked map[string]string) {
+	t.Helper()
+	for rk, etag := range acked {
+		e, err := c.GetEntity(context.Background(), "p", rk, nil)
+		if err != nil {
+			t.Fatalf("acknowledged entity %s lost: %v", rk, err)
+		}
+		if got := string(e.ETag); got != etag {
+			t.Fatalf("entity %s has ETag %s, was acknowledged with %s", rk, got, etag)
+		}
+	}
+}
+
