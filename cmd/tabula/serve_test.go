@@ -282,4 +282,3 @@ func checkAcked(t *testing.T, c *aztables.Client, acked map[string]string) {
 		}
 	}
 }
-
