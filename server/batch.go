@@ -222,6 +222,9 @@ func (s *Server) replyBatchFailure(rq *request, w *batch.ResponseWriter, index i
 	if !ok {
 		return err
 	}
+	// The service names the failure on the 202 too; the Go SDK reads the
+	// code of a failed transaction from there.
+	rq.w.Header().Set("x-ms-error-code", code)
 	return s.replyBatch(rq, w, []batch.SubResponse{batch.FailureResponse(index, contentID, status, code, message, rq.id, rq.now)})
 }
 
