@@ -26,8 +26,9 @@ type batchOp struct {
 // operation's response, or — if an operation fails, in which case nothing
 // is applied — that operation's failure alone.
 func (s *Server) batch(rq *request) error {
-	body := http.MaxBytesReader(rq.w, rq.r.Body, s.opts.MaxBodyBytes)
-	req, err := batch.Parse(rq.r.Header.Get("Content-Type"), body, batch.Limits{MaxBodyBytes: s.opts.MaxBodyBytes})
+	// Parse enforces the size limit itself (413), reading at most one byte
+	// past it.
+	req, err := batch.Parse(rq.r.Header.Get("Content-Type"), rq.r.Body, batch.Limits{MaxBodyBytes: s.opts.MaxBodyBytes})
 	var be *batch.Error
 	switch {
 	case errors.As(err, &be) && be.Index >= 0:

@@ -1,14 +1,11 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
@@ -34,33 +31,8 @@ func newBenchClient(b *testing.B) *benchClient {
 // do sends method on path (below the account) with body and checks the
 // status.
 func (c *benchClient) do(b *testing.B, method, path, contentType string, body []byte, want int, header ...string) {
-	req, err := http.NewRequest(method, c.ts.ServiceURL+path, bytes.NewReader(body))
-	if err != nil {
-		b.Fatal(err)
-	}
-	date := time.Now().UTC().Format(http.TimeFormat)
-	resource := "/" + auth.DevAccountName + req.URL.EscapedPath()
-	sig, err := auth.SignString(auth.DevAccountKey, date+"\n"+resource)
-	if err != nil {
-		b.Fatal(err)
-	}
-	req.Header.Set("x-ms-date", date)
-	req.Header.Set("x-ms-version", "2019-02-02")
-	req.Header.Set("Authorization", "SharedKeyLite "+auth.DevAccountName+":"+sig)
-	req.Header.Set("Accept", "application/json;odata=minimalmetadata")
-	req.Header.Set("DataServiceVersion", "3.0")
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	data, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	req := rawRequest(b, c.ts, method, path, body, true, append([]string{"Content-Type", contentType}, header...)...)
+	resp, data := send(b, c.client, req)
 	if resp.StatusCode != want {
 		b.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, data)
 	}

@@ -73,8 +73,11 @@ func describe(err error) (status int, code, message string, ok bool) {
 		ue *auth.Error
 		be *batch.Error
 		xe *storagexml.Error
+		me *http.MaxBytesError
 	)
 	switch {
+	case errors.As(err, &me):
+		return errBodyTooLarge.status, errBodyTooLarge.code, errBodyTooLarge.message, true
 	case errors.As(err, &ae):
 		return ae.status, ae.code, ae.message, true
 	case errors.As(err, &ue):
