@@ -196,7 +196,7 @@ func entityURL(base, table, pk, rk string) string {
 }
 
 // escapeKey writes a key value for a URL: quotes doubled, then
-// percent-encoded as a path segment.
+// percent-encoded as a path segment, the quotes kept as they are.
 func escapeKey(k string) string {
-	return url.PathEscape(strings.ReplaceAll(k, "'", "''"))
+	return strings.ReplaceAll(url.PathEscape(strings.ReplaceAll(k, "'", "''")), "%27", "'")
 }
