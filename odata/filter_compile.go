@@ -25,7 +25,7 @@ package odata
 // sufficient on its own, for a caller that scans anything wider (nil for the
 // empty filter).
 type Plan struct {
-	Ranges   []KeyRange
+	Ranges   []KeyRange // shared between plans: never modify in place
 	Residual *Predicate
 	Full     *Predicate
 }

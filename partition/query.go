@@ -124,9 +124,10 @@ func (s *Store) QueryEntities(ctx context.Context, account, tableName string, q 
 }
 
 // clipRanges intersects each of a plan's sorted, disjoint ranges with
-// scope, keeping the order.
+// scope, keeping the order. It returns a new slice: a plan's ranges may be
+// shared (odata hands every unbounded plan the same one).
 func clipRanges(rs []odata.KeyRange, scope odata.KeyRange) []odata.KeyRange {
-	out := rs[:0]
+	out := make([]odata.KeyRange, 0, len(rs))
 	for _, r := range rs {
 		if x, ok := r.Intersect(scope); ok {
 			out = append(out, x)
