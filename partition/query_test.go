@@ -242,4 +242,8 @@ func TestQueryScope(t *testing.T) {
 			}
 		}
 	}
+	// A scoped query leaves later unscoped ones alone.
+	if got, _ := walk(t, e.s, EntityQuery{Filter: "Even eq true"}); len(got) != 100 {
+		t.Fatalf("unscoped query after scoped ones: %d entities, want 100", len(got))
+	}
 }
