@@ -175,4 +175,3 @@ func TestServeCrashUnderLoad(t *testing.T) {
 	t.Logf("%d acknowledged writes (%d inserts, %d batches of 5, %d counters) survived %d kill -9s and a SIGTERM",
 		log.writes, len(log.inserts), len(log.batches), len(log.counters), rounds-1)
 }
-
