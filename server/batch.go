@@ -115,28 +115,23 @@ func (s *Server) parseBatchOp(rq *request, o *batch.Operation) (batchOp, string,
 	if err != nil {
 		return batchOp{}, "", err
 	}
-	var kind partition.OpKind
-	var authOp auth.Operation
+	var (
+		kind   partition.OpKind
+		authOp auth.Operation
+		ok     bool
+	)
+	switch t.Kind {
+	case batch.TargetEntitySet:
+		kind, authOp, ok = partition.OpInsert, auth.OpInsertEntity, method == http.MethodPost
+	case batch.TargetEntity:
+		kind, authOp, ok = entityWrite(method, cond != "")
+	}
 	switch {
-	case t.Kind == batch.TargetEntitySet && method == http.MethodPost:
-		kind, authOp = partition.OpInsert, auth.OpInsertEntity
-	case t.Kind == batch.TargetEntity && method == http.MethodPut && cond != "":
-		kind, authOp = partition.OpUpdate, auth.OpUpdateEntity
-	case t.Kind == batch.TargetEntity && method == http.MethodPut:
-		kind, authOp = partition.OpInsertOrReplace, auth.OpInsertOrReplaceEntity
-	case t.Kind == batch.TargetEntity && (method == "MERGE" || method == http.MethodPatch) && cond != "":
-		kind, authOp = partition.OpMerge, auth.OpMergeEntity
-	case t.Kind == batch.TargetEntity && (method == "MERGE" || method == http.MethodPatch):
-		kind, authOp = partition.OpInsertOrMerge, auth.OpInsertOrMergeEntity
-	case t.Kind == batch.TargetEntity && method == http.MethodDelete:
-		if cond == "" {
-			return batchOp{}, "", &apiError{status: http.StatusBadRequest, code: "MissingRequiredHeader",
-				message: "An HTTP header that's mandatory for this request is not specified. (If-Match)"}
-		}
-		kind, authOp = partition.OpDelete, auth.OpDeleteEntity
-	default:
+	case !ok:
 		return batchOp{}, "", invalidInput("A change set operation must be an entity insert, update, merge or delete; got " +
 			quoteForMessage(method) + " on " + t.Kind.String() + ".")
+	case kind == partition.OpDelete && cond == "":
+		return batchOp{}, "", errMissingIfMatch
 	}
 	if err := rq.principal.CanDo(authOp, t.Table); err != nil {
 		return batchOp{}, "", err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/server/auth"
 )
 
 // getEntity answers a point query, GET /t(PartitionKey='p',RowKey='r').
@@ -49,11 +50,7 @@ func (s *Server) insertEntity(rq *request) error {
 	if err := rejectIfNoneMatch(rq.r.Header); err != nil {
 		return err
 	}
-	body, err := rq.readBody()
-	if err != nil {
-		return err
-	}
-	d, err := odata.DecodeEntityJSON(body)
+	d, err := rq.readEntity()
 	if err != nil {
 		return err
 	}
@@ -67,26 +64,19 @@ func (s *Server) insertEntity(rq *request) error {
 	if err != nil {
 		return err
 	}
-	h := rq.w.Header()
-	location := entityURL(rq.baseURL(), rq.target.Table, e.PartitionKey, e.RowKey)
-	h.Set("ETag", e.ETag)
-	h.Set("Location", location)
-	h.Set("DataServiceId", location)
-	h.Set("DataServiceVersion", "3.0;")
-	pref := rq.preference()
-	if pref != "" {
-		h.Set("Preference-Applied", pref)
-	}
-	if pref == "return-no-content" {
-		rq.reply(http.StatusNoContent, "", nil)
-		return nil
-	}
-	out, err := rq.encoder(m, nil).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), e.ETag, e.Value)
+	rq.w.Header().Set("ETag", e.ETag)
+	return rq.replyCreated(entityURL(rq.baseURL(), rq.target.Table, e.PartitionKey, e.RowKey), m, func() ([]byte, error) {
+		return rq.encoder(m, nil).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), e.ETag, e.Value)
+	})
+}
+
+// readEntity reads and decodes an entity body.
+func (rq *request) readEntity() (odata.DecodedEntity, error) {
+	body, err := rq.readBody()
 	if err != nil {
-		return err
+		return odata.DecodedEntity{}, err
 	}
-	rq.reply(http.StatusCreated, jsonContentType(m), out)
-	return nil
+	return odata.DecodeEntityJSON(body)
 }
 
 // writeEntity returns the handler of PUT, MERGE and PATCH on an entity:
@@ -98,11 +88,7 @@ func (s *Server) writeEntity(kind partition.OpKind) handler {
 		if err != nil {
 			return err
 		}
-		body, err := rq.readBody()
-		if err != nil {
-			return err
-		}
-		d, err := odata.DecodeEntityJSON(body)
+		d, err := rq.readEntity()
 		if err != nil {
 			return err
 		}
@@ -130,8 +116,7 @@ func (s *Server) deleteEntity(rq *request) error {
 		return err
 	}
 	if ifMatch == "" {
-		return &apiError{status: http.StatusBadRequest, code: "MissingRequiredHeader",
-			message: "An HTTP header that's mandatory for this request is not specified. (If-Match)"}
+		return errMissingIfMatch
 	}
 	t := rq.target
 	if err := rq.principal.CheckKey(t.PartitionKey, t.RowKey); err != nil {
@@ -143,6 +128,26 @@ func (s *Server) deleteEntity(rq *request) error {
 	rq.w.Header().Set("DataServiceVersion", "1.0;")
 	rq.reply(http.StatusNoContent, "", nil)
 	return nil
+}
+
+// entityWrite maps a write on an entity URL, by its method (after
+// X-HTTP-Method) and whether it carries If-Match, to the store's operation
+// and the one authorization checks: PUT replaces, MERGE and PATCH merge,
+// each conditional with If-Match and an upsert without; DELETE deletes.
+func entityWrite(method string, conditional bool) (partition.OpKind, auth.Operation, bool) {
+	switch {
+	case method == http.MethodPut && conditional:
+		return partition.OpUpdate, auth.OpUpdateEntity, true
+	case method == http.MethodPut:
+		return partition.OpInsertOrReplace, auth.OpInsertOrReplaceEntity, true
+	case (method == "MERGE" || method == http.MethodPatch) && conditional:
+		return partition.OpMerge, auth.OpMergeEntity, true
+	case method == "MERGE" || method == http.MethodPatch:
+		return partition.OpInsertOrMerge, auth.OpInsertOrMergeEntity, true
+	case method == http.MethodDelete:
+		return partition.OpDelete, auth.OpDeleteEntity, true
+	}
+	return 0, 0, false
 }
 
 // ifMatch returns the If-Match condition of an entity write: "" (none),

@@ -49,6 +49,9 @@ func (e *apiError) Error() string { return e.code + ": " + e.message }
 var (
 	errInternal     = &apiError{status: http.StatusInternalServerError, code: codeInternalError, message: msgInternalError}
 	errBodyTooLarge = &apiError{status: http.StatusRequestEntityTooLarge, code: codeRequestBodyTooLarge, message: msgRequestBodyTooLarge}
+	// A delete must name the version it deletes, or "*".
+	errMissingIfMatch = &apiError{status: http.StatusBadRequest, code: "MissingRequiredHeader",
+		message: "An HTTP header that's mandatory for this request is not specified. (If-Match)"}
 )
 
 func unsupportedVerb() error {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
 )
 
@@ -36,12 +35,9 @@ func (s *Server) queryEntities(rq *request) error {
 		NextRowKey:       rq.query.Get("NextRowKey"),
 	}
 	q.Scope, _ = rq.principal.KeyRange()
-	empty := false
-	if top, ok := rq.query["$top"]; ok {
-		if q.Top, err = odata.ParseTop(top[0]); err != nil {
-			return err
-		}
-		empty = q.Top == 0
+	var empty bool
+	if q.Top, empty, err = rq.top(); err != nil {
+		return err
 	}
 
 	var body bytes.Buffer

@@ -76,6 +76,43 @@ func (rq *request) reply(status int, contentType string, body []byte) {
 	}
 }
 
+// replyCreated answers a successful insert or table creation: Location
+// and DataServiceId name the new resource, and the body render makes is
+// sent with 201 unless the client prefers no content (204).
+func (rq *request) replyCreated(location string, m odata.Metadata, render func() ([]byte, error)) error {
+	h := rq.w.Header()
+	h.Set("Location", location)
+	h.Set("DataServiceId", location)
+	h.Set("DataServiceVersion", "3.0;")
+	pref := rq.preference()
+	if pref != "" {
+		h.Set("Preference-Applied", pref)
+	}
+	if pref == "return-no-content" {
+		rq.reply(http.StatusNoContent, "", nil)
+		return nil
+	}
+	body, err := render()
+	if err != nil {
+		return err
+	}
+	rq.reply(http.StatusCreated, jsonContentType(m), body)
+	return nil
+}
+
+// top reads $top: the page size, and whether the query asks for no
+// entities at all ($top=0, which the service answers with an empty page).
+func (rq *request) top() (n int, none bool, err error) {
+	v, ok := rq.query["$top"]
+	if !ok {
+		return 0, false, nil
+	}
+	if n, err = odata.ParseTop(v[0]); err != nil {
+		return 0, false, err
+	}
+	return n, n == 0, nil
+}
+
 // readBody reads the request body, refusing one over the server's limit
 // with 413 RequestBodyTooLarge.
 func (rq *request) readBody() ([]byte, error) {

@@ -71,7 +71,6 @@ func (s *Server) prepare(rq *request) error {
 // pick chooses the handler and the operation (for authorization) of a
 // request by what it addresses and its method (after X-HTTP-Method).
 func (s *Server) pick(rq *request, method string) (handler, auth.Operation, error) {
-	hasIfMatch := rq.r.Header.Get("If-Match") != ""
 	switch rq.target.Kind {
 	case batch.TargetService:
 		rq.xmlErrors = true
@@ -125,21 +124,15 @@ func (s *Server) pick(rq *request, method string) (handler, auth.Operation, erro
 			return s.insertEntity, auth.OpInsertEntity, nil
 		}
 	case batch.TargetEntity:
-		switch method {
-		case http.MethodGet:
+		if method == http.MethodGet {
 			return s.getEntity, auth.OpGetEntity, nil
-		case http.MethodPut:
-			if hasIfMatch {
-				return s.writeEntity(partition.OpUpdate), auth.OpUpdateEntity, nil
-			}
-			return s.writeEntity(partition.OpInsertOrReplace), auth.OpInsertOrReplaceEntity, nil
-		case "MERGE", http.MethodPatch:
-			if hasIfMatch {
-				return s.writeEntity(partition.OpMerge), auth.OpMergeEntity, nil
-			}
-			return s.writeEntity(partition.OpInsertOrMerge), auth.OpInsertOrMergeEntity, nil
-		case http.MethodDelete:
-			return s.deleteEntity, auth.OpDeleteEntity, nil
+		}
+		kind, op, ok := entityWrite(method, rq.r.Header.Get("If-Match") != "")
+		switch {
+		case ok && kind == partition.OpDelete:
+			return s.deleteEntity, op, nil
+		case ok:
+			return s.writeEntity(kind), op, nil
 		}
 	case batch.TargetBatch:
 		if method == http.MethodPost {

@@ -16,12 +16,9 @@ func (s *Server) queryTables(rq *request) error {
 		return err
 	}
 	q := partition.TableQuery{Filter: rq.query.Get("$filter"), NextTableName: rq.query.Get("NextTableName")}
-	empty := false
-	if top, ok := rq.query["$top"]; ok {
-		if q.Top, err = odata.ParseTop(top[0]); err != nil {
-			return err
-		}
-		empty = q.Top == 0
+	var empty bool
+	if q.Top, empty, err = rq.top(); err != nil {
+		return err
 	}
 	var page partition.TablePage
 	if !empty {
@@ -65,21 +62,9 @@ func (s *Server) createTable(rq *request) error {
 	if err != nil {
 		return err
 	}
-	h := rq.w.Header()
-	location := rq.baseURL() + "Tables('" + escapeKey(t.Name) + "')"
-	h.Set("Location", location)
-	h.Set("DataServiceId", location)
-	h.Set("DataServiceVersion", "3.0;")
-	pref := rq.preference()
-	if pref != "" {
-		h.Set("Preference-Applied", pref)
-	}
-	if pref == "return-no-content" {
-		rq.reply(http.StatusNoContent, "", nil)
-		return nil
-	}
-	rq.reply(http.StatusCreated, jsonContentType(m), rq.encoder(m, nil).AppendTableResponse(nil, t.Name))
-	return nil
+	return rq.replyCreated(rq.baseURL()+"Tables('"+escapeKey(t.Name)+"')", m, func() ([]byte, error) {
+		return rq.encoder(m, nil).AppendTableResponse(nil, t.Name), nil
+	})
 }
 
 // getTable answers GET /Tables('name').
