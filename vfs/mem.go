@@ -1,10 +1,12 @@
 package vfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,36 +15,91 @@ import (
 )
 
 // NewMem returns an empty in-memory filesystem, for tests and fuzzing.
-// Paths are cleaned with filepath.Clean; directories exist implicitly once
-// MkdirAll named them or a file was created in them.
-func NewMem() FS {
-	return &memFS{files: map[string]*memFile{}, dirs: map[string]bool{"/": true, ".": true}}
+// Paths are cleaned with filepath.Clean; directories exist once MkdirAll
+// named them.
+//
+// It also keeps what a power loss would leave (see CrashClone): a file's
+// data as of its last Sync, and each directory's entries as of its last
+// sync through OpenDir, as a POSIX filesystem promises and no more.
+func NewMem() *MemFS {
+	return &MemFS{files: map[string]*memFile{}, durable: map[string]*memFile{}, dirs: map[string]bool{"/": true, ".": true}}
 }
 
-type memFS struct {
-	mu    sync.Mutex
-	files map[string]*memFile
-	dirs  map[string]bool
-	locks map[string]bool
+// MemFS is the in-memory filesystem NewMem returns.
+type MemFS struct {
+	mu      sync.Mutex
+	files   map[string]*memFile
+	durable map[string]*memFile // the entries as of their directory's last sync
+	dirs    map[string]bool
+	locks   map[string]bool
 }
 
 // memFile is a file's content, shared by every handle open on it.
 type memFile struct {
-	mu   sync.RWMutex
-	data []byte
+	mu     sync.RWMutex
+	data   []byte
+	synced int // the length of data as of the last Sync
+}
+
+// CrashClone returns the filesystem a power loss at this moment would
+// leave: only directory entries made durable by a directory sync, each
+// file holding only the data it had at its last Sync. When rng is not
+// nil, each file also keeps a random prefix of its unsynced tail, as a
+// disk that wrote part of it before power failed.
+func (m *MemFS) CrashClone(rng *rand.Rand) *MemFS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := NewMem()
+	for d := range m.dirs {
+		out.dirs[d] = true
+	}
+	clones := map[*memFile]*memFile{}
+	for name, f := range m.durable {
+		c, ok := clones[f]
+		if !ok {
+			f.mu.RLock()
+			n := f.synced
+			if rng != nil && len(f.data) > n {
+				n += rng.IntN(len(f.data) - n + 1)
+			}
+			c = &memFile{data: bytes.Clone(f.data[:n]), synced: n}
+			f.mu.RUnlock()
+			clones[f] = c
+		}
+		out.files[name] = c
+		out.durable[name] = c
+	}
+	return out
+}
+
+// syncDir makes the entries of dir durable.
+func (m *MemFS) syncDir(dir string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.durable {
+		if filepath.Dir(name) == dir {
+			delete(m.durable, name)
+		}
+	}
+	for name, f := range m.files {
+		if filepath.Dir(name) == dir {
+			m.durable[name] = f
+		}
+	}
 }
 
 // memHandle is an open file: a position for Read, and the content.
 type memHandle struct {
-	fs       *memFS
+	fs       *MemFS
 	name     string
 	f        *memFile
 	pos      int64
 	writable bool
+	dir      bool
 	closed   bool
 }
 
-func (m *memFS) Create(name string) (File, error) {
+func (m *MemFS) Create(name string) (File, error) {
 	name = filepath.Clean(name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -54,7 +111,7 @@ func (m *memFS) Create(name string) (File, error) {
 	return &memHandle{fs: m, name: name, f: f, writable: true}, nil
 }
 
-func (m *memFS) Open(name string) (File, error) {
+func (m *MemFS) Open(name string) (File, error) {
 	name = filepath.Clean(name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -65,17 +122,17 @@ func (m *memFS) Open(name string) (File, error) {
 	return &memHandle{fs: m, name: name, f: f}, nil
 }
 
-func (m *memFS) OpenDir(name string) (File, error) {
+func (m *MemFS) OpenDir(name string) (File, error) {
 	name = filepath.Clean(name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.dirs[name] {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 	}
-	return &memHandle{fs: m, name: name, f: &memFile{}}, nil
+	return &memHandle{fs: m, name: name, f: &memFile{}, dir: true}, nil
 }
 
-func (m *memFS) Remove(name string) error {
+func (m *MemFS) Remove(name string) error {
 	name = filepath.Clean(name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -86,7 +143,7 @@ func (m *memFS) Remove(name string) error {
 	return nil
 }
 
-func (m *memFS) Rename(oldname, newname string) error {
+func (m *MemFS) Rename(oldname, newname string) error {
 	oldname, newname = filepath.Clean(oldname), filepath.Clean(newname)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -99,7 +156,7 @@ func (m *memFS) Rename(oldname, newname string) error {
 	return nil
 }
 
-func (m *memFS) MkdirAll(dir string, _ os.FileMode) error {
+func (m *MemFS) MkdirAll(dir string, _ os.FileMode) error {
 	dir = filepath.Clean(dir)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -109,7 +166,7 @@ func (m *memFS) MkdirAll(dir string, _ os.FileMode) error {
 	return nil
 }
 
-func (m *memFS) List(dir string) ([]string, error) {
+func (m *MemFS) List(dir string) ([]string, error) {
 	dir = filepath.Clean(dir)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -126,7 +183,7 @@ func (m *memFS) List(dir string) ([]string, error) {
 	return names, nil
 }
 
-func (m *memFS) Stat(name string) (os.FileInfo, error) {
+func (m *MemFS) Stat(name string) (os.FileInfo, error) {
 	name = filepath.Clean(name)
 	m.mu.Lock()
 	f, ok := m.files[name]
@@ -137,7 +194,7 @@ func (m *memFS) Stat(name string) (os.FileInfo, error) {
 	return memInfo{name: filepath.Base(name), size: f.size()}, nil
 }
 
-func (m *memFS) Lock(name string) (io.Closer, error) {
+func (m *MemFS) Lock(name string) (io.Closer, error) {
 	name = filepath.Clean(name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -216,6 +273,13 @@ func (h *memHandle) Sync() error {
 	if h.closed {
 		return errClosed
 	}
+	if h.dir {
+		h.fs.syncDir(h.name)
+		return nil
+	}
+	h.f.mu.Lock()
+	h.f.synced = len(h.f.data)
+	h.f.mu.Unlock()
 	return nil
 }
 

@@ -1,0 +1,252 @@
+package vfs
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Op is a filesystem operation a Fault can strike.
+type Op uint8
+
+// The operations of FS and File that faults can be injected into.
+const (
+	OpCreate  Op = iota + 1 // FS.Create
+	OpOpen                  // FS.Open
+	OpRemove                // FS.Remove
+	OpRename                // FS.Rename (matched on the new name)
+	OpWrite                 // File.Write
+	OpRead                  // File.Read and ReadAt
+	OpSync                  // File.Sync of a file
+	OpSyncDir               // File.Sync of a directory
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpCreate:
+		return "create"
+	case OpOpen:
+		return "open"
+	case OpRemove:
+		return "remove"
+	case OpRename:
+		return "rename"
+	case OpWrite:
+		return "write"
+	case OpRead:
+		return "read"
+	case OpSync:
+		return "sync"
+	case OpSyncDir:
+		return "syncdir"
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Fault describes an error to inject: into which operation, on which
+// files, when, and what the caller sees.
+type Fault struct {
+	Op Op
+	// Match selects the files by a substring of their path ("" = any):
+	// ".log" for WAL segments, ".sst", "MANIFEST", "CURRENT".
+	Match string
+	// After lets that many matching calls succeed before the fault fires.
+	After int
+	// Probability, when positive, fires the fault on each matching call
+	// (past After) with that probability instead of on the first one.
+	Probability float64
+	// Err is the error returned; nil means EIO.
+	Err error
+	// Short makes a failing write write the first half of its buffer
+	// before failing, as a full disk does.
+	Short bool
+	// Sticky keeps the fault firing on every later matching call; by
+	// default it fires once and disarms, like a transient error.
+	Sticky bool
+}
+
+// ErrorFS wraps a filesystem and injects the faults it is armed with.
+// It is safe for concurrent use.
+type ErrorFS struct {
+	fs FS
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	faults   []*armedFault
+	injected int
+	log      []string
+}
+
+type armedFault struct {
+	Fault
+	seen  int
+	fired bool
+}
+
+// NewErrorFS wraps fs; seed drives probabilistic faults.
+func NewErrorFS(fs FS, seed uint64) *ErrorFS {
+	return &ErrorFS{fs: fs, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// Inject arms a fault.
+func (e *ErrorFS) Inject(f Fault) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.faults = append(e.faults, &armedFault{Fault: f})
+}
+
+// Disarm removes every fault; the filesystem is healthy again.
+func (e *ErrorFS) Disarm() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.faults = nil
+}
+
+// Injected returns how many faults have fired, and a line for each.
+func (e *ErrorFS) Injected() (int, []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.injected, append([]string(nil), e.log...)
+}
+
+// strike reports the fault, if any, that fires on op on name.
+func (e *ErrorFS) strike(op Op, name string) *Fault {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, f := range e.faults {
+		if f.Op != op || !strings.Contains(name, f.Match) || (f.fired && !f.Sticky) {
+			continue
+		}
+		f.seen++
+		if f.seen <= f.After {
+			continue
+		}
+		if f.Probability > 0 && e.rng.Float64() >= f.Probability {
+			continue
+		}
+		f.fired = true
+		e.injected++
+		e.log = append(e.log, op.String()+" "+name)
+		out := f.Fault
+		if out.Err == nil {
+			out.Err = syscall.EIO
+		}
+		return &out
+	}
+	return nil
+}
+
+func (e *ErrorFS) fail(op Op, name string) error {
+	if f := e.strike(op, name); f != nil {
+		return &os.PathError{Op: op.String(), Path: name, Err: f.Err}
+	}
+	return nil
+}
+
+// Create implements FS.
+func (e *ErrorFS) Create(name string) (File, error) {
+	if err := e.fail(OpCreate, name); err != nil {
+		return nil, err
+	}
+	f, err := e.fs.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return &errorFile{File: f, fs: e, name: name}, nil
+}
+
+// Open implements FS.
+func (e *ErrorFS) Open(name string) (File, error) {
+	if err := e.fail(OpOpen, name); err != nil {
+		return nil, err
+	}
+	f, err := e.fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return &errorFile{File: f, fs: e, name: name}, nil
+}
+
+// OpenDir implements FS.
+func (e *ErrorFS) OpenDir(name string) (File, error) {
+	f, err := e.fs.OpenDir(name)
+	if err != nil {
+		return nil, err
+	}
+	return &errorFile{File: f, fs: e, name: name, dir: true}, nil
+}
+
+// Remove implements FS.
+func (e *ErrorFS) Remove(name string) error {
+	if err := e.fail(OpRemove, name); err != nil {
+		return err
+	}
+	return e.fs.Remove(name)
+}
+
+// Rename implements FS.
+func (e *ErrorFS) Rename(oldname, newname string) error {
+	if err := e.fail(OpRename, newname); err != nil {
+		return err
+	}
+	return e.fs.Rename(oldname, newname)
+}
+
+// MkdirAll implements FS.
+func (e *ErrorFS) MkdirAll(dir string, perm os.FileMode) error { return e.fs.MkdirAll(dir, perm) }
+
+// List implements FS.
+func (e *ErrorFS) List(dir string) ([]string, error) { return e.fs.List(dir) }
+
+// Stat implements FS.
+func (e *ErrorFS) Stat(name string) (os.FileInfo, error) { return e.fs.Stat(name) }
+
+// Lock implements FS.
+func (e *ErrorFS) Lock(name string) (io.Closer, error) { return e.fs.Lock(name) }
+
+type errorFile struct {
+	File
+	fs   *ErrorFS
+	name string
+	dir  bool
+}
+
+func (f *errorFile) Write(p []byte) (int, error) {
+	if fault := f.fs.strike(OpWrite, f.name); fault != nil {
+		n := 0
+		if fault.Short && len(p) > 1 {
+			n, _ = f.File.Write(p[:len(p)/2])
+		}
+		return n, &os.PathError{Op: "write", Path: f.name, Err: fault.Err}
+	}
+	return f.File.Write(p)
+}
+
+func (f *errorFile) Read(p []byte) (int, error) {
+	if err := f.fs.fail(OpRead, f.name); err != nil {
+		return 0, err
+	}
+	return f.File.Read(p)
+}
+
+func (f *errorFile) ReadAt(p []byte, off int64) (int, error) {
+	if err := f.fs.fail(OpRead, f.name); err != nil {
+		return 0, err
+	}
+	return f.File.ReadAt(p, off)
+}
+
+func (f *errorFile) Sync() error {
+	op := OpSync
+	if f.dir {
+		op = OpSyncDir
+	}
+	if err := f.fs.fail(op, f.name); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
