@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"time"
 
@@ -74,7 +75,7 @@ func (db *DB) runCompaction(c *compaction) error {
 	defer db.mu.Unlock()
 	if err == nil {
 		err = db.versions.logAndApply(edit, base.SeqNum(db.commit.logSeq.Load()))
-		if err != nil && !c.trivialMove {
+		if err != nil && !c.trivialMove && !errors.Is(err, errEditUncertain) {
 			db.removeTables(outputs)
 		}
 	}

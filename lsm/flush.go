@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -102,7 +103,9 @@ func (db *DB) flushOne() bool {
 		err = db.versions.logAndApply(edit, base.SeqNum(db.commit.logSeq.Load()))
 	}
 	if err != nil {
-		db.removeTables(metas)
+		if !errors.Is(err, errEditUncertain) {
+			db.removeTables(metas)
+		}
 		db.setBGErr(fmt.Errorf("lsm: flush: %w", err))
 		return false
 	}

@@ -112,7 +112,9 @@ func (db *DB) recover() error {
 		}
 		w.Close()
 		f.Close()
-		db.removeTables(tablesOf(edit))
+		if !errors.Is(err, errEditUncertain) {
+			db.removeTables(tablesOf(edit))
+		}
 		return err
 	}
 	vs.current.unref()

@@ -135,6 +135,11 @@ func (vs *versionSet) applyCounters(e *versionEdit) {
 	}
 }
 
+// errEditUncertain marks a failure after a version edit reached the
+// MANIFEST (or CURRENT was being switched): the edit may be durable, and
+// the next Open may install it, so the tables it adds must not be deleted.
+var errEditUncertain = errors.New("the manifest edit may be durable")
+
 // logAndApply records e in the manifest (synced) and makes the version it
 // produces current. lastSeq is the DB's last sequence number.
 func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
@@ -146,7 +151,9 @@ func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
 		// The new manifest's snapshot already contains e's effect.
 		vs.applyCounters(e)
 		if err := vs.createManifest(nv, lastSeq); err != nil {
-			nv.unref()
+			if !errors.Is(err, errEditUncertain) {
+				nv.unref() // else kept, as below
+			}
 			return err
 		}
 	} else {
@@ -157,8 +164,10 @@ func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
 			err = vs.manifest.SyncTo(end)
 		}
 		if err != nil {
-			nv.unref()
-			return fmt.Errorf("write manifest %06d: %w", vs.manifestNum, err)
+			// nv stays referenced on purpose: releasing it would queue the
+			// tables e adds for deletion, and the edit may be durable. The
+			// DB takes no more writes after this; Open sorts it out.
+			return fmt.Errorf("write manifest %06d: %w: %w", vs.manifestNum, errEditUncertain, err)
 		}
 		vs.applyCounters(e)
 	}
@@ -185,14 +194,17 @@ func (vs *versionSet) createManifest(v *version, lastSeq base.SeqNum) error {
 	if err == nil {
 		err = w.SyncTo(end)
 	}
-	if err == nil {
-		err = setCurrent(vs.fs, vs.dir, num, vs.newFileNum())
-	}
 	if err != nil {
 		w.Close()
 		f.Close()
 		vs.fs.Remove(name)
 		return fmt.Errorf("manifest %06d: %w", num, err)
+	}
+	if err := setCurrent(vs.fs, vs.dir, num, vs.newFileNum()); err != nil {
+		// CURRENT may name the new manifest already: keep it.
+		w.Close()
+		f.Close()
+		return fmt.Errorf("manifest %06d: %w: %w", num, errEditUncertain, err)
 	}
 	oldNum := vs.manifestNum
 	vs.closeManifest()
