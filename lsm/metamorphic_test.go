@@ -30,7 +30,7 @@ func TestMetamorphic(t *testing.T) {
 		{"tiny levels", func(o *Options) {
 			o.LBaseMaxBytes, o.TargetFileSize, o.LevelMultiplier = 8<<10, 2<<10, 2
 		}},
-		{"tiny cache, two open tables", func(o *Options) { o.CacheSize, o.MaxOpenFiles = 1 << 10, 2 }},
+		{"tiny cache, two open tables", func(o *Options) { o.CacheSize, o.MaxOpenFiles = 1<<10, 2 }},
 		{"no background compactions", func(o *Options) { o.DisableBackgroundCompactions = true }},
 	}
 	for _, v := range variants {
