@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,22 @@ import (
 	"github.com/tabuladb/tabula/server"
 	"github.com/tabuladb/tabula/server/auth"
 )
+
+// procStatusMiB reads a memory figure (VmRSS, VmHWM) of this process from
+// /proc/self/status, in MiB; 0 where /proc is missing.
+func procStatusMiB(field string) int {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return kb >> 10
+		}
+	}
+	return 0
+}
 
 var walkEntities = flag.Int("walk-entities", 100_000, "entities in TestContinuationWalk (the issue's figure is 1,000,000)")
 
@@ -75,6 +93,7 @@ func TestConnectionsAndSlowClients(t *testing.T) {
 	close(start)
 	wg.Wait()
 	close(errs)
+	t.Logf("1,000 connections and 100 slow clients: process RSS %d MiB (peak %d MiB)", procStatusMiB("VmRSS"), procStatusMiB("VmHWM"))
 	for err := range errs {
 		t.Fatalf("one of 1,000 concurrent requests: %v", err)
 	}
@@ -196,5 +215,6 @@ func TestContinuationWalk(t *testing.T) {
 		t.Fatalf("walked %d of %d entities", seen, n)
 	}
 	runtime.ReadMemStats(&peak)
-	t.Logf("walked %d entities in %d pages; heap in use %d MiB before, %d MiB after", n, pages, before.HeapInuse>>20, peak.HeapInuse>>20)
+	t.Logf("walked %d entities in %d pages; heap in use %d MiB before, %d MiB after; process RSS %d MiB (peak %d MiB, including the load)",
+		n, pages, before.HeapInuse>>20, peak.HeapInuse>>20, procStatusMiB("VmRSS"), procStatusMiB("VmHWM"))
 }
