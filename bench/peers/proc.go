@@ -166,6 +166,12 @@ type machine struct {
 	DataFS    string `json:"data_fs"` // filesystem of the data directories
 }
 
+// describe is the machine in one line, for reports.
+func (m machine) describe() string {
+	return fmt.Sprintf("%s, %d cores, %.0f GiB RAM, Linux %s, data on %s, %s",
+		m.CPU, m.Cores, float64(m.MemTotal)/(1<<30), m.Kernel, m.DataFS, m.GoVersion)
+}
+
 func describeMachine(dataDir string) machine {
 	m := machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version()}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {

@@ -398,11 +398,9 @@ func (rep *engineReport) markdown() string {
 func (rep *engineReport) header() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	m := rep.Machine
 	p("- Command: `%s`\n", rep.Command)
 	p("- Date: %s, %s in total\n", rep.Started.UTC().Format("2006-01-02 15:04 UTC"), time.Duration(rep.Elapsed*float64(time.Second)).Round(time.Second))
-	p("- Machine: %s, %d cores, %.0f GiB RAM, Linux %s, data on %s, %s\n",
-		m.CPU, m.Cores, float64(m.MemTotal)/(1<<30), m.Kernel, m.DataFS, m.GoVersion)
+	p("- Machine: %s\n", rep.Machine.describe())
 	var vs []string
 	for _, k := range []string{"tabula", "pebble", "goleveldb"} {
 		if v, ok := rep.Versions[k]; ok {

@@ -43,3 +43,15 @@ func pairRatios(a, b []float64) []float64 {
 	}
 	return out
 }
+
+// percentile returns the p-th percentile (0 < p <= 100) of xs by the
+// nearest-rank method: the smallest value with at least p% of the values
+// at or below it. NaN for no values. xs is sorted in place.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(xs)
+	rank := int(math.Ceil(p / 100 * float64(len(xs))))
+	return xs[min(max(rank, 1), len(xs))-1]
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// svcRun is one measured phase of a service suite (table or rest): one
+// system, one workload, one repeat.
+type svcRun struct {
+	System   string  `json:"system"`
+	Workload string  `json:"workload"`
+	Repeat   int     `json:"repeat"`
+	Ops      int64   `json:"ops"`
+	Entities int64   `json:"entities"`
+	Errors   int64   `json:"errors"` // every non-2xx answer, every failed call
+	Seconds  float64 `json:"seconds"`
+	// Latency percentiles of single operations, milliseconds.
+	P50 num `json:"p50_ms"`
+	P95 num `json:"p95_ms"`
+	P99 num `json:"p99_ms"`
+	// CPUSeconds is the server's user+system CPU over the phase (the REST
+	// suite reads the server process's /proc/<pid>/stat; the table suite
+	// its own process's).
+	CPUSeconds float64 `json:"cpu_seconds"`
+	PeakRSS    int64   `json:"peak_rss"` // the server's VmHWM at the end of the phase
+	Error      string  `json:"error,omitempty"`
+}
+
+// svcSystem is one system's medians over the repeats of a workload.
+type svcSystem struct {
+	System         string `json:"system"`
+	Runs           int    `json:"runs"`
+	OpsPerSec      num    `json:"ops_per_sec"`
+	EntitiesPerSec num    `json:"entities_per_sec"`
+	P50            num    `json:"p50_ms"`
+	P95            num    `json:"p95_ms"`
+	P99            num    `json:"p99_ms"`
+	CPUPer1000     num    `json:"cpu_ms_per_1000_entities"` // server CPU milliseconds per 1,000 entities
+	PeakRSS        num    `json:"peak_rss"`
+	Errors         int64  `json:"errors"`
+	PerRepeat      []num  `json:"per_repeat_entities_per_sec"`
+}
+
+// svcSummary compares the systems on a workload. The ratios are the first
+// system's against the second's: entities/s first/second (higher is
+// better for the first), CPU per entity second/first (how many times
+// less CPU the first spends).
+type svcSummary struct {
+	Workload        string      `json:"workload"`
+	Systems         []svcSystem `json:"systems"`
+	ThroughputRatio num         `json:"throughput_ratio"`
+	PerRepeatRatio  []num       `json:"per_repeat_throughput_ratio"`
+	CPURatio        num         `json:"cpu_ratio"`
+}
+
+// durabilityRun is a kill -9 test of one system: acknowledged inserts,
+// SIGKILL, restart, count.
+type durabilityRun struct {
+	System       string `json:"system"`
+	Acknowledged int    `json:"acknowledged"`
+	Survived     int    `json:"survived"`
+	Error        string `json:"error,omitempty"`
+}
+
+// svcReport is a service suite's whole result.
+type svcReport struct {
+	Suite      string            `json:"suite"`
+	Command    string            `json:"command"`
+	Started    time.Time         `json:"started"`
+	Elapsed    float64           `json:"elapsed_seconds"`
+	Machine    machine           `json:"machine"`
+	Notes      []string          `json:"notes,omitempty"` // how the systems were run
+	Params     map[string]string `json:"params"`
+	Repeats    int               `json:"repeats"`
+	Systems    []string          `json:"systems"`
+	Workloads  []string          `json:"workloads"`
+	Runs       []svcRun          `json:"runs"`
+	Durability []durabilityRun   `json:"durability,omitempty"`
+	Summary    []svcSummary      `json:"summary"`
+}
+
+// summarize fills Summary from Runs.
+func (rep *svcReport) summarize() {
+	rep.Summary = nil
+	for _, wl := range rep.Workloads {
+		s := svcSummary{Workload: wl, ThroughputRatio: nan(), CPURatio: nan()}
+		for _, sys := range rep.Systems {
+			s.Systems = append(s.Systems, rep.summarizeSystem(sys, wl))
+		}
+		if len(s.Systems) >= 2 {
+			a, b := s.Systems[0], s.Systems[1]
+			s.ThroughputRatio = num(ratio(float64(a.EntitiesPerSec), float64(b.EntitiesPerSec)))
+			for i := range a.PerRepeat {
+				x, y := math.NaN(), math.NaN()
+				if i < len(b.PerRepeat) {
+					x, y = float64(a.PerRepeat[i]), float64(b.PerRepeat[i])
+				}
+				s.PerRepeatRatio = append(s.PerRepeatRatio, num(ratio(x, y)))
+			}
+			s.CPURatio = num(ratio(float64(b.CPUPer1000), float64(a.CPUPer1000)))
+		}
+		rep.Summary = append(rep.Summary, s)
+	}
+}
+
+func (rep *svcReport) summarizeSystem(sys, wl string) svcSystem {
+	out := svcSystem{System: sys}
+	var eps, ops, p50, p95, p99, cpu, rss []float64
+	out.PerRepeat = make([]num, rep.Repeats)
+	for i := range out.PerRepeat {
+		out.PerRepeat[i] = nan()
+	}
+	for _, r := range rep.Runs {
+		if r.System != sys || r.Workload != wl {
+			continue
+		}
+		out.Errors += r.Errors
+		if r.Error != "" || r.Seconds <= 0 {
+			continue
+		}
+		out.Runs++
+		e := float64(r.Entities) / r.Seconds
+		if r.Repeat < len(out.PerRepeat) {
+			out.PerRepeat[r.Repeat] = num(e)
+		}
+		eps = append(eps, e)
+		ops = append(ops, float64(r.Ops)/r.Seconds)
+		p50, p95, p99 = append(p50, float64(r.P50)), append(p95, float64(r.P95)), append(p99, float64(r.P99))
+		cpu = append(cpu, ratio(r.CPUSeconds*1000, float64(r.Entities)/1000))
+		rss = append(rss, float64(r.PeakRSS))
+	}
+	out.EntitiesPerSec, out.OpsPerSec = num(median(eps)), num(median(ops))
+	out.P50, out.P95, out.P99 = num(median(p50)), num(median(p95)), num(median(p99))
+	out.CPUPer1000, out.PeakRSS = num(median(cpu)), num(median(rss))
+	return out
+}
+
+// charts are the report's figures.
+func (rep *svcReport) charts() map[string]barChart {
+	series := rep.Systems
+	val := func(f func(svcSystem) num) [][]float64 {
+		out := make([][]float64, len(rep.Summary))
+		for i, s := range rep.Summary {
+			for _, sys := range s.Systems {
+				out[i] = append(out[i], float64(f(sys)))
+			}
+		}
+		return out
+	}
+	var cats []string
+	for _, s := range rep.Summary {
+		cats = append(cats, s.Workload)
+	}
+	charts := map[string]barChart{
+		"throughput.svg": {Title: rep.Suite + ": entities per second (median)", Unit: "entities/s (log)", Log: true,
+			Series: series, Category: cats, Values: val(func(s svcSystem) num { return s.EntitiesPerSec })},
+		"cpu.svg": {Title: rep.Suite + ": CPU ms per 1,000 entities (median, lower is better)", Unit: "CPU ms / 1,000 entities (log)", Log: true,
+			Series: series, Category: cats, Values: val(func(s svcSystem) num { return s.CPUPer1000 })},
+	}
+	// Latency: p50, p95 and p99 of each system as the series.
+	var latSeries []string
+	for _, sys := range series {
+		latSeries = append(latSeries, sys+" p50", sys+" p95", sys+" p99")
+	}
+	lat := make([][]float64, len(rep.Summary))
+	for i, s := range rep.Summary {
+		for _, sys := range s.Systems {
+			lat[i] = append(lat[i], float64(sys.P50), float64(sys.P95), float64(sys.P99))
+		}
+	}
+	charts["latency.svg"] = barChart{Title: rep.Suite + ": latency percentiles of single operations (median)", Unit: "ms (log)", Log: true,
+		Series: latSeries, Category: cats, Values: lat}
+	return charts
+}
+
+// markdown renders the report. Charts are referenced by file name, so
+// the report and its SVGs sit in one folder.
+func (rep *svcReport) markdown(chartPrefix string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Suite %s\n\n", rep.Suite)
+	fmt.Fprintf(&b, "- Command: `%s`\n", rep.Command)
+	fmt.Fprintf(&b, "- Started %s, %s in total; %d repeats, systems interleaved (%s)\n",
+		rep.Started.UTC().Format("2006-01-02 15:04 UTC"), time.Duration(rep.Elapsed*float64(time.Second)).Round(time.Second), rep.Repeats, strings.Join(rep.Systems, ", "))
+	fmt.Fprintf(&b, "- Machine: %s\n", rep.Machine.describe())
+	var keys []string
+	for k := range rep.Params {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var ps []string
+	for _, k := range keys {
+		ps = append(ps, k+"="+rep.Params[k])
+	}
+	fmt.Fprintf(&b, "- Parameters: %s\n", strings.Join(ps, ", "))
+	for _, n := range rep.Notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	a, bsys := "first", "second"
+	if len(rep.Systems) >= 2 {
+		a, bsys = rep.Systems[0], rep.Systems[1]
+	}
+	fmt.Fprintf(&b, "\n### Throughput and latency (medians over repeats)\n\n")
+	fmt.Fprintf(&b, "| workload | system | entities/s | ops/s | p50 ms | p95 ms | p99 ms | CPU ms / 1k entities | peak RSS MiB | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range rep.Summary {
+		for _, sys := range s.Systems {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", s.Workload, sys.System,
+				fmtOps(float64(sys.EntitiesPerSec)), fmtOps(float64(sys.OpsPerSec)), fmtFloat(float64(sys.P50), 3),
+				fmtFloat(float64(sys.P95), 3), fmtFloat(float64(sys.P99), 3), fmtFloat(float64(sys.CPUPer1000), 1),
+				fmtFloat(float64(sys.PeakRSS)/(1<<20), 0), sys.Errors)
+		}
+	}
+	fmt.Fprintf(&b, "\n### Ratios, %s against %s\n\n", a, bsys)
+	fmt.Fprintf(&b, "| workload | entities/s %s÷%s | per repeat | CPU per entity %s÷%s (× less CPU) |\n|---|---:|---|---:|\n", a, bsys, bsys, a)
+	for _, s := range rep.Summary {
+		fmt.Fprintf(&b, "| %s | **%s** | %s | **%s** |\n", s.Workload, fmtRatio(s.ThroughputRatio), fmtRatios(s.PerRepeatRatio), fmtRatio(s.CPURatio))
+	}
+	if len(rep.Durability) > 0 {
+		fmt.Fprintf(&b, "\n### Durability: acknowledged single inserts, then kill -9 and restart\n\n| system | acknowledged | survived | lost |\n|---|---:|---:|---:|\n")
+		for _, d := range rep.Durability {
+			if d.Error != "" {
+				fmt.Fprintf(&b, "| %s | — | — | failed: %s |\n", d.System, d.Error)
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", d.System, d.Acknowledged, d.Survived, d.Acknowledged-d.Survived)
+		}
+	}
+	var failed []string
+	for _, r := range rep.Runs {
+		if r.Error != "" {
+			failed = append(failed, fmt.Sprintf("%s/%s repeat %d: %s", r.System, r.Workload, r.Repeat, r.Error))
+		}
+	}
+	if len(failed) > 0 {
+		fmt.Fprintf(&b, "\n### Failed runs\n\n- %s\n", strings.Join(failed, "\n- "))
+	}
+	fmt.Fprintf(&b, "\n![throughput](%sthroughput.svg)\n\n![latency](%slatency.svg)\n\n![CPU per entity](%scpu.svg)\n", chartPrefix, chartPrefix, chartPrefix)
+	return b.String()
+}
+
+// write saves the report into out/<suite>/: report.md, <suite>.json and
+// the charts; resultsPath, if set, gets a copy of report.md whose chart
+// links point into the run folder.
+func (rep *svcReport) write(out, resultsPath string) (string, error) {
+	dir := filepath.Join(out, rep.Suite)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, rep.Suite+".json"), data, 0o644); err != nil {
+		return "", err
+	}
+	for name, c := range rep.charts() {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(c.svg()), 0o644); err != nil {
+			return "", err
+		}
+	}
+	md := "# Benchmark report\n\n" + rep.markdown("")
+	path := filepath.Join(dir, "report.md")
+	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+		return "", err
+	}
+	if resultsPath != "" {
+		rel, err := filepath.Rel(filepath.Dir(resultsPath), dir)
+		if err != nil {
+			rel = dir
+		}
+		if err := os.WriteFile(resultsPath, []byte("# Benchmark report\n\n"+rep.markdown(rel+"/")), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return path, nil
+}

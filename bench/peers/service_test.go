@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"encoding/xml"
+	"flag"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func TestPercentile(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	for _, c := range []struct{ p, want float64 }{{50, 5}, {90, 9}, {95, 10}, {99, 10}, {10, 1}, {100, 10}, {1, 1}} {
+		if got := percentile(xs, c.p); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if !math.IsNaN(percentile(nil, 50)) {
+		t.Error("percentile of nothing is not NaN")
+	}
+	if got := percentile([]float64{7}, 99); got != 7 {
+		t.Errorf("p99 of one value = %v", got)
+	}
+}
+
+// fixedReport is a report with known runs: two systems, two workloads,
+// two repeats, one failed run and a durability test.
+func fixedReport() *svcReport {
+	rep := &svcReport{Suite: "rest", Command: "go -C bench/peers run . rest -repeats 2", Started: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC),
+		Elapsed: 125, Machine: machine{CPU: "Test CPU", Cores: 2, MemTotal: 24 << 30, Kernel: "6.1", GoVersion: "go1.26", DataFS: "ext4"},
+		Params: map[string]string{"conns": "16", "dur": "3s"}, Repeats: 2, Systems: []string{"tabula", "azurite"}, Workloads: []string{"insert", "get"},
+		Notes: []string{"a note"}}
+	add := func(sys, wl string, rep0 int, ents int64, secs, cpu float64, errs int64, failure string) {
+		rep.Runs = append(rep.Runs, svcRun{System: sys, Workload: wl, Repeat: rep0, Ops: ents, Entities: ents, Errors: errs, Seconds: secs,
+			P50: 1, P95: 2, P99: 4, CPUSeconds: cpu, PeakRSS: 100 << 20, Error: failure})
+	}
+	add("tabula", "insert", 0, 30000, 3, 3, 0, "")
+	add("azurite", "insert", 0, 3000, 3, 3, 0, "")
+	add("tabula", "insert", 1, 36000, 3, 3.6, 0, "")
+	add("azurite", "insert", 1, 3000, 3, 3, 2, "")
+	add("tabula", "get", 0, 90000, 3, 1.8, 0, "")
+	add("azurite", "get", 0, 0, 0, 0, 1, "connection refused")
+	add("tabula", "get", 1, 90000, 3, 1.8, 0, "")
+	add("azurite", "get", 1, 4500, 3, 4.5, 0, "")
+	rep.Durability = []durabilityRun{{System: "tabula", Acknowledged: 100, Survived: 100}, {System: "azurite", Acknowledged: 100, Survived: 40}}
+	rep.summarize()
+	return rep
+}
+
+func TestServiceSummary(t *testing.T) {
+	rep := fixedReport()
+	ins := rep.Summary[0]
+	if ins.Systems[0].EntitiesPerSec != 11000 || ins.Systems[1].EntitiesPerSec != 1000 || ins.ThroughputRatio != 11 {
+		t.Fatalf("insert summary: %+v", ins)
+	}
+	// CPU per 1,000 entities: tabula 100 ms both repeats; azurite 1,000 ms.
+	if ins.Systems[0].CPUPer1000 != 100 || ins.Systems[1].CPUPer1000 != 1000 || ins.CPURatio != 10 {
+		t.Fatalf("insert CPU: %v %v %v", ins.Systems[0].CPUPer1000, ins.Systems[1].CPUPer1000, ins.CPURatio)
+	}
+	if ins.Systems[1].Errors != 2 {
+		t.Fatalf("errors not counted: %d", ins.Systems[1].Errors)
+	}
+	get := rep.Summary[1]
+	if get.Systems[1].Runs != 1 || !math.IsNaN(float64(get.PerRepeatRatio[0])) || get.PerRepeatRatio[1] != 20 {
+		t.Fatalf("a failed repeat must drop out: %+v", get)
+	}
+}
+
+// TestServiceReportGolden renders a fixed report and compares it with
+// testdata/service_report.golden.md (go test -update rewrites it).
+func TestServiceReportGolden(t *testing.T) {
+	got := fixedReport().markdown("")
+	path := filepath.Join("testdata", "service_report.golden.md")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Fatalf("report differs from %s (go test -update to accept):\n%s", path, got)
+	}
+}
+
+// wellFormedSVG parses a document to its end and checks its root.
+func wellFormedSVG(t *testing.T, name, doc string) {
+	t.Helper()
+	d := xml.NewDecoder(strings.NewReader(doc))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s is not well-formed XML: %v", name, err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+			if se.Name.Space != "http://www.w3.org/2000/svg" {
+				t.Fatalf("%s: root namespace %q", name, se.Name.Space)
+			}
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("%s: root element %q", name, root)
+	}
+}
+
+func TestChartsAreWellFormedSVG(t *testing.T) {
+	charts := fixedReport().charts()
+	if len(charts) != 3 {
+		t.Fatalf("%d charts", len(charts))
+	}
+	for name, c := range charts {
+		doc := c.svg()
+		wellFormedSVG(t, name, doc)
+		if !strings.Contains(doc, "<rect") || !strings.Contains(doc, "tabula") {
+			t.Errorf("%s has no bars or no legend", name)
+		}
+	}
+	// Hostile labels are escaped, empty and linear charts render.
+	wellFormedSVG(t, "escaped", barChart{Title: `<&"'>`, Series: []string{"a<b"}, Category: []string{"x&y"}, Values: [][]float64{{1}}}.svg())
+	wellFormedSVG(t, "empty", barChart{Title: "none"}.svg())
+	wellFormedSVG(t, "nan", barChart{Series: []string{"a"}, Category: []string{"x"}, Values: [][]float64{{math.NaN()}}, Log: true}.svg())
+}
+
+// TestTableSuiteSmoke runs the table suite with tiny sizes through the
+// command and checks the report it writes.
+func TestTableSuiteSmoke(t *testing.T) {
+	out := t.TempDir()
+	if err := run([]string{"table", "-repeats", "1", "-dur", "200ms", "-data-n", "500", "-workers", "4", "-out", out}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	checkSuiteOutput(t, filepath.Join(out, "table"), "table", []string{"table", "lsm"})
+}
+
+// TestRESTSuiteSmoke runs the REST suite with tiny sizes: Tabula always,
+// Azurite where Node.js is present (installing it into a cache folder).
+func TestRESTSuiteSmoke(t *testing.T) {
+	systems := "tabula,azurite"
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Log("Node.js not found: the smoke run compares Tabula with nothing (CI installs Node.js)")
+		systems = "tabula"
+	}
+	out := t.TempDir()
+	var log bytes.Buffer
+	args := []string{"rest", "-systems", systems, "-repeats", "1", "-dur", "200ms", "-data-n", "200", "-scan-n", "500",
+		"-durability-n", "50", "-conns", "4", "-out", out}
+	if err := run(args, io.Discard, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	checkSuiteOutput(t, filepath.Join(out, "rest"), "rest", strings.Split(systems, ","))
+	md, _ := os.ReadFile(filepath.Join(out, "rest", "report.md"))
+	if !strings.Contains(string(md), "| tabula | 50 | 50 | 0 |") {
+		t.Errorf("Tabula lost acknowledged inserts in the durability test:\n%s", md)
+	}
+}
+
+func checkSuiteOutput(t *testing.T, dir, suite string, systems []string) {
+	t.Helper()
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sys := range systems {
+		if !strings.Contains(string(md), "| "+sys+" |") {
+			t.Errorf("report.md has no row for %s", sys)
+		}
+	}
+	if strings.Contains(string(md), "Failed runs") {
+		t.Errorf("runs failed:\n%s", md)
+	}
+	for _, name := range []string{suite + ".json", "throughput.svg", "latency.svg", "cpu.svg"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(name, ".svg") {
+			wellFormedSVG(t, name, string(data))
+		}
+	}
+}

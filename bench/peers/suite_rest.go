@@ -1,0 +1,376 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// restFlags are the REST suite's settings.
+type restFlags struct {
+	common
+	systems, workloads string
+	conns              int
+	dur                time.Duration
+	ops                int
+	dataN, scanN       int
+	durabilityN        int
+	cache              string
+	results            string
+}
+
+func (f *restFlags) register(fs *flag.FlagSet) {
+	f.common.register(fs)
+	fs.StringVar(&f.systems, "systems", "tabula,azurite", "servers to compare, in the order each repeat runs them; ratios are the first against the second")
+	fs.StringVar(&f.workloads, "workloads", strings.Join(restWorkloadNames(), ","), "workloads to run")
+	fs.IntVar(&f.conns, "conns", 16, "keep-alive connections (concurrent clients)")
+	fs.DurationVar(&f.dur, "dur", 3*time.Second, "duration of each measured phase")
+	fs.IntVar(&f.ops, "ops", 0, "operations per phase (0: until -dur)")
+	fs.IntVar(&f.dataN, "data-n", 10_000, "entities read and updated by get, update, mixed and partquery (in partitions of 100)")
+	fs.IntVar(&f.scanN, "scan-n", 100_000, "entities the cross-partition filtered scan reads")
+	fs.IntVar(&f.durabilityN, "durability-n", 2000, "acknowledged inserts before the kill -9 of the durability test (0: no test)")
+	fs.StringVar(&f.cache, "cache", defaultCache(), "folder for the azurite npm install and the tabula build")
+	fs.StringVar(&f.results, "results", "", "also write the report to this file, e.g. ../RESULTS-rest.md")
+}
+
+func defaultCache() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "tabula-bench")
+	}
+	return filepath.Join(os.TempDir(), "tabula-bench")
+}
+
+// restWorkload is one REST workload: setup-free once the server holds the
+// shared data set.
+type restWorkload struct {
+	name string
+	op   func(rc *restCtx) loadOp
+}
+
+// restCtx is what the workloads of one server instance share.
+type restCtx struct {
+	c            *tableClient
+	dataN, scanN int
+	seq          atomic.Int64 // unique keys across workloads
+}
+
+func restWorkloads() []restWorkload {
+	insertInto := func(table string, pk func(rc *restCtx, w, i int, n int64) string) func(rc *restCtx) loadOp {
+		return func(rc *restCtx) loadOp {
+			return func(w, i int) (int, bool, error) {
+				n := rc.seq.Add(1)
+				r, err := rc.c.do("POST", "/"+table, "application/json", benchEntityJSON(pk(rc, w, i, n), fmt.Sprintf("r%09d", n), int(n)), "Prefer", "return-no-content")
+				return 1, err == nil && r.ok(), err
+			}
+		}
+	}
+	randomData := func(rc *restCtx, w, i int) (string, string) {
+		k := int(rand.Uint64N(uint64(rc.dataN)))
+		return fmt.Sprintf("p%04d", k/100), fmt.Sprintf("r%03d", k%100)
+	}
+	get := func(rc *restCtx, w, i int) (int, bool, error) {
+		pk, rk := randomData(rc, w, i)
+		r, err := rc.c.do("GET", entityPath("data", pk, rk), "", nil)
+		return 1, err == nil && r.ok(), err
+	}
+	update := func(rc *restCtx, w, i int) (int, bool, error) {
+		pk, rk := randomData(rc, w, i)
+		r, err := rc.c.do("PUT", entityPath("data", pk, rk), "application/json", benchEntityJSON(pk, rk, i), "If-Match", "*")
+		return 1, err == nil && r.ok(), err
+	}
+	return []restWorkload{
+		{"insert", insertInto("ins", func(rc *restCtx, w, i int, n int64) string { return fmt.Sprintf("w%02d", w) })},
+		{"get", func(rc *restCtx) loadOp { return func(w, i int) (int, bool, error) { return get(rc, w, i) } }},
+		{"update", func(rc *restCtx) loadOp { return func(w, i int) (int, bool, error) { return update(rc, w, i) } }},
+		{"mixed", func(rc *restCtx) loadOp {
+			return func(w, i int) (int, bool, error) {
+				if i%2 == 0 {
+					return get(rc, w, i)
+				}
+				return update(rc, w, i)
+			}
+		}},
+		{"partquery", func(rc *restCtx) loadOp {
+			return func(w, i int) (int, bool, error) {
+				pk := fmt.Sprintf("p%04d", rand.IntN(max(rc.dataN/100, 1)))
+				return rc.walk("data", "PartitionKey eq '"+pk+"'")
+			}
+		}},
+		{"scan", func(rc *restCtx) loadOp {
+			return func(w, i int) (int, bool, error) {
+				_, ok, err := rc.walk("scan", "Tag eq 'tag5' and Count ge 0")
+				return rc.scanN, ok, err // every entity was read to apply the filter
+			}
+		}},
+		{"batch100", func(rc *restCtx) loadOp {
+			return func(w, i int) (int, bool, error) {
+				n := rc.seq.Add(1)
+				rks := make([]string, 100)
+				for j := range rks {
+					rks[j] = fmt.Sprintf("r%03d", j)
+				}
+				ct, body := batchBody(rc.c.endpoint, "batch", fmt.Sprintf("b%09d", n), rks, int(n))
+				r, err := rc.c.do("POST", "/$batch", ct, body)
+				return 100, err == nil && r.ok(), err
+			}
+		}},
+		{"hotpartition", insertInto("hot", func(rc *restCtx, w, i int, n int64) string { return "hot" })},
+		{"append-pk", insertInto("appendpk", func(rc *restCtx, w, i int, n int64) string { return fmt.Sprintf("%015d", time.Now().UnixNano()) })},
+		{"scattered-pk", insertInto("scattered", func(rc *restCtx, w, i int, n int64) string {
+			h := fnv.New64a()
+			fmt.Fprint(h, n)
+			return strconv.FormatUint(h.Sum64(), 36)
+		})},
+	}
+}
+
+func restWorkloadNames() []string {
+	var out []string
+	for _, w := range restWorkloads() {
+		out = append(out, w.name)
+	}
+	return out
+}
+
+// walk runs a query to its end, page by page, and counts the entities.
+func (rc *restCtx) walk(table, filter string) (int, bool, error) {
+	count := 0
+	next := ""
+	for {
+		path := "/" + table + "()?$filter=" + url.QueryEscape(filter) + next
+		r, err := rc.c.do("GET", path, "", nil)
+		if err != nil || !r.ok() {
+			return count, false, err
+		}
+		var feed struct{ Value []json.RawMessage }
+		if err := json.Unmarshal(r.body, &feed); err != nil {
+			return count, false, err
+		}
+		count += len(feed.Value)
+		pk := r.header.Get("x-ms-continuation-NextPartitionKey")
+		if pk == "" {
+			return count, true, nil
+		}
+		next = "&NextPartitionKey=" + url.QueryEscape(pk) + "&NextRowKey=" + url.QueryEscape(r.header.Get("x-ms-continuation-NextRowKey"))
+	}
+}
+
+// setup creates the tables and loads the shared data set with batches.
+func (rc *restCtx) setup(conns int) error {
+	for _, t := range []string{"ins", "data", "scan", "batch", "hot", "appendpk", "scattered", "durable"} {
+		if r, err := rc.c.do("POST", "/Tables", "application/json", fmt.Appendf(nil, `{"TableName":%q}`, t), "Prefer", "return-no-content"); err != nil || !r.ok() {
+			return fmt.Errorf("create table %s: %v %d %s", t, err, r.status, r.body)
+		}
+	}
+	load := func(table string, n, perPartition int) error {
+		parts := (n + perPartition - 1) / perPartition
+		batches := 0
+		for p := range parts {
+			batches += (min(perPartition, n-p*perPartition) + 99) / 100
+		}
+		res := drive(conns, 0, batches, func(w, i int) (int, bool, error) {
+			// Batch i: partition i / (perPartition/100), its hundred.
+			per := (perPartition + 99) / 100
+			p, h := i/per, i%per
+			var rks []string
+			for j := h * 100; j < min((h+1)*100, perPartition, n-p*perPartition); j++ {
+				rks = append(rks, fmt.Sprintf("r%03d", j))
+			}
+			ct, body := batchBody(rc.c.endpoint, table, fmt.Sprintf("p%04d", p), rks, p*perPartition+h*100)
+			r, err := rc.c.do("POST", "/$batch", ct, body)
+			return len(rks), err == nil && r.ok(), err
+		})
+		if res.errors > 0 || res.entities != int64(n) {
+			return fmt.Errorf("loading %s: %d of %d entities, %d errors (%v)", table, res.entities, n, res.errors, res.firstErr)
+		}
+		return nil
+	}
+	if err := load("data", rc.dataN, 100); err != nil {
+		return err
+	}
+	return load("scan", rc.scanN, 1000)
+}
+
+// runRESTSuite is the rest subcommand.
+func runRESTSuite(args []string, log io.Writer) error {
+	var f restFlags
+	fs := flag.NewFlagSet("rest", flag.ContinueOnError)
+	fs.SetOutput(log)
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	env, err := f.setup(log)
+	if err != nil {
+		return err
+	}
+	rep := &svcReport{Suite: "rest", Command: commandLine("rest", args), Started: time.Now(), Repeats: f.repeats,
+		Machine: describeMachine(env.run.tmpRoot), Systems: splitList(f.systems), Workloads: splitList(f.workloads),
+		Params: map[string]string{"conns": strconv.Itoa(f.conns), "dur": f.dur.String(), "ops": strconv.Itoa(f.ops),
+			"data-n": strconv.Itoa(f.dataN), "scan-n": strconv.Itoa(f.scanN), "durability-n": strconv.Itoa(f.durabilityN)}}
+	kinds := map[string]serverKind{}
+	for _, sys := range rep.Systems {
+		switch sys {
+		case "tabula":
+			bin, err := buildTabula(env.repo, f.cache)
+			if err != nil {
+				return err
+			}
+			kinds[sys] = tabulaKind(bin)
+			rep.Notes = append(rep.Notes, "tabula: `tabula serve` built from this checkout, synced writes (every acknowledged write is on disk)")
+		case "azurite":
+			entry, err := installAzurite(filepath.Join(f.cache, "azurite"), log)
+			if err != nil {
+				return err
+			}
+			kinds[sys] = azuriteKind(entry)
+			rep.Notes = append(rep.Notes, "azurite: npm package `azurite`, table service, `--disableTelemetry --skipApiVersionCheck --silent`, LokiJS persistence in a temporary `--location`")
+		default:
+			return fmt.Errorf("unknown system %q: want tabula or azurite", sys)
+		}
+	}
+	byName := map[string]restWorkload{}
+	for _, w := range restWorkloads() {
+		byName[w.name] = w
+	}
+	for _, w := range rep.Workloads {
+		if _, ok := byName[w]; !ok {
+			return fmt.Errorf("unknown workload %q", w)
+		}
+	}
+	prog := newProgress(f.repeats * len(rep.Systems))
+	for r := range f.repeats {
+		for _, sys := range rep.Systems {
+			prog.start(fmt.Sprintf("repeat %d, %s", r+1, sys))
+			runs, err := runRESTRepeat(kinds[sys], env.run.tmpRoot, r, &f, rep.Workloads, byName)
+			prog.finish()
+			if err != nil {
+				return fmt.Errorf("%s repeat %d: %w", sys, r, err)
+			}
+			rep.Runs = append(rep.Runs, runs...)
+		}
+	}
+	if f.durabilityN > 0 {
+		for _, sys := range rep.Systems {
+			rep.Durability = append(rep.Durability, durability(kinds[sys], env.run.tmpRoot, f.durabilityN, f.conns))
+		}
+	}
+	rep.Elapsed = time.Since(rep.Started).Seconds()
+	rep.summarize()
+	path, err := rep.write(env.out, f.results)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "rest suite: %s\n", path)
+	return nil
+}
+
+func (f *restFlags) check() error {
+	if f.conns < 1 || f.dataN < 100 || f.scanN < 1 {
+		return errors.New("-conns must be positive, -data-n at least 100, -scan-n positive")
+	}
+	return f.common.check()
+}
+
+// runRESTRepeat starts one server on a fresh directory, loads the data set
+// and measures each workload.
+func runRESTRepeat(kind serverKind, tmp string, repeat int, f *restFlags, workloads []string, byName map[string]restWorkload) ([]svcRun, error) {
+	dir, err := os.MkdirTemp(tmp, "rest-"+kind.name+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(kind, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	rc := &restCtx{c: newTableClient(srv.endpoint, f.conns), dataN: f.dataN, scanN: f.scanN}
+	if err := rc.setup(f.conns); err != nil {
+		return nil, err
+	}
+	var runs []svcRun
+	for _, name := range workloads {
+		cpu0, err := srv.cpuSeconds()
+		if err != nil {
+			return nil, err
+		}
+		workers := f.conns
+		if name == "scan" {
+			workers = 1 // one client walking the table, as an analytics job would
+		}
+		res := drive(workers, f.dur, f.ops, byName[name].op(rc))
+		cpu1, _ := srv.cpuSeconds()
+		run := svcRun{System: kind.name, Workload: name, Repeat: repeat, Ops: res.ops, Entities: res.entities,
+			Errors: res.errors, Seconds: res.seconds, P50: num(res.p50), P95: num(res.p95), P99: num(res.p99),
+			CPUSeconds: cpu1 - cpu0, PeakRSS: srv.peakRSS()}
+		if res.firstErr != nil {
+			run.Error = res.firstErr.Error()
+		}
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+// durability acknowledges n single inserts, kills the server with
+// SIGKILL right after the last acknowledgement, restarts it on the same
+// data and counts what survived.
+func durability(kind serverKind, tmp string, n, conns int) durabilityRun {
+	out := durabilityRun{System: kind.name}
+	dir, err := os.MkdirTemp(tmp, "durability-"+kind.name+"-")
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(kind, dir)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	c := newTableClient(srv.endpoint, conns)
+	if r, err := c.do("POST", "/Tables", "application/json", []byte(`{"TableName":"durable"}`)); err != nil || !r.ok() {
+		srv.kill()
+		out.Error = fmt.Sprintf("create table: %v %d", err, r.status)
+		return out
+	}
+	acked := make([]atomic.Bool, n)
+	drive(conns, 0, n, func(w, i int) (int, bool, error) {
+		r, err := c.do("POST", "/durable", "application/json", benchEntityJSON("p", fmt.Sprintf("r%07d", i), i), "Prefer", "return-no-content")
+		ok := err == nil && r.ok()
+		acked[i].Store(ok)
+		return 1, ok, err
+	})
+	srv.kill()
+	srv, err = startServer(kind, dir)
+	if err != nil {
+		out.Error = "restart: " + err.Error()
+		return out
+	}
+	defer srv.stop()
+	c = newTableClient(srv.endpoint, conns)
+	for i := range acked {
+		if !acked[i].Load() {
+			continue
+		}
+		out.Acknowledged++
+		if r, err := c.do("GET", entityPath("durable", "p", fmt.Sprintf("r%07d", i)), "", nil); err == nil && r.ok() {
+			out.Survived++
+		}
+	}
+	return out
+}
