@@ -192,3 +192,15 @@ func checkSuiteOutput(t *testing.T, dir, suite string, systems []string) {
 		}
 	}
 }
+
+func TestEngineChartIsWellFormedSVG(t *testing.T) {
+	rep := &engineReport{Engines: []string{"tabula", "pebble"}, Summary: []workloadSummary{
+		{Workload: "fillseq", Engines: []engineSummary{{Engine: "tabula", OpsPerSec: 1e5}, {Engine: "pebble", OpsPerSec: 2e5}}},
+		{Workload: "scan", Engines: []engineSummary{{Engine: "tabula", OpsPerSec: num(math.NaN())}}},
+	}}
+	doc := rep.throughputChart().svg()
+	wellFormedSVG(t, "engine-throughput.svg", doc)
+	if strings.Count(doc, "<rect x=") < 3 { // background, two bars
+		t.Fatalf("chart has too few bars:\n%s", doc)
+	}
+}

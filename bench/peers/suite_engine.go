@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,7 +185,10 @@ func (rep *engineReport) write(out, resultsPath string) error {
 	if err := os.WriteFile(filepath.Join(out, "engine.json"), js, 0o644); err != nil {
 		return err
 	}
-	md := rep.header() + "\n" + rep.markdown()
+	if err := os.WriteFile(filepath.Join(out, "engine-throughput.svg"), []byte(rep.throughputChart().svg()), 0o644); err != nil {
+		return err
+	}
+	md := rep.header() + "\n" + rep.markdown() + "\n![engine throughput](engine-throughput.svg)\n"
 	if err := os.WriteFile(filepath.Join(out, "engine.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
@@ -193,6 +197,24 @@ func (rep *engineReport) write(out, resultsPath string) error {
 		return os.WriteFile(resultsPath, []byte(rep.resultsDoc()), 0o644)
 	}
 	return nil
+}
+
+// throughputChart is the engines' median ops/s per workload.
+func (rep *engineReport) throughputChart() barChart {
+	c := barChart{Title: "engine: operations per second (median)", Unit: "ops/s (log)", Log: true, Series: rep.Engines}
+	for _, w := range rep.Summary {
+		c.Category = append(c.Category, w.Workload)
+		var row []float64
+		for _, eng := range rep.Engines {
+			v := math.NaN()
+			if es := w.engine(eng); es != nil {
+				v = float64(es.OpsPerSec)
+			}
+			row = append(row, v)
+		}
+		c.Values = append(c.Values, row)
+	}
+	return c
 }
 
 // profileRuns makes the CPU profiles -profile asks for: one extra run of
