@@ -86,16 +86,12 @@ func requestPath(r *http.Request) string {
 }
 
 // compParam returns the decoded value of the comp query parameter, the only
-// parameter the Table service's canonicalized resource keeps.
+// parameter the Table service's canonicalized resource keeps. The name is
+// matched exactly, as the SDKs sign it and the router reads it.
 func compParam(r *http.Request) (string, bool) {
 	q, _ := url.ParseQuery(r.URL.RawQuery) // best effort: a bad escape elsewhere must not hide comp
 	if v, ok := q["comp"]; ok && len(v) > 0 {
 		return v[0], true
-	}
-	for k, v := range q {
-		if strings.EqualFold(k, "comp") && len(v) > 0 {
-			return v[0], true
-		}
 	}
 	return "", false
 }
