@@ -5,9 +5,9 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
-	"github.com/tabuladb/tabula/server/auth"
 	"github.com/tabuladb/tabula/server/batch"
 	"github.com/tabuladb/tabula/server/storagexml"
 )
@@ -73,9 +73,8 @@ func describe(err error) (status int, code, message string, ok bool) {
 	var (
 		ae *apiError
 		oe *odata.Error
-		ue *auth.Error
+		se *svcerr.Error // auth and storagexml refusals
 		be *batch.Error
-		xe *storagexml.Error
 		me *http.MaxBytesError
 	)
 	switch {
@@ -83,12 +82,10 @@ func describe(err error) (status int, code, message string, ok bool) {
 		return errBodyTooLarge.status, errBodyTooLarge.code, errBodyTooLarge.message, true
 	case errors.As(err, &ae):
 		return ae.status, ae.code, ae.message, true
-	case errors.As(err, &ue):
-		return ue.Status, ue.Code, ue.Message, true
+	case errors.As(err, &se):
+		return se.Status, se.Code, se.Message, true
 	case errors.As(err, &be):
 		return be.Status, be.Code, be.Message, true
-	case errors.As(err, &xe):
-		return xe.Status, xe.Code, xe.Message, true
 	case errors.As(err, &oe):
 		return partition.HTTPStatus(oe.Code), oe.Code, oe.Message, true
 	case errors.Is(err, context.DeadlineExceeded):
@@ -112,9 +109,9 @@ func (rq *request) fail(err error) {
 		// The client is gone: nobody reads the answer.
 		rq.s.log.Debug("request cancelled", "request_id", rq.id, "err", err)
 	}
-	var ue *auth.Error
-	if errors.As(err, &ue) && ue.Detail != "" {
-		rq.s.log.Debug("request refused", "request_id", rq.id, "code", ue.Code, "detail", ue.Detail)
+	var se *svcerr.Error
+	if errors.As(err, &se) && se.Detail != "" {
+		rq.s.log.Debug("request refused", "request_id", rq.id, "code", se.Code, "detail", se.Detail)
 	}
 	h := rq.w.Header()
 	h.Set("x-ms-error-code", code)

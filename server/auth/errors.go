@@ -3,24 +3,14 @@ package auth
 import (
 	"errors"
 	"net/http"
+
+	"github.com/tabuladb/tabula/internal/svcerr"
 )
 
 // Error is a refusal, carrying what the service answers: the HTTP status,
 // the storage error code and its message. Detail explains the refusal (the
 // service's AuthenticationErrorDetail); it never holds key material.
-type Error struct {
-	Status  int
-	Code    string
-	Message string
-	Detail  string
-}
-
-func (e *Error) Error() string {
-	if e.Detail != "" {
-		return e.Code + ": " + e.Message + " (" + e.Detail + ")"
-	}
-	return e.Code + ": " + e.Message
-}
+type Error = svcerr.Error
 
 // The error codes this package returns.
 const (

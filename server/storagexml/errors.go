@@ -7,23 +7,13 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/tabuladb/tabula/internal/svcerr"
 )
 
 // Error is a refusal carrying the service's HTTP status and error code.
 // Detail says what is wrong in the document (the service's "Reason").
-type Error struct {
-	Status  int
-	Code    string
-	Message string
-	Detail  string
-}
-
-func (e *Error) Error() string {
-	if e.Detail != "" {
-		return e.Code + ": " + e.Message + " (" + e.Detail + ")"
-	}
-	return e.Code + ": " + e.Message
-}
+type Error = svcerr.Error
 
 // Error codes this package returns.
 const (
