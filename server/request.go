@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,6 +70,8 @@ func (rq *request) reply(status int, contentType string, body []byte) {
 	h := rq.w.Header()
 	if body != nil {
 		h.Set("Content-Type", contentType)
+		// A known length spares the client chunked decoding.
+		h.Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	rq.writeHeader(status)
 	if body != nil && rq.r.Method != http.MethodHead {
