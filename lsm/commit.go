@@ -202,8 +202,7 @@ func (db *DB) makeRoomForWrite(b *Batch) error {
 			continue
 		}
 		var stallStart time.Time
-		for len(db.mem.queue) >= db.opts.MemTableStopWritesThreshold ||
-			len(db.versions.current.levels[0]) >= db.opts.L0StopWritesThreshold {
+		for len(db.mem.queue) >= db.opts.MemTableStopWritesThreshold || db.l0StallLocked() {
 			if stallStart.IsZero() {
 				stallStart = time.Now()
 				db.metrics.stallCount.Add(1)
@@ -226,11 +225,23 @@ func (db *DB) makeRoomForWrite(b *Batch) error {
 	}
 }
 
+// l0StallLocked reports whether L0 holds too many tables for writes to go
+// on. Without background compactions only Compact shrinks L0, and it
+// needs the commit lock a stalled writer holds, so writes never stall on
+// L0 then: the caller shapes the tree.
+func (db *DB) l0StallLocked() bool {
+	return !db.opts.DisableBackgroundCompactions &&
+		len(db.versions.current.levels[0]) >= db.opts.L0StopWritesThreshold
+}
+
 func (db *DB) writeErrLocked() error {
 	if db.closed.Load() {
 		return ErrClosed
 	}
-	return db.bgErr
+	if db.bgErr != nil {
+		return fmt.Errorf("%w: %w", ErrStopped, db.bgErr)
+	}
+	return nil
 }
 
 // rotateMemTable queues the mutable memtable for flush and starts a new one

@@ -197,6 +197,17 @@ func foundValue(v []byte, kind base.Kind) ([]byte, error) {
 	return slices.Clone(v), nil
 }
 
+// Err returns the error that stopped writes, or nil while the DB takes
+// them: a failed WAL write or sync, flush or compaction. It is sticky;
+// every later write, Flush and Compact fails with it, while reads keep
+// working. Reopening the DB (once the disk is healthy) recovers every
+// acknowledged write.
+func (db *DB) Err() error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.bgErr
+}
+
 // Set writes value under key.
 func (db *DB) Set(key, value []byte, wo *WriteOptions) error {
 	b := Batch{}

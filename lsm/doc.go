@@ -15,6 +15,15 @@
 // reference counts) and see exactly the writes at or below their sequence
 // number: the latest published one, or a Snapshot's.
 //
+// Storage failures stop writes. When a WAL write or sync, a flush or a
+// compaction fails, the call that hit it returns the error, and every later
+// write, Flush and Compact fails with an error wrapping ErrStopped and that
+// cause (DB.Err returns it), so no write is acknowledged that the failed
+// disk could lose. Reads and Close keep working, and reopening the DB once
+// the disk is healthy recovers every acknowledged write. The tests check
+// this with the fault-injecting and crash-cloning filesystems of package
+// vfs.
+//
 //	db, err := lsm.Open("data", nil)
 //	if err != nil { ... }
 //	defer db.Close()

@@ -38,8 +38,11 @@ func (db *DB) Flush() error {
 	db.commit.mu.Unlock()
 	defer db.mu.Unlock()
 	for target != nil && slices.Contains(db.mem.queue, target) {
-		if err := db.writeErrLocked(); err != nil {
-			return err
+		if db.closed.Load() {
+			return ErrClosed
+		}
+		if db.bgErr != nil {
+			return db.bgErr // this flush's failure, or one it waited behind
 		}
 		signal(db.flushSignal)
 		db.cond.Wait()

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
+	"path/filepath"
 	"slices"
 
 	"github.com/tabuladb/tabula/internal/base"
 	"github.com/tabuladb/tabula/memtable"
 	"github.com/tabuladb/tabula/sstable"
+	"github.com/tabuladb/tabula/vfs"
 	"github.com/tabuladb/tabula/wal"
 )
 
@@ -28,7 +31,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	db.cond.L = &db.mu
 	db.commit.pubCond.L = &db.commit.pubMu
-	if err := db.fs.MkdirAll(dir, 0o700); err != nil {
+	if err := mkdirAllDurable(db.fs, dir); err != nil {
 		return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
 	}
 	lock, err := db.fs.Lock(makeFilename(dir, fileTypeLock, 0))
@@ -53,6 +56,40 @@ func Open(dir string, opts *Options) (*DB, error) {
 	go db.cleanLoop()
 	signal(db.compactSignal)
 	return db, nil
+}
+
+// mkdirAllDurable creates dir and its missing parents and syncs the parent
+// of each directory it creates: a new directory's name, like a new file's,
+// survives a crash only once its parent is synced, and with it would go
+// every file of a newly created DB.
+func mkdirAllDurable(fs vfs.FS, dir string) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		f, err := fs.OpenDir(d)
+		if err == nil {
+			f.Close()
+			break
+		}
+		if !errors.Is(err, iofs.ErrNotExist) {
+			break // let MkdirAll report it, if it is a problem
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fs.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := vfs.SyncDir(fs, filepath.Dir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recover loads the manifest, replays the WAL segments it does not cover
@@ -269,17 +306,23 @@ func (db *DB) deleteObsoleteTables() {
 }
 
 // Close waits for in-flight writes, stops background work, and closes the
-// DB. Writes not yet flushed stay in the WAL and are recovered by the next
-// Open. Iterators and snapshots should be closed first.
+// DB. Writes stalled waiting for a flush or compaction fail with
+// ErrClosed. Writes not yet flushed stay in the WAL and are recovered by
+// the next Open. Iterators and snapshots should be closed first.
 func (db *DB) Close() error {
-	db.commit.mu.Lock()
+	// Refuse new work first, and wake stalled writers: they hold the commit
+	// lock taken next.
 	db.mu.Lock()
 	if db.closed.Load() {
 		db.mu.Unlock()
-		db.commit.mu.Unlock()
 		return ErrClosed
 	}
 	db.closed.Store(true)
+	db.cond.Broadcast()
+	db.mu.Unlock()
+
+	db.commit.mu.Lock()
+	db.mu.Lock()
 	close(db.closing)
 	db.cond.Broadcast()
 	db.mu.Unlock()

@@ -71,7 +71,9 @@ type Options struct {
 	// FS is the filesystem the DB writes through. Default: the OS.
 	FS vfs.FS
 	// DisableBackgroundCompactions stops automatic compactions (flushes
-	// still run). Compact still works. For tests that need a fixed shape.
+	// still run). Compact still works. Writes then never stall on
+	// L0StopWritesThreshold, as nothing automatic would end the stall. For
+	// tests that need a fixed shape.
 	DisableBackgroundCompactions bool
 }
 

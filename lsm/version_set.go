@@ -36,12 +36,20 @@ type versionSet struct {
 	manifestNum  uint64
 	manifestFile vfs.File
 	manifest     *wal.Writer
+	// maxManifestSize is the size past which the next edit starts a new
+	// manifest: the constant, except in tests that start one at every edit.
+	maxManifestSize int64
+	// err is sticky: once an edit may have reached the disk without being
+	// installed, the state on disk is unknown, and logging another edit
+	// (perhaps to a manifest CURRENT no longer names, or one deleting
+	// tables the durable state still needs) could lose data.
+	err error
 
 	onObsolete func([]*fileMetadata)
 }
 
 func newVersionSet(dir string, opts *Options, onObsolete func([]*fileMetadata)) *versionSet {
-	vs := &versionSet{dir: dir, fs: opts.FS, opts: opts, onObsolete: onObsolete, nextFileNum: 1}
+	vs := &versionSet{dir: dir, fs: opts.FS, opts: opts, onObsolete: onObsolete, nextFileNum: 1, maxManifestSize: maxManifestSize}
 	vs.current = &version{onObsolete: onObsolete}
 	vs.current.refs.Store(1)
 	return vs
@@ -143,16 +151,26 @@ var errEditUncertain = errors.New("the manifest edit may be durable")
 // logAndApply records e in the manifest (synced) and makes the version it
 // produces current. lastSeq is the DB's last sequence number.
 func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
+	if vs.err != nil {
+		return vs.err
+	}
 	nv, err := vs.current.applyEdit(e)
 	if err != nil {
 		return err
 	}
-	if vs.manifest == nil || vs.manifest.Size() > maxManifestSize {
-		// The new manifest's snapshot already contains e's effect.
+	if vs.manifest == nil || vs.manifest.Size() > vs.maxManifestSize {
+		// The new manifest's snapshot already contains e's effect. If it
+		// fails, the counters must not keep it: a later snapshot would
+		// record e's log number without e's tables, skipping at recovery
+		// a WAL whose memtable was never flushed.
+		savedLogNum, savedLastSeq := vs.logNum, vs.lastSeq
 		vs.applyCounters(e)
 		if err := vs.createManifest(nv, lastSeq); err != nil {
-			if !errors.Is(err, errEditUncertain) {
-				nv.unref() // else kept, as below
+			if errors.Is(err, errEditUncertain) {
+				vs.err = err // nv kept, as below
+			} else {
+				vs.logNum, vs.lastSeq = savedLogNum, savedLastSeq
+				nv.unref()
 			}
 			return err
 		}
@@ -167,7 +185,8 @@ func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
 			// nv stays referenced on purpose: releasing it would queue the
 			// tables e adds for deletion, and the edit may be durable. The
 			// DB takes no more writes after this; Open sorts it out.
-			return fmt.Errorf("write manifest %06d: %w: %w", vs.manifestNum, errEditUncertain, err)
+			vs.err = fmt.Errorf("write manifest %06d: %w: %w", vs.manifestNum, errEditUncertain, err)
+			return vs.err
 		}
 		vs.applyCounters(e)
 	}

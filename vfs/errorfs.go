@@ -1,5 +1,18 @@
 package vfs
 
+// ErrorFS: a filesystem that fails on command.
+//
+// Storage fails in ways a test on a healthy disk never sees: a write
+// returns EIO, a full disk returns ENOSPC after writing part of a buffer,
+// an fsync reports that data already handed over was lost, a rename or a
+// directory sync fails half-way through an atomic switch. ErrorFS wraps any
+// FS and injects such failures where a test asks for them: on one kind of
+// operation, on files whose path contains a pattern (".log", ".sst",
+// "MANIFEST"), on the Nth matching call or with a probability drawn from a
+// seeded source, once (a transient error) or on every later call (a dead
+// disk). It counts and logs what it injected, so a test can tell a fault
+// that fired and was survived from one that never fired.
+
 import (
 	"fmt"
 	"io"
@@ -15,14 +28,20 @@ type Op uint8
 
 // The operations of FS and File that faults can be injected into.
 const (
-	OpCreate  Op = iota + 1 // FS.Create
-	OpOpen                  // FS.Open
-	OpRemove                // FS.Remove
-	OpRename                // FS.Rename (matched on the new name)
-	OpWrite                 // File.Write
-	OpRead                  // File.Read and ReadAt
-	OpSync                  // File.Sync of a file
-	OpSyncDir               // File.Sync of a directory
+	OpCreate   Op = iota + 1 // FS.Create
+	OpOpen                   // FS.Open
+	OpRemove                 // FS.Remove
+	OpRename                 // FS.Rename (matched on the new name)
+	OpWrite                  // File.Write
+	OpRead                   // File.Read and ReadAt
+	OpSync                   // File.Sync of a file
+	OpSyncDir                // File.Sync of a directory
+	OpOpenDir                // FS.OpenDir
+	OpList                   // FS.List
+	OpStat                   // FS.Stat and File.Stat
+	OpMkdirAll               // FS.MkdirAll
+	OpLock                   // FS.Lock
+	OpClose                  // File.Close (the file is closed all the same)
 )
 
 func (o Op) String() string {
@@ -43,6 +62,18 @@ func (o Op) String() string {
 		return "sync"
 	case OpSyncDir:
 		return "syncdir"
+	case OpOpenDir:
+		return "opendir"
+	case OpList:
+		return "list"
+	case OpStat:
+		return "stat"
+	case OpMkdirAll:
+		return "mkdirall"
+	case OpLock:
+		return "lock"
+	case OpClose:
+		return "close"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
@@ -52,9 +83,11 @@ func (o Op) String() string {
 type Fault struct {
 	Op Op
 	// Match selects the files by a substring of their path ("" = any):
-	// ".log" for WAL segments, ".sst", "MANIFEST", "CURRENT".
+	// ".log" for WAL segments, ".sst", "MANIFEST", "CURRENT". Directory
+	// operations match on the directory's path.
 	Match string
-	// After lets that many matching calls succeed before the fault fires.
+	// After lets that many matching calls succeed before the fault fires:
+	// After: n-1 fails the nth.
 	After int
 	// Probability, when positive, fires the fault on each matching call
 	// (past After) with that probability instead of on the first one.
@@ -62,7 +95,8 @@ type Fault struct {
 	// Err is the error returned; nil means EIO.
 	Err error
 	// Short makes a failing write write the first half of its buffer
-	// before failing, as a full disk does.
+	// before failing, as a full disk does. (The error is still returned:
+	// a short write without one is what io.Writer forbids.)
 	Short bool
 	// Sticky keeps the fault firing on every later matching call; by
 	// default it fires once and disarms, like a transient error.
@@ -173,6 +207,9 @@ func (e *ErrorFS) Open(name string) (File, error) {
 
 // OpenDir implements FS.
 func (e *ErrorFS) OpenDir(name string) (File, error) {
+	if err := e.fail(OpOpenDir, name); err != nil {
+		return nil, err
+	}
 	f, err := e.fs.OpenDir(name)
 	if err != nil {
 		return nil, err
@@ -197,16 +234,36 @@ func (e *ErrorFS) Rename(oldname, newname string) error {
 }
 
 // MkdirAll implements FS.
-func (e *ErrorFS) MkdirAll(dir string, perm os.FileMode) error { return e.fs.MkdirAll(dir, perm) }
+func (e *ErrorFS) MkdirAll(dir string, perm os.FileMode) error {
+	if err := e.fail(OpMkdirAll, dir); err != nil {
+		return err
+	}
+	return e.fs.MkdirAll(dir, perm)
+}
 
 // List implements FS.
-func (e *ErrorFS) List(dir string) ([]string, error) { return e.fs.List(dir) }
+func (e *ErrorFS) List(dir string) ([]string, error) {
+	if err := e.fail(OpList, dir); err != nil {
+		return nil, err
+	}
+	return e.fs.List(dir)
+}
 
 // Stat implements FS.
-func (e *ErrorFS) Stat(name string) (os.FileInfo, error) { return e.fs.Stat(name) }
+func (e *ErrorFS) Stat(name string) (os.FileInfo, error) {
+	if err := e.fail(OpStat, name); err != nil {
+		return nil, err
+	}
+	return e.fs.Stat(name)
+}
 
 // Lock implements FS.
-func (e *ErrorFS) Lock(name string) (io.Closer, error) { return e.fs.Lock(name) }
+func (e *ErrorFS) Lock(name string) (io.Closer, error) {
+	if err := e.fail(OpLock, name); err != nil {
+		return nil, err
+	}
+	return e.fs.Lock(name)
+}
 
 type errorFile struct {
 	File
@@ -249,4 +306,19 @@ func (f *errorFile) Sync() error {
 		return err
 	}
 	return f.File.Sync()
+}
+
+func (f *errorFile) Stat() (os.FileInfo, error) {
+	if err := f.fs.fail(OpStat, f.name); err != nil {
+		return nil, err
+	}
+	return f.File.Stat()
+}
+
+func (f *errorFile) Close() error {
+	err := f.File.Close()
+	if ferr := f.fs.fail(OpClose, f.name); ferr != nil && err == nil {
+		err = ferr
+	}
+	return err
 }

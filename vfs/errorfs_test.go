@@ -3,7 +3,6 @@ package vfs
 import (
 	"errors"
 	"io"
-	"math/rand/v2"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,56 +70,94 @@ func TestErrorFSProbability(t *testing.T) {
 	}
 }
 
-func TestCrashClone(t *testing.T) {
-	m := NewMem()
-	m.MkdirAll("/d", 0o700)
-	write := func(name, data string, sync bool) File {
-		f, err := m.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Write([]byte(data))
-		if sync {
-			f.Sync()
-		}
-		return f
+// TestErrorFSEveryOp fires a fault on the nth call of each operation and
+// checks that the calls before it and the one after it go through.
+func TestErrorFSEveryOp(t *testing.T) {
+	calls := map[Op]func(e *ErrorFS) error{
+		OpCreate:   func(e *ErrorFS) error { _, err := e.Create("/d/f"); return err },
+		OpOpen:     func(e *ErrorFS) error { _, err := e.Open("/d/f"); return err },
+		OpOpenDir:  func(e *ErrorFS) error { _, err := e.OpenDir("/d"); return err },
+		OpRemove:   func(e *ErrorFS) error { e.Create("/d/g"); return e.Remove("/d/g") },
+		OpRename:   func(e *ErrorFS) error { e.Create("/d/g"); return e.Rename("/d/g", "/d/h") },
+		OpMkdirAll: func(e *ErrorFS) error { return e.MkdirAll("/d/sub", 0o700) },
+		OpList:     func(e *ErrorFS) error { _, err := e.List("/d"); return err },
+		OpStat:     func(e *ErrorFS) error { _, err := e.Stat("/d/f"); return err },
+		OpLock: func(e *ErrorFS) error {
+			l, err := e.Lock("/d/LOCK")
+			if err == nil {
+				l.Close()
+			}
+			return err
+		},
+		OpWrite: func(e *ErrorFS) error { f, _ := e.Create("/d/w"); _, err := f.Write([]byte("x")); return err },
+		OpRead: func(e *ErrorFS) error {
+			f, _ := e.Open("/d/f")
+			_, err := f.ReadAt(make([]byte, 1), 0)
+			return err
+		},
+		OpSync:    func(e *ErrorFS) error { f, _ := e.Create("/d/s"); return f.Sync() },
+		OpSyncDir: func(e *ErrorFS) error { return SyncDir(e, "/d") },
+		OpClose:   func(e *ErrorFS) error { f, _ := e.Open("/d/f"); return f.Close() },
 	}
-	synced := write("/d/synced", "durable", true)
-	synced.Write([]byte("-tail"))
-	write("/d/unsynced", "lost", false)
-	if err := SyncDir(m, "/d"); err != nil {
-		t.Fatal(err)
+	for op, call := range calls {
+		t.Run(op.String(), func(t *testing.T) {
+			mem := NewMem()
+			mem.MkdirAll("/d", 0o700)
+			f, _ := mem.Create("/d/f")
+			f.Write([]byte("data"))
+			e := NewErrorFS(mem, 1)
+			e.Inject(Fault{Op: op, After: 2, Err: syscall.ENOSPC})
+			for i := range 4 {
+				err := call(e)
+				if fail := i == 2; fail != errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("call %d: %v (want a fault only on the third)", i+1, err)
+				}
+			}
+			if n, log := e.Injected(); n != 1 || !strings.HasPrefix(log[0], op.String()+" ") {
+				t.Fatalf("injected %d: %v", n, log)
+			}
+		})
 	}
-	write("/d/new", "no dir sync", true)
-	m.Rename("/d/synced", "/d/renamed")
+}
 
-	c := m.CrashClone(nil)
-	names, _ := c.List("/d")
-	if len(names) != 2 || names[0] != "synced" || names[1] != "unsynced" {
-		t.Fatalf("after a crash the directory holds %v, want [synced unsynced]", names)
+// TestErrorFSMatch fires faults only on the files they name, and a sticky
+// fault on every later call.
+func TestErrorFSMatch(t *testing.T) {
+	e := NewErrorFS(NewMem(), 1)
+	e.Inject(Fault{Op: OpCreate, Match: "MANIFEST", Sticky: true})
+	if _, err := e.Create("/000001.log"); err != nil {
+		t.Fatalf("a fault on MANIFEST hit a WAL: %v", err)
 	}
-	read := func(fs FS, name string) string {
-		f, err := fs.Open(name)
-		if err != nil {
-			t.Fatal(err)
+	for range 3 {
+		if _, err := e.Create("/MANIFEST-000002"); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("sticky fault: %v", err)
 		}
-		data, _ := io.ReadAll(f)
-		return string(data)
 	}
-	if got := read(c, "/d/synced"); got != "durable" {
-		t.Fatalf("synced file holds %q after a crash", got)
+	if _, err := e.Open("/MANIFEST-000002"); err == nil {
+		t.Fatal("a failed Create created the file")
 	}
-	if got := read(c, "/d/unsynced"); got != "" {
-		t.Fatalf("unsynced file holds %q after a crash", got)
+}
+
+// TestErrorFSProbabilityIsSeeded: the same seed fails the same calls.
+func TestErrorFSProbabilityIsSeeded(t *testing.T) {
+	pattern := func(seed uint64) string {
+		e := NewErrorFS(NewMem(), seed)
+		e.Inject(Fault{Op: OpSync, Probability: 0.3, Sticky: true})
+		f, _ := e.Create("/x")
+		var b strings.Builder
+		for range 64 {
+			if f.Sync() != nil {
+				b.WriteByte('x')
+			} else {
+				b.WriteByte('.')
+			}
+		}
+		return b.String()
 	}
-	SyncDir(m, "/d")
-	c = m.CrashClone(rand.New(rand.NewPCG(1, 2)))
-	names, _ = c.List("/d")
-	if len(names) != 3 || names[0] != "new" || names[1] != "renamed" {
-		t.Fatalf("after a directory sync: %v", names)
+	if a, b := pattern(3), pattern(3); a != b {
+		t.Fatalf("seed 3 gave %s then %s", a, b)
 	}
-	// The synced part survives, and of the unsynced tail a prefix.
-	if got := read(c, "/d/renamed"); !strings.HasPrefix(got, "durable") || !strings.HasPrefix("durable-tail", got) {
-		t.Fatalf("renamed file holds %q", got)
+	if pattern(3) == pattern(4) {
+		t.Fatal("seeds 3 and 4 failed the same calls")
 	}
 }

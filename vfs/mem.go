@@ -1,12 +1,10 @@
 package vfs
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,20 +16,29 @@ import (
 // Paths are cleaned with filepath.Clean; directories exist once MkdirAll
 // named them.
 //
-// It also keeps what a power loss would leave (see CrashClone): a file's
-// data as of its last Sync, and each directory's entries as of its last
-// sync through OpenDir, as a POSIX filesystem promises and no more.
+// It also keeps what a power loss would leave (see CrashClone in
+// crashclone.go): a file's data as of its last Sync, and each directory's
+// entries as of its last sync through OpenDir, as a POSIX filesystem
+// promises and no more.
 func NewMem() *MemFS {
-	return &MemFS{files: map[string]*memFile{}, durable: map[string]*memFile{}, dirs: map[string]bool{"/": true, ".": true}}
+	return &MemFS{
+		files:       map[string]*memFile{},
+		durable:     map[string]*memFile{},
+		dirs:        map[string]bool{"/": true, ".": true},
+		durableDirs: map[string]bool{"/": true, ".": true},
+	}
 }
 
 // MemFS is the in-memory filesystem NewMem returns.
 type MemFS struct {
-	mu      sync.Mutex
-	files   map[string]*memFile
-	durable map[string]*memFile // the entries as of their directory's last sync
-	dirs    map[string]bool
-	locks   map[string]bool
+	mu    sync.Mutex
+	files map[string]*memFile
+	dirs  map[string]bool
+	locks map[string]bool
+	// durable and durableDirs are the files and directories whose names a
+	// crash would keep: those present at their parent's last sync.
+	durable     map[string]*memFile
+	durableDirs map[string]bool
 }
 
 // memFile is a file's content, shared by every handle open on it.
@@ -39,53 +46,6 @@ type memFile struct {
 	mu     sync.RWMutex
 	data   []byte
 	synced int // the length of data as of the last Sync
-}
-
-// CrashClone returns the filesystem a power loss at this moment would
-// leave: only directory entries made durable by a directory sync, each
-// file holding only the data it had at its last Sync. When rng is not
-// nil, each file also keeps a random prefix of its unsynced tail, as a
-// disk that wrote part of it before power failed.
-func (m *MemFS) CrashClone(rng *rand.Rand) *MemFS {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := NewMem()
-	for d := range m.dirs {
-		out.dirs[d] = true
-	}
-	clones := map[*memFile]*memFile{}
-	for name, f := range m.durable {
-		c, ok := clones[f]
-		if !ok {
-			f.mu.RLock()
-			n := f.synced
-			if rng != nil && len(f.data) > n {
-				n += rng.IntN(len(f.data) - n + 1)
-			}
-			c = &memFile{data: bytes.Clone(f.data[:n]), synced: n}
-			f.mu.RUnlock()
-			clones[f] = c
-		}
-		out.files[name] = c
-		out.durable[name] = c
-	}
-	return out
-}
-
-// syncDir makes the entries of dir durable.
-func (m *MemFS) syncDir(dir string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for name := range m.durable {
-		if filepath.Dir(name) == dir {
-			delete(m.durable, name)
-		}
-	}
-	for name, f := range m.files {
-		if filepath.Dir(name) == dir {
-			m.durable[name] = f
-		}
-	}
 }
 
 // memHandle is an open file: a position for Read, and the content.
