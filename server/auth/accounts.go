@@ -1,10 +1,13 @@
 package auth
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // The emulator's well-known development account, which Azure SDK connection
@@ -28,6 +31,16 @@ type Accounts struct {
 type account struct {
 	name string
 	keys [][]byte // decoded key1[, key2]
+	// macs holds, per key, HMAC-SHA256 states keyed with
+	// it: keying one costs two hash blocks and several allocations, paid
+	// once per state rather than once per request.
+	macs []*sync.Pool
+}
+
+// addKey adds a decoded key.
+func (a *account) addKey(key []byte) {
+	a.keys = append(a.keys, key)
+	a.macs = append(a.macs, &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }})
 }
 
 // DefaultAccounts returns the emulator's default: devstoreaccount1 with its
@@ -69,7 +82,7 @@ func ParseAccounts(spec string) (*Accounts, error) {
 			if err != nil || len(key) == 0 {
 				return nil, fmt.Errorf("auth: account %q: key%d is not valid non-empty base64", name, k+1)
 			}
-			acct.keys = append(acct.keys, key)
+			acct.addKey(key)
 		}
 		a.byName[name] = acct
 	}
