@@ -14,6 +14,10 @@ import (
 // has grown past this.
 const maxPageBytes = 8 << 20
 
+// pooledPageCap is the largest page buffer Server.pages keeps: pages of
+// large entities are left to the GC rather than pinned.
+const pooledPageCap = 1 << 20
+
 // errPageFull stops a page that reached maxPageBytes.
 var errPageFull = errors.New("server: page full")
 
@@ -40,8 +44,17 @@ func (s *Server) queryEntities(rq *request) error {
 		return err
 	}
 
-	var body bytes.Buffer
-	feed := rq.encoder(m, sel).NewEntityFeed(&body)
+	body, _ := s.pages.Get().(*bytes.Buffer)
+	if body == nil {
+		body = new(bytes.Buffer)
+	}
+	defer func() {
+		if body.Cap() <= pooledPageCap {
+			body.Reset()
+			s.pages.Put(body)
+		}
+	}()
+	feed := rq.encoder(m, sel).NewEntityFeed(body)
 	var next, stop partition.Continuation
 	if empty {
 		// $top=0 is a valid query with no entities; the table must still exist.

@@ -85,6 +85,10 @@ type Server struct {
 	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
 	propertiesWrite sync.Mutex                              // serializes Set Table Service Properties
 	httpServer      *http.Server
+	// pages recycles the buffers query pages are built in (*bytes.Buffer):
+	// a page of a hundred entities is tens of kilobytes, and growing a
+	// fresh buffer to that size was most of a page's allocation.
+	pages sync.Pool
 }
 
 // New returns a server for store. A nil opts means defaults. The server
