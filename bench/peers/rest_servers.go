@@ -41,9 +41,10 @@ type server struct {
 }
 
 // tabulaKind runs the tabula binary built from the repository.
-func tabulaKind(binary string) serverKind {
+func tabulaKind(binary string, extra []string) serverKind {
 	return serverKind{name: "tabula", start: func(port int, dir string) (*exec.Cmd, error) {
-		cmd := exec.Command(binary, "serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data", dir, "--log-level", "error")
+		args := append([]string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data", dir, "--log-level", "error"}, extra...)
+		cmd := exec.Command(binary, args...)
 		cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS=")
 		return cmd, nil
 	}}

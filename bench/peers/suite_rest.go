@@ -28,6 +28,7 @@ type restFlags struct {
 	durabilityN        int
 	cache              string
 	results            string
+	tabulaArgs         string
 }
 
 func (f *restFlags) register(fs *flag.FlagSet) {
@@ -42,6 +43,7 @@ func (f *restFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.durabilityN, "durability-n", 2000, "acknowledged inserts before the kill -9 of the durability test (0: no test)")
 	fs.StringVar(&f.cache, "cache", defaultCache(), "folder for the azurite npm install and the tabula build")
 	fs.StringVar(&f.results, "results", "", "also write the report to this file, e.g. ../RESULTS-rest.md")
+	fs.StringVar(&f.tabulaArgs, "tabula-args", "", "extra arguments for `tabula serve`, space-separated, e.g. \"--pprof 127.0.0.1:6060\" to profile it under load")
 }
 
 func defaultCache() string {
@@ -230,7 +232,7 @@ func runRESTSuite(args []string, log io.Writer) error {
 			if err != nil {
 				return err
 			}
-			kinds[sys] = tabulaKind(bin)
+			kinds[sys] = tabulaKind(bin, strings.Fields(f.tabulaArgs))
 			rep.Notes = append(rep.Notes, "tabula: `tabula serve` built from this checkout, synced writes (every acknowledged write is on disk)")
 		case "azurite":
 			entry, err := installAzurite(filepath.Join(f.cache, "azurite"), log)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,6 +34,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	accountsSpec := fs.String("accounts", os.Getenv("AZURITE_ACCOUNTS"),
 		`accounts and keys, "name1:key1[:key2];name2:key1" (default $AZURITE_ACCOUNTS, else devstoreaccount1)`)
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	pprofAddr := fs.String("pprof", "", "also serve Go's net/http/pprof profiles on this address, e.g. 127.0.0.1:6060 (off by default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -68,6 +70,19 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	srv := server.New(store, &server.Options{Accounts: accounts, Logger: log})
+
+	if *pprofAddr != "" {
+		pln, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			ln.Close()
+			store.Close()
+			fmt.Fprintf(stderr, "tabula serve: --pprof: %v\n", err)
+			return 1
+		}
+		defer pln.Close()
+		go http.Serve(pln, profileHandler())
+		log.Info("serving profiles", "endpoint", "http://"+pln.Addr().String()+"/debug/pprof/")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -108,4 +123,16 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("stopped; the store is closed")
 	return code
+}
+
+// profileHandler serves net/http/pprof on a mux of its own, so profiles are
+// never reachable through the Table service's address.
+func profileHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

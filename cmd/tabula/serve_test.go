@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,5 +214,39 @@ func TestServeCustomAccountsNeverPrintTheKey(t *testing.T) {
 	}
 	if strings.Contains(p.stderr.String(), key) {
 		t.Fatalf("the account key appears in the log: %s", p.stderr)
+	}
+}
+
+// TestServeProfiles checks that --pprof serves profiles on its own address
+// and that the Table service's address does not.
+func TestServeProfiles(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pprofAddr := ln.Addr().String()
+	ln.Close()
+	p := startServe(t, "--addr", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "data"), "--pprof", pprofAddr)
+
+	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "--pprof") {
+		t.Fatalf("pprof cmdline: %d %q", resp.StatusCode, body)
+	}
+
+	endpoint := p.connStr[strings.Index(p.connStr, "TableEndpoint=")+len("TableEndpoint="):]
+	endpoint = strings.TrimSuffix(strings.TrimSuffix(endpoint, ";"), "/devstoreaccount1")
+	resp, err = http.Get(endpoint + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK || strings.Contains(string(body), "--pprof") {
+		t.Fatalf("the table endpoint served a profile: %d %q", resp.StatusCode, body)
 	}
 }
