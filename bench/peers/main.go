@@ -61,6 +61,8 @@ func run(args []string, stdout, log io.Writer) error {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "child":
 		return childMain(rest, stdout)
+	case "floor-server":
+		return runFloorServer(rest, log)
 	case "all":
 		return runAll(rest, log)
 	case "help", "-h", "-help", "--help":

@@ -221,6 +221,7 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 	for _, s := range rep.Summary {
 		fmt.Fprintf(&b, "| %s | **%s** | %s | **%s** |\n", s.Workload, fmtRatio(s.ThroughputRatio), fmtRatios(s.PerRepeatRatio), fmtRatio(s.CPURatio))
 	}
+	rep.writeFloorTable(&b)
 	if len(rep.Durability) > 0 {
 		fmt.Fprintf(&b, "\n### Durability: acknowledged single inserts, then kill -9 and restart\n\n| system | acknowledged | survived | lost |\n|---|---:|---:|---:|\n")
 		for _, d := range rep.Durability {
@@ -242,6 +243,45 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 	}
 	fmt.Fprintf(&b, "\n![throughput](%sthroughput.svg)\n\n![latency](%slatency.svg)\n\n![CPU per entity](%scpu.svg)\n", chartPrefix, chartPrefix, chartPrefix)
 	return b.String()
+}
+
+// floorSystem is the REST suite's bare net/http server (floor_server.go).
+const floorSystem = "floor"
+
+// writeFloorTable compares every system's server CPU per entity with the
+// floor's, when the floor ran: a system's multiple of the floor is what its
+// own work costs over the transport's, and another system's multiple is
+// the most "× less CPU" any server on this transport could show against it.
+func (rep *svcReport) writeFloorTable(b *strings.Builder) {
+	floor := slices.Index(rep.Systems, floorSystem)
+	if floor < 0 || len(rep.Systems) < 2 {
+		return
+	}
+	var others []string
+	for _, sys := range rep.Systems {
+		if sys != floorSystem {
+			others = append(others, sys)
+		}
+	}
+	fmt.Fprintf(b, "\n### Server CPU per entity against the floor (a bare net/http server: the transport's own cost)\n\n")
+	fmt.Fprintf(b, "| workload | floor CPU ms / 1k entities |")
+	for _, sys := range others {
+		fmt.Fprintf(b, " %s ÷ floor |", sys)
+	}
+	fmt.Fprintf(b, "\n|---|---:|%s\n", strings.Repeat("---:|", len(others)))
+	for _, s := range rep.Summary {
+		f := s.Systems[floor]
+		if f.Runs == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %s |", s.Workload, fmtFloat(float64(f.CPUPer1000), 1))
+		for _, sys := range s.Systems {
+			if sys.System != floorSystem {
+				fmt.Fprintf(b, " **%s** |", fmtRatio(num(ratio(float64(sys.CPUPer1000), float64(f.CPUPer1000)))))
+			}
+		}
+		b.WriteString("\n")
+	}
 }
 
 // write saves the report into out/<suite>/: report.md, <suite>.json and

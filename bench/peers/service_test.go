@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestPercentile(t *testing.T) {
 func fixedReport() *svcReport {
 	rep := &svcReport{Suite: "rest", Command: "go -C bench/peers run . rest -repeats 2", Started: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC),
 		Elapsed: 125, Machine: machine{CPU: "Test CPU", Cores: 2, MemTotal: 24 << 30, Kernel: "6.1", GoVersion: "go1.26", DataFS: "ext4"},
-		Params: map[string]string{"conns": "16", "dur": "3s"}, Repeats: 2, Systems: []string{"tabula", "azurite"}, Workloads: []string{"insert", "get"},
+		Params: map[string]string{"conns": "16", "dur": "3s"}, Repeats: 2, Systems: []string{"tabula", "azurite", "floor"}, Workloads: []string{"insert", "get"},
 		Notes: []string{"a note"}}
 	add := func(sys, wl string, rep0 int, ents int64, secs, cpu float64, errs int64, failure string) {
 		rep.Runs = append(rep.Runs, svcRun{System: sys, Workload: wl, Repeat: rep0, Ops: ents, Entities: ents, Errors: errs, Seconds: secs,
@@ -50,6 +51,8 @@ func fixedReport() *svcReport {
 	add("azurite", "get", 0, 0, 0, 0, 1, "connection refused")
 	add("tabula", "get", 1, 90000, 3, 1.8, 0, "")
 	add("azurite", "get", 1, 4500, 3, 4.5, 0, "")
+	add("floor", "insert", 0, 60000, 3, 3, 0, "") // 50 ms per 1,000; no get runs
+	add("floor", "insert", 1, 60000, 3, 3, 0, "")
 	rep.Durability = []durabilityRun{{System: "tabula", Acknowledged: 100, Survived: 100}, {System: "azurite", Acknowledged: 100, Survived: 40}}
 	rep.summarize()
 	return rep
@@ -146,13 +149,15 @@ func TestTableSuiteSmoke(t *testing.T) {
 	checkSuiteOutput(t, filepath.Join(out, "table"), "table", []string{"table", "lsm"})
 }
 
-// TestRESTSuiteSmoke runs the REST suite with tiny sizes: Tabula always,
-// Azurite where Node.js is present (installing it into a cache folder).
+// TestRESTSuiteSmoke runs the REST suite with tiny sizes: Tabula and the
+// floor always, Azurite where Node.js is present (installing it into a
+// cache folder).
 func TestRESTSuiteSmoke(t *testing.T) {
-	systems := "tabula,azurite"
+	t.Setenv("PEERS_TEST_AS_COMMAND", "1") // the floor server is this binary re-executed
+	systems := "tabula,azurite,floor"
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Log("Node.js not found: the smoke run compares Tabula with nothing (CI installs Node.js)")
-		systems = "tabula"
+		t.Log("Node.js not found: the smoke run compares Tabula with the floor only (CI installs Node.js)")
+		systems = "tabula,floor"
 	}
 	out := t.TempDir()
 	var log bytes.Buffer
@@ -165,6 +170,11 @@ func TestRESTSuiteSmoke(t *testing.T) {
 	md, _ := os.ReadFile(filepath.Join(out, "rest", "report.md"))
 	if !strings.Contains(string(md), "| tabula | 50 | 50 | 0 |") {
 		t.Errorf("Tabula lost acknowledged inserts in the durability test:\n%s", md)
+	}
+	// The floor answers every workload but the scan, without an error.
+	if !regexp.MustCompile(`\| get \| floor \| [0-9.]+k? \|.* \| 0 \|`).Match(md) ||
+		!regexp.MustCompile(`\| scan \| floor \| — \|`).Match(md) {
+		t.Errorf("floor rows:\n%s", md)
 	}
 }
 

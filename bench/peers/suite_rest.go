@@ -33,7 +33,7 @@ type restFlags struct {
 
 func (f *restFlags) register(fs *flag.FlagSet) {
 	f.common.register(fs)
-	fs.StringVar(&f.systems, "systems", "tabula,azurite", "servers to compare, in the order each repeat runs them; ratios are the first against the second")
+	fs.StringVar(&f.systems, "systems", "tabula,azurite,floor", "servers to compare, in the order each repeat runs them: tabula, azurite, floor (a bare net/http server: the transport's cost); ratios are the first against the second")
 	fs.StringVar(&f.workloads, "workloads", strings.Join(restWorkloadNames(), ","), "workloads to run")
 	fs.IntVar(&f.conns, "conns", 16, "keep-alive connections (concurrent clients)")
 	fs.DurationVar(&f.dur, "dur", 3*time.Second, "duration of each measured phase")
@@ -241,8 +241,11 @@ func runRESTSuite(args []string, log io.Writer) error {
 			}
 			kinds[sys] = azuriteKind(entry)
 			rep.Notes = append(rep.Notes, "azurite: npm package `azurite`, table service, `--disableTelemetry --skipApiVersionCheck --silent`, LokiJS persistence in a temporary `--location`")
+		case "floor":
+			kinds[sys] = floorKind(env.run.exe)
+			rep.Notes = append(rep.Notes, "floor: not a Table service: a bare Go net/http server answering with responses of Tabula's shape and size, without authentication, parsing or storage; the transport's own cost (no scan, no durability test)")
 		default:
-			return fmt.Errorf("unknown system %q: want tabula or azurite", sys)
+			return fmt.Errorf("unknown system %q: want tabula, azurite or floor", sys)
 		}
 	}
 	byName := map[string]restWorkload{}
@@ -268,6 +271,9 @@ func runRESTSuite(args []string, log io.Writer) error {
 	}
 	if f.durabilityN > 0 {
 		for _, sys := range rep.Systems {
+			if sys == "floor" {
+				continue // it stores nothing
+			}
 			rep.Durability = append(rep.Durability, durability(kinds[sys], env.run.tmpRoot, f.durabilityN, f.conns))
 		}
 	}
@@ -307,6 +313,9 @@ func runRESTRepeat(kind serverKind, tmp string, repeat int, f *restFlags, worklo
 	}
 	var runs []svcRun
 	for _, name := range workloads {
+		if kind.name == "floor" && !floorWorkloads[name] {
+			continue
+		}
 		cpu0, err := srv.cpuSeconds()
 		if err != nil {
 			return nil, err
