@@ -14,6 +14,7 @@ import (
 
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/server/auth"
+	"github.com/tabuladb/tabula/server/http1"
 	"github.com/tabuladb/tabula/server/storagexml"
 )
 
@@ -75,7 +76,8 @@ func (o *Options) withDefaults() Options {
 }
 
 // Server answers Table service requests for a store. It is an
-// http.Handler; Serve runs it on a listener with the configured timeouts.
+// http.Handler; Serve runs it on a listener with the configured timeouts,
+// over server/http1's leaner HTTP/1.1 transport.
 type Server struct {
 	store *partition.Store
 	opts  Options
@@ -84,7 +86,7 @@ type Server struct {
 	mu              sync.Mutex
 	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
 	propertiesWrite sync.Mutex                              // serializes Set Table Service Properties
-	httpServer      *http.Server
+	httpServer      *http1.Server
 	// pages recycles the buffers query pages are built in (*bytes.Buffer):
 	// a page of a hundred entities is tens of kilobytes, and growing a
 	// fresh buffer to that size was most of a page's allocation.
@@ -106,15 +108,15 @@ func New(store *partition.Store, opts *Options) *Server {
 // Serve accepts connections on ln until Shutdown, answering each request
 // with the server. It returns http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	hs := &http.Server{
+	hs := http1.New(http1.Options{
 		Handler:           s,
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
 		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      s.opts.WriteTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
+		Logger:            s.log,
+	})
 	s.mu.Lock()
 	if s.httpServer != nil {
 		s.mu.Unlock()
