@@ -8,19 +8,22 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+
+	"github.com/tabuladb/tabula/server/http1"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// The floor is not a Table service. It is the least a Go net/http server
-// must spend to take the REST suite's requests and send answers of the
-// same shape and size as Tabula's (status, headers, JSON bodies, a $batch
+// The floor is not a Table service. It is the least a Go server must
+// spend to take the REST suite's requests and send answers of the same
+// shape and size as Tabula's (status, headers, JSON bodies, a $batch
 // response with one part per operation), with no authentication, no
 // parsing and no storage. Run beside Tabula and Azurite, it shows how much
-// of a request's server CPU is the transport itself: a figure no Go server
-// of this protocol can go below on the machine, and so a yardstick for CPU
-// targets set against another system.
+// of a request's server CPU is the transport itself: a figure a server on
+// that transport cannot go below on the machine, and so a yardstick for
+// CPU targets set against another system. System "floor" runs on Tabula's
+// own transport (server/http1), "floor-nethttp" on net/http's server.
 //
 // It answers the workloads whose responses it can fake faithfully; the
 // filtered scan (whose pages depend on the data) is skipped, and it has no
@@ -32,18 +35,23 @@ var floorWorkloads = map[string]bool{
 	"batch100": true, "hotpartition": true, "append-pk": true, "scattered-pk": true,
 }
 
-// floorKind runs this binary's hidden floor-server subcommand.
-func floorKind(self string) serverKind {
-	return serverKind{name: "floor", start: func(port int, dir string) (*exec.Cmd, error) {
-		return exec.Command(self, "floor-server", "-addr", fmt.Sprintf("127.0.0.1:%d", port)), nil
+// floorKind runs this binary's hidden floor-server subcommand as system
+// name, on transport "http1" or "nethttp".
+func floorKind(self, name, transport string) serverKind {
+	return serverKind{name: name, start: func(port int, dir string) (*exec.Cmd, error) {
+		return exec.Command(self, "floor-server", "-addr", fmt.Sprintf("127.0.0.1:%d", port), "-transport", transport), nil
 	}}
 }
+
+// isFloor reports whether a system is one of the floors.
+func isFloor(system string) bool { return strings.HasPrefix(system, "floor") }
 
 // runFloorServer is the hidden floor-server subcommand.
 func runFloorServer(args []string, log io.Writer) error {
 	fs := flag.NewFlagSet("floor-server", flag.ContinueOnError)
 	fs.SetOutput(log)
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on")
+	transport := fs.String("transport", "http1", "http1 (Tabula's server/http1) or nethttp (net/http's Server)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,8 +59,15 @@ func runFloorServer(args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: newFloorHandler(), ReadHeaderTimeout: 10 * time.Second}
-	return hs.Serve(ln)
+	switch *transport {
+	case "http1":
+		return http1.New(http1.Options{Handler: newFloorHandler(), ReadHeaderTimeout: 10 * time.Second}).Serve(ln)
+	case "nethttp":
+		hs := &http.Server{Handler: newFloorHandler(), ReadHeaderTimeout: 10 * time.Second}
+		return hs.Serve(ln)
+	}
+	ln.Close()
+	return fmt.Errorf("floor-server: unknown transport %q", *transport)
 }
 
 // floorHandler holds the canned bodies, built once.

@@ -40,9 +40,10 @@ type server struct {
 	stderr   *strings.Builder
 }
 
-// tabulaKind runs the tabula binary built from the repository.
-func tabulaKind(binary string, extra []string) serverKind {
-	return serverKind{name: "tabula", start: func(port int, dir string) (*exec.Cmd, error) {
+// tabulaKind runs a tabula binary: the one built from the repository, or
+// a baseline.
+func tabulaKind(name, binary string, extra []string) serverKind {
+	return serverKind{name: name, start: func(port int, dir string) (*exec.Cmd, error) {
 		args := append([]string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data", dir, "--log-level", "error"}, extra...)
 		cmd := exec.Command(binary, args...)
 		cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS=")

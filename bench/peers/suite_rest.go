@@ -29,11 +29,13 @@ type restFlags struct {
 	cache              string
 	results            string
 	tabulaArgs         string
+	baseBin            string
 }
 
 func (f *restFlags) register(fs *flag.FlagSet) {
 	f.common.register(fs)
-	fs.StringVar(&f.systems, "systems", "tabula,azurite,floor", "servers to compare, in the order each repeat runs them: tabula, azurite, floor (a bare net/http server: the transport's cost); ratios are the first against the second")
+	fs.StringVar(&f.systems, "systems", "tabula,azurite,floor", "servers to compare, in the order each repeat runs them: tabula, azurite, floor (a bare server on Tabula's HTTP transport: the transport's cost), floor-nethttp (the same on net/http's server), base (the tabula binary -base-bin names); ratios are the first against the second")
+	fs.StringVar(&f.baseBin, "base-bin", "", "a tabula binary built from another commit, run as system \"base\" beside this checkout's (e.g. -systems tabula,base to measure a change)")
 	fs.StringVar(&f.workloads, "workloads", strings.Join(restWorkloadNames(), ","), "workloads to run")
 	fs.IntVar(&f.conns, "conns", 16, "keep-alive connections (concurrent clients)")
 	fs.DurationVar(&f.dur, "dur", 3*time.Second, "duration of each measured phase")
@@ -232,8 +234,14 @@ func runRESTSuite(args []string, log io.Writer) error {
 			if err != nil {
 				return err
 			}
-			kinds[sys] = tabulaKind(bin, strings.Fields(f.tabulaArgs))
+			kinds[sys] = tabulaKind(sys, bin, strings.Fields(f.tabulaArgs))
 			rep.Notes = append(rep.Notes, "tabula: `tabula serve` built from this checkout, synced writes (every acknowledged write is on disk)")
+		case "base":
+			if f.baseBin == "" {
+				return errors.New("system base needs -base-bin")
+			}
+			kinds[sys] = tabulaKind(sys, f.baseBin, strings.Fields(f.tabulaArgs))
+			rep.Notes = append(rep.Notes, "base: `tabula serve` from "+f.baseBin+", synced writes")
 		case "azurite":
 			entry, err := installAzurite(filepath.Join(f.cache, "azurite"), log)
 			if err != nil {
@@ -242,10 +250,13 @@ func runRESTSuite(args []string, log io.Writer) error {
 			kinds[sys] = azuriteKind(entry)
 			rep.Notes = append(rep.Notes, "azurite: npm package `azurite`, table service, `--disableTelemetry --skipApiVersionCheck --silent`, LokiJS persistence in a temporary `--location`")
 		case "floor":
-			kinds[sys] = floorKind(env.run.exe)
-			rep.Notes = append(rep.Notes, "floor: not a Table service: a bare Go net/http server answering with responses of Tabula's shape and size, without authentication, parsing or storage; the transport's own cost (no scan, no durability test)")
+			kinds[sys] = floorKind(env.run.exe, sys, "http1")
+			rep.Notes = append(rep.Notes, "floor: not a Table service: a bare server on Tabula's HTTP transport (server/http1) answering with responses of Tabula's shape and size, without authentication, parsing or storage; the transport's own cost (no scan, no durability test)")
+		case "floor-nethttp":
+			kinds[sys] = floorKind(env.run.exe, sys, "nethttp")
+			rep.Notes = append(rep.Notes, "floor-nethttp: the floor on Go's net/http server instead")
 		default:
-			return fmt.Errorf("unknown system %q: want tabula, azurite or floor", sys)
+			return fmt.Errorf("unknown system %q: want tabula, base, azurite, floor or floor-nethttp", sys)
 		}
 	}
 	byName := map[string]restWorkload{}
@@ -271,7 +282,7 @@ func runRESTSuite(args []string, log io.Writer) error {
 	}
 	if f.durabilityN > 0 {
 		for _, sys := range rep.Systems {
-			if sys == "floor" {
+			if isFloor(sys) {
 				continue // it stores nothing
 			}
 			rep.Durability = append(rep.Durability, durability(kinds[sys], env.run.tmpRoot, f.durabilityN, f.conns))
@@ -313,7 +324,7 @@ func runRESTRepeat(kind serverKind, tmp string, repeat int, f *restFlags, worklo
 	}
 	var runs []svcRun
 	for _, name := range workloads {
-		if kind.name == "floor" && !floorWorkloads[name] {
+		if isFloor(kind.name) && !floorWorkloads[name] {
 			continue
 		}
 		cpu0, err := srv.cpuSeconds()
