@@ -82,14 +82,18 @@ func NewEncoder(opts EncodeOptions) *Encoder {
 	if !strings.HasSuffix(base, "/") {
 		base += "/"
 	}
-	return &Encoder{
-		opts:        opts,
-		base:        base,
-		metadataURL: base + "$metadata#" + opts.Table,
-		elementURL:  base + "$metadata#" + opts.Table + "/@Element",
-		typeName:    opts.Account + "." + opts.Table,
-		idPrefix:    base + opts.Table,
+	e := &Encoder{opts: opts, base: base}
+	// Only the strings the metadata level writes: at no metadata, the
+	// point reads of a busy server would otherwise build four for nothing.
+	if opts.Metadata >= MinimalMetadata {
+		e.metadataURL = base + "$metadata#" + opts.Table
+		e.elementURL = e.metadataURL + "/@Element"
 	}
+	if opts.Metadata == FullMetadata {
+		e.typeName = opts.Account + "." + opts.Table
+		e.idPrefix = base + opts.Table
+	}
+	return e
 }
 
 // Options returns the options the Encoder was made with.

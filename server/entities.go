@@ -34,8 +34,8 @@ func (s *Server) getEntity(rq *request) error {
 		return err
 	}
 	h := rq.w.Header()
-	h.Set("ETag", e.ETag)
-	h.Set("DataServiceVersion", "3.0;")
+	h.Set(hdrETag, e.ETag)
+	h.Set(hdrDataServiceVersion, "3.0;")
 	rq.reply(http.StatusOK, jsonContentType(m), body)
 	return nil
 }
@@ -64,7 +64,7 @@ func (s *Server) insertEntity(rq *request) error {
 	if err != nil {
 		return err
 	}
-	rq.w.Header().Set("ETag", e.ETag)
+	rq.w.Header().Set(hdrETag, e.ETag)
 	return rq.replyCreated(entityURL(rq.baseURL(), rq.target.Table, e.PartitionKey, e.RowKey), m, func() ([]byte, error) {
 		return rq.encoder(m, nil).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), e.ETag, e.Value)
 	})
@@ -101,8 +101,8 @@ func (s *Server) writeEntity(kind partition.OpKind) handler {
 		if err != nil {
 			return err
 		}
-		rq.w.Header().Set("ETag", e.ETag)
-		rq.w.Header().Set("DataServiceVersion", "1.0;")
+		rq.w.Header().Set(hdrETag, e.ETag)
+		rq.w.Header().Set(hdrDataServiceVersion, "1.0;")
 		rq.reply(http.StatusNoContent, "", nil)
 		return nil
 	}
@@ -125,7 +125,7 @@ func (s *Server) deleteEntity(rq *request) error {
 	if err := s.store.DeleteEntity(rq.ctx, rq.account, t.Table, t.PartitionKey, t.RowKey, ifMatch); err != nil {
 		return err
 	}
-	rq.w.Header().Set("DataServiceVersion", "1.0;")
+	rq.w.Header().Set(hdrDataServiceVersion, "1.0;")
 	rq.reply(http.StatusNoContent, "", nil)
 	return nil
 }

@@ -114,11 +114,11 @@ func (rq *request) fail(err error) {
 		rq.s.log.Debug("request refused", "request_id", rq.id, "code", se.Code, "detail", se.Detail)
 	}
 	h := rq.w.Header()
-	h.Set("x-ms-error-code", code)
+	h.Set("X-Ms-Error-Code", code)
 	if rq.xmlErrors {
 		rq.reply(status, "application/xml", storagexml.ErrorDocument(code, message, rq.id, rq.now))
 		return
 	}
-	h.Set("DataServiceVersion", "3.0;")
+	h.Set(hdrDataServiceVersion, "3.0;")
 	rq.reply(status, batch.ErrorContentType, batch.ErrorBody(-1, code, message, rq.id, rq.now))
 }

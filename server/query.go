@@ -84,7 +84,7 @@ func (s *Server) queryEntities(rq *request) error {
 			h.Set("x-ms-continuation-NextRowKey", next.NextRowKey)
 		}
 	}
-	h.Set("DataServiceVersion", "3.0;")
+	h.Set(hdrDataServiceVersion, "3.0;")
 	rq.reply(http.StatusOK, jsonContentType(m), body.Bytes())
 	return nil
 }

@@ -39,12 +39,12 @@ type request struct {
 func (s *Server) newRequest(w http.ResponseWriter, r *http.Request) *request {
 	rq := &request{s: s, w: w, r: r, ctx: r.Context(), id: newRequestID(), start: time.Now(), now: s.opts.Now()}
 	h := w.Header()
-	h.Set("x-ms-request-id", rq.id)
-	h.Set("x-ms-version", responseVersion(r.Header.Get("x-ms-version")))
-	h.Set("Date", rq.now.UTC().Format(http.TimeFormat))
+	h.Set("X-Ms-Request-Id", rq.id)
+	h.Set("X-Ms-Version", responseVersion(r.Header.Get("X-Ms-Version")))
+	h.Set("Date", s.httpDate(rq.now))
 	h.Set("Server", "Tabula")
-	if id := r.Header.Get("x-ms-client-request-id"); id != "" && len(id) <= 1024 {
-		h.Set("x-ms-client-request-id", id)
+	if id := r.Header.Get("X-Ms-Client-Request-Id"); id != "" && len(id) <= 1024 {
+		h.Set("X-Ms-Client-Request-Id", id)
 	}
 	return rq
 }
@@ -85,8 +85,8 @@ func (rq *request) reply(status int, contentType string, body []byte) {
 func (rq *request) replyCreated(location string, m odata.Metadata, render func() ([]byte, error)) error {
 	h := rq.w.Header()
 	h.Set("Location", location)
-	h.Set("DataServiceId", location)
-	h.Set("DataServiceVersion", "3.0;")
+	h.Set(hdrDataServiceID, location)
+	h.Set(hdrDataServiceVersion, "3.0;")
 	pref := rq.preference()
 	if pref != "" {
 		h.Set("Preference-Applied", pref)
@@ -154,7 +154,7 @@ func metadataOf(h http.Header, query url.Values) (odata.Metadata, error) {
 		return odata.MinimalMetadata, nil
 	}
 	atom := false
-	for _, part := range strings.Split(accept, ",") {
+	for part := range strings.SplitSeq(accept, ",") {
 		if m, ok := parseJSONMediaType(part); ok {
 			return m, nil
 		}
@@ -174,11 +174,11 @@ func metadataOf(h http.Header, query url.Values) (odata.Metadata, error) {
 
 // parseJSONMediaType reads "application/json[;odata=level][;...]".
 func parseJSONMediaType(s string) (odata.Metadata, bool) {
-	params := strings.Split(s, ";")
-	if !strings.EqualFold(strings.TrimSpace(params[0]), "application/json") {
+	mediaType, params, _ := strings.Cut(s, ";")
+	if !strings.EqualFold(strings.TrimSpace(mediaType), "application/json") {
 		return 0, false
 	}
-	for _, p := range params[1:] {
+	for p := range strings.SplitSeq(params, ";") {
 		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
 		if strings.EqualFold(strings.TrimSpace(k), "odata") {
 			return odata.ParseMetadata(strings.TrimSpace(v))
@@ -187,10 +187,15 @@ func parseJSONMediaType(s string) (odata.Metadata, bool) {
 	return odata.MinimalMetadata, true
 }
 
-// jsonContentType is the Content-Type of a JSON response at level m.
-func jsonContentType(m odata.Metadata) string {
-	return "application/json;odata=" + m.String() + ";streaming=true;charset=utf-8"
+// jsonContentTypes are the Content-Types of JSON responses, by level.
+var jsonContentTypes = [...]string{
+	odata.NoMetadata:      "application/json;odata=nometadata;streaming=true;charset=utf-8",
+	odata.MinimalMetadata: "application/json;odata=minimalmetadata;streaming=true;charset=utf-8",
+	odata.FullMetadata:    "application/json;odata=fullmetadata;streaming=true;charset=utf-8",
 }
+
+// jsonContentType is the Content-Type of a JSON response at level m.
+func jsonContentType(m odata.Metadata) string { return jsonContentTypes[m] }
 
 // baseURL is the service root as the client addressed it, for odata.metadata,
 // odata.id and Location: scheme, host and the account segment.
@@ -223,7 +228,7 @@ func (rq *request) preference() string { return preferenceOf(rq.r.Header) }
 // preferenceOf reads a Prefer header: "return-content",
 // "return-no-content" or "" when the client states none.
 func preferenceOf(h http.Header) string {
-	for _, v := range strings.Split(h.Get("Prefer"), ",") {
+	for v := range strings.SplitSeq(h.Get("Prefer"), ",") {
 		switch v = strings.ToLower(strings.TrimSpace(v)); v {
 		case "return-content", "return-no-content":
 			return v
@@ -260,7 +265,7 @@ func responseVersion(requested string) string {
 // checkVersion refuses an x-ms-version the service does not know, and JSON
 // requests under versions that predate JSON.
 func (rq *request) checkVersion() error {
-	v := rq.r.Header.Get("x-ms-version")
+	v := rq.r.Header.Get("X-Ms-Version")
 	if v == "" {
 		return nil
 	}

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tabuladb/tabula/partition"
@@ -91,6 +94,7 @@ type Server struct {
 	// a page of a hundred entities is tens of kilobytes, and growing a
 	// fresh buffer to that size was most of a page's allocation.
 	pages sync.Pool
+	date  atomic.Pointer[cachedDate] // see httpDate
 }
 
 // New returns a server for store. A nil opts means defaults. The server
@@ -150,14 +154,43 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.log.Error("panic serving request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p))
 			rq.fail(errInternal)
 		}
-		s.log.Debug("request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path,
-			"status", rq.status, "duration", time.Since(rq.start))
+		if s.log.Enabled(rq.ctx, slog.LevelDebug) { // spares a disabled log its argument boxing
+			s.log.Debug("request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path,
+				"status", rq.status, "duration", time.Since(rq.start))
+		}
 	}()
 	s.route(rq)
 }
 
 // newRequestID returns a random id in the GUID form the service uses.
 func newRequestID() string {
-	a, b := rand.Uint64(), rand.Uint64()
-	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", a>>32, (a>>16)&0xffff, a&0xffff, b>>48, b&0xffffffffffff)
+	var raw [16]byte
+	binary.BigEndian.PutUint64(raw[:8], rand.Uint64())
+	binary.BigEndian.PutUint64(raw[8:], rand.Uint64())
+	var id [36]byte // 8-4-4-4-12 hex digits
+	hex.Encode(id[0:8], raw[0:4])
+	hex.Encode(id[9:13], raw[4:6])
+	hex.Encode(id[14:18], raw[6:8])
+	hex.Encode(id[19:23], raw[8:10])
+	hex.Encode(id[24:36], raw[10:16])
+	id[8], id[13], id[18], id[23] = '-', '-', '-', '-'
+	return string(id[:])
+}
+
+// httpDate formats t for the Date header. Every response carries one and
+// a busy server answers thousands a second, so the text is kept for the
+// second it names.
+func (s *Server) httpDate(t time.Time) string {
+	sec := t.Unix()
+	if d := s.date.Load(); d != nil && d.sec == sec {
+		return d.text
+	}
+	d := &cachedDate{sec: sec, text: t.UTC().Format(http.TimeFormat)}
+	s.date.Store(d)
+	return d.text
+}
+
+type cachedDate struct {
+	sec  int64
+	text string
 }

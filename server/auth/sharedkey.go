@@ -143,7 +143,7 @@ func canonicalizedResources(r *http.Request, account string) []string {
 //
 //	VERB + "\n" + Content-MD5 + "\n" + Content-Type + "\n" + Date + "\n" + CanonicalizedResource
 func sharedKeyStrings(r *http.Request, date string, resources []string) []string {
-	head := strings.ToUpper(r.Method) + "\n" + r.Header.Get("Content-MD5") + "\n" + r.Header.Get("Content-Type") + "\n" + date + "\n"
+	head := strings.ToUpper(r.Method) + "\n" + r.Header.Get("Content-Md5") + "\n" + r.Header.Get("Content-Type") + "\n" + date + "\n"
 	out := make([]string, len(resources))
 	for i, res := range resources {
 		out[i] = head + res
@@ -211,7 +211,7 @@ func verifySharedKey(r *http.Request, acct *account, header string, now time.Tim
 	// older SDKs put the Date header's value in the string to sign when both
 	// are present, so that value is tried too; whichever value was signed must
 	// itself be fresh.
-	xmsDate, date := r.Header.Get("x-ms-date"), r.Header.Get("Date")
+	xmsDate, date := r.Header.Get("X-Ms-Date"), r.Header.Get("Date")
 	var dates []string
 	switch {
 	case xmsDate != "":

@@ -455,7 +455,7 @@ func truncate(s string, n int) string {
 // POST (XMethodNotUsingPost), more than one (XMethodIncorrectCount), an
 // unknown value (XMethodIncorrectValue).
 func EffectiveMethod(method string, h http.Header) (string, error) {
-	vs := h.Values("X-HTTP-Method")
+	vs := h.Values("X-Http-Method") // X-HTTP-Method, canonical: no allocation per request
 	if len(vs) == 0 {
 		return method, nil
 	}
