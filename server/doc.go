@@ -16,6 +16,6 @@
 // The handler never panics to a client: a panic becomes a logged 500
 // InternalError. Request bodies are capped (4 MiB, the service's batch
 // limit; entities are further limited to 1 MiB by the store), and Serve
-// sets header, read, write and idle timeouts so a slow client cannot hold
-// a connection.
+// runs on server/http1 with header, read, write and idle timeouts so a
+// slow client cannot hold a connection.
 package server
