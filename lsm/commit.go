@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,17 @@ import (
 //
 // An unsynced batch with nothing pending before it publishes itself inside
 // step 1: the common no-sync path touches no other goroutine.
+//
+// Apply runs the three steps in one call. Enqueue (step 1) and
+// PendingCommit.Wait (steps 2 and 3) expose the split, for callers that
+// serialize writes under their own lock and want to hold it only for step
+// 1, so that the writers queued on that lock share fsyncs. GetApplied
+// reads at logSeq, so such a caller can see the pending write of its
+// predecessor, and WaitApplied lets it wait for what it saw to commit
+// before it answers from it. A batch is marked done only by its own Wait
+// after its sync succeeded, so when a sync fails, no batch after the
+// failed one (already enqueued or not) is ever published: failed makes
+// their Waits fail, and the DB's sticky error stops new ones in step 1.
 type commitPipeline struct {
 	mu sync.Mutex
 	// logSeq is the last sequence number assigned. Written under mu.
@@ -49,13 +61,107 @@ type pendingBatch struct {
 
 // Apply writes the batch atomically: after it returns nil, every
 // operation in it is visible to new reads and, unless wo says otherwise,
-// durable. The batch may be reused after Apply returns.
+// durable. The batch may be reused after Apply returns. Apply is Enqueue
+// followed by Wait.
 func (db *DB) Apply(b *Batch, wo *WriteOptions) error {
+	p, err := db.Enqueue(b, wo)
+	if err != nil {
+		return err
+	}
+	return p.Wait()
+}
+
+// PendingCommit is a batch that Enqueue has ordered, logged and inserted
+// into the memtable, but that is not yet durable (if synced) or visible to
+// readers. Wait completes it. It is a value, so that keeping it costs no
+// allocation; Wait through one variable (a copy does not share the result
+// of a Wait made through another).
+//
+// It exists so that a caller serializing its own writes (a lock per key
+// range, like a table partition's latch) can release its lock once its
+// write is ordered rather than once it is durable: the next writer under
+// the lock orders its write behind this one (reading it with GetApplied if
+// it must check a condition against it), and both wait for durability
+// outside the lock, sharing one WAL fsync (group commit) instead of taking
+// one each in turn.
+type PendingCommit struct {
+	c      pendingCommit
+	waited bool
+	err    error
+}
+
+// pendingCommit is what steps 2 and 3 of the pipeline need of a batch that
+// went through step 1.
+type pendingCommit struct {
+	db   *DB
+	w    *wal.Writer // the WAL segment holding the record
+	end  int64       // offset just past the record in that segment
+	last base.SeqNum // the batch's last sequence number
+	// sync: wait for the WAL fsync before publishing. published: step 1
+	// already published the batch (the unsynced fast path, or an empty
+	// batch), so there is nothing left to do.
+	sync, published bool
+}
+
+// Enqueue runs the first step of committing b (see commitPipeline): when it
+// returns nil, b holds its sequence numbers, is appended to the WAL buffer
+// and is in the memtable, and every batch enqueued later is ordered after
+// it. It is not yet durable, nor visible to Get, iterators or snapshots
+// (an unsynced batch may already be); only GetApplied sees it. Enqueue
+// never waits for I/O, but may wait for room in the memtables (a write
+// stall) like Apply.
+//
+// The caller must call Wait on the result, and soon: no batch enqueued
+// after this one becomes visible before Wait has run, and no memtable
+// holding it is flushed before. So between Enqueue and Wait the caller
+// must not wait for anything that may itself wait for this batch: another
+// writer's commit (Apply, Wait), a Flush, or its own next Enqueue when
+// that could stall for lack of memtable room (a stall waits for a flush).
+// Releasing locks, as a partition latch holder does, is what it is for.
+//
+// Enqueue does not retain b: its contents are copied into the WAL buffer
+// and the memtable, so b may be Reset and reused as soon as Enqueue
+// returns, before Wait.
+//
+// An error from Enqueue means the batch is not committed and needs no
+// Wait; like Apply's, it is usually the DB's sticky write error (see Err).
+func (db *DB) Enqueue(b *Batch, wo *WriteOptions) (PendingCommit, error) {
+	p, err := db.enqueue(b, wo)
+	return PendingCommit{c: p}, err
+}
+
+// Wait runs the rest of the commit (steps 2 and 3 of commitPipeline): it
+// waits until the batch is durable (if synced) and then until it and every
+// batch enqueued before it is visible. A nil result means the batch is
+// committed exactly as Apply's nil means. An error means it is not
+// acknowledged: the WAL write or sync failed, for this batch or one
+// enqueued before it, and the DB has stopped taking writes, so no batch
+// enqueued after the failure (including one that read this batch with
+// GetApplied) is ever acknowledged either. A batch that failed may still
+// be found after a reopen (its record may have reached the disk), as with
+// any failed write.
+//
+// Later calls on the same PendingCommit return the first call's result.
+// Wait must not be called concurrently with itself on one PendingCommit.
+func (p *PendingCommit) Wait() error {
+	if !p.waited {
+		if p.c.db == nil {
+			p.err = errors.New("lsm: Wait on a PendingCommit that Enqueue did not return")
+		} else {
+			p.err = p.c.db.finish(&p.c)
+		}
+		p.waited = true
+	}
+	return p.err
+}
+
+// enqueue is step 1 of the pipeline.
+func (db *DB) enqueue(b *Batch, wo *WriteOptions) (pendingCommit, error) {
 	if b.err != nil {
-		return b.err
+		return pendingCommit{}, b.err
 	}
 	if b.empty() {
-		return nil
+		return pendingCommit{db: db, published: true}, nil
 	}
 	sync := wo == nil || wo.Sync
 	c := &db.commit
@@ -63,7 +169,7 @@ func (db *DB) Apply(b *Batch, wo *WriteOptions) error {
 	c.mu.Lock()
 	if err := db.makeRoomForWrite(b); err != nil {
 		c.mu.Unlock()
-		return err
+		return pendingCommit{}, err
 	}
 	first := base.SeqNum(c.logSeq.Load()) + 1
 	last := first + base.SeqNum(b.count) - 1
@@ -73,7 +179,7 @@ func (db *DB) Apply(b *Batch, wo *WriteOptions) error {
 	if err != nil {
 		err = db.failWrites(fmt.Errorf("lsm: write WAL %06d: %w", db.log.num, err))
 		c.mu.Unlock()
-		return err
+		return pendingCommit{}, err
 	}
 	c.logSeq.Store(uint64(last))
 	if err := db.applyToMemTable(b, db.mem.mutable); err != nil {
@@ -81,24 +187,32 @@ func (db *DB) Apply(b *Batch, wo *WriteOptions) error {
 		// batch that got past Set/Delete: nothing sane can follow.
 		err = db.failWrites(err)
 		c.mu.Unlock()
-		return err
+		return pendingCommit{}, err
 	}
 	db.metrics.walBytesWritten.Add(int64(len(b.repr)))
 
+	p := pendingCommit{db: db, w: w, end: end, last: last, sync: sync}
 	c.pubMu.Lock()
 	if !sync && len(c.pending) == 0 && c.failed == nil {
 		db.visibleSeq.Store(uint64(last))
-		c.pubMu.Unlock()
-		c.mu.Unlock()
-		return nil
+		p.published = true
+	} else {
+		c.pending = append(c.pending, pendingBatch{lastSeq: last, done: !sync})
 	}
-	c.pending = append(c.pending, pendingBatch{lastSeq: last, done: !sync})
 	c.pubMu.Unlock()
 	c.mu.Unlock()
+	return p, nil
+}
 
-	if sync {
-		if err := w.SyncTo(end); err != nil {
+// finish is steps 2 and 3 of the pipeline for a batch enqueue accepted.
+func (db *DB) finish(p *pendingCommit) error {
+	if p.published {
+		return nil
+	}
+	if p.sync {
+		if err := p.w.SyncTo(p.end); err != nil {
 			err = fmt.Errorf("lsm: sync WAL: %w", err)
+			c := &db.commit
 			c.pubMu.Lock()
 			if c.failed == nil {
 				c.failed = err
@@ -109,7 +223,7 @@ func (db *DB) Apply(b *Batch, wo *WriteOptions) error {
 			return err
 		}
 	}
-	return db.publish(last)
+	return db.publish(p.last)
 }
 
 // publish marks the batch ending at last done, advances the visible

@@ -142,6 +142,74 @@ func (db *DB) Get(key []byte) ([]byte, error) {
 	return db.get(rs, key, base.SeqNum(db.visibleSeq.Load()))
 }
 
+// GetApplied is Get at the newest assigned sequence number instead of the
+// visible one: it returns a copy of the newest value of key among all the
+// batches Enqueue (or Apply) has accepted, including those whose Wait has
+// not yet returned, which are not yet durable and which Get, iterators and
+// snapshots do not see yet. Such a value may still be lost: if the WAL
+// sync fails, its batch is never acknowledged.
+//
+// It is only for a caller that itself serializes every write to key (a
+// partition latch holder, say) and must check a condition, such as an
+// ETag, against the write of its predecessor under that serialization,
+// which may still be pending: its own write is then enqueued behind the
+// predecessor's, so it commits only if the predecessor does (a failed sync
+// stops all later writes). If it answers from the value instead of
+// writing (the condition failed), it must call WaitApplied first (after
+// releasing its lock), so the answer never rests on a write that is then
+// lost. Everyone else must use Get: a value GetApplied returns may never
+// be acknowledged, and for a key written concurrently by unserialized
+// writers it may even come from a batch whose other writes are still
+// being inserted.
+//
+// A pending write is always found: the memtable holding it is flushed
+// only after the write is visible, and the memtables and tables are
+// replaced together in the read state, so the write is in whichever of
+// them the loaded state has.
+func (db *DB) GetApplied(key []byte) ([]byte, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
+	// As in Get, the state is loaded first: every write the caller's
+	// predecessor enqueued (which happened before this call) is in it, and
+	// logSeq, loaded after, is at least its sequence number.
+	rs := db.loadReadState()
+	defer rs.unref()
+	return db.get(rs, key, base.SeqNum(db.commit.logSeq.Load()))
+}
+
+// WaitApplied waits until every batch Enqueue (or Apply) accepted before
+// the call is committed: visible and, if synced, durable. It returns the
+// sync error that stopped the DB if one of them failed instead.
+//
+// It is GetApplied's counterpart for a decision that is not a write: a
+// caller that answers from a value GetApplied returned (a condition that
+// failed, say) calls it before answering, so that the answer never
+// reveals a write that is then lost. Without pending batches it returns
+// at once.
+func (db *DB) WaitApplied() error {
+	c := &db.commit
+	if db.visibleSeq.Load() == c.logSeq.Load() {
+		return nil
+	}
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	// Every batch that completed Enqueue is published or pending. (logSeq
+	// may also count a batch that failed inside Enqueue, which is
+	// neither: it must not be waited for.)
+	if len(c.pending) == 0 {
+		return nil
+	}
+	target := c.pending[len(c.pending)-1].lastSeq
+	for base.SeqNum(db.visibleSeq.Load()) < target {
+		if c.failed != nil {
+			return c.failed
+		}
+		c.pubCond.Wait()
+	}
+	return nil
+}
+
 func (db *DB) get(rs *readState, key []byte, seq base.SeqNum) ([]byte, error) {
 	if v, kind, ok := rs.mem.Get(key, seq); ok {
 		return foundValue(v, kind)

@@ -6,9 +6,13 @@
 // range of sequence numbers, appends it to the WAL as one record, inserts it
 // into the mutable memtable and then publishes its sequence numbers, so a
 // batch becomes visible to readers all at once. Synced writers share fsyncs
-// (group commit). A full memtable is rotated to an immutable one and written
-// to an L0 sstable by a background flush (flush.go); background compactions
-// (compaction.go) merge tables down the levels. Every change to the set of
+// (group commit). DB.Enqueue and PendingCommit.Wait split a commit into its
+// ordering and its durability wait, for callers that serialize writes under
+// a lock of their own and should hold it only for the first (DB.GetApplied
+// reads what such a predecessor enqueued). A full memtable is rotated to an
+// immutable one and written to an L0 sstable by a background flush
+// (flush.go); background compactions (compaction.go) merge tables down the
+// levels. Every change to the set of
 // live tables is a version edit appended to the MANIFEST (version_set.go).
 //
 // Reads load a readState (the memtables and the current version, pinned by
