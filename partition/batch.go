@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
 )
 
@@ -17,8 +18,10 @@ const (
 // ExecuteBatch runs an entity group transaction: up to 100 operations on
 // entities of one PartitionKey, each entity at most once, at most 4 MiB in
 // all. Under the partition's latch every condition is checked in order and
-// then everything is committed as one engine batch: all or nothing, and
-// invisible to queries (which read at a snapshot) until it is whole.
+// then everything is enqueued as one engine batch, whose durability is
+// awaited after the latch is released (as in Apply): all or nothing, and
+// invisible to queries (which read at a snapshot) until it is whole and
+// durable.
 //
 // The results are per operation, in order. A client-visible failure is a
 // *BatchError naming the operation, and nothing is applied: a missing table
@@ -58,42 +61,69 @@ func (s *Store) ExecuteBatch(ctx context.Context, account, tableName string, ops
 		rows[op.Entity.RowKey] = struct{}{}
 	}
 
+	// t.mu is held from before the commit until its statistics are
+	// recorded (see recordWrite), across the durability wait.
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	ws, p, err := s.enqueueBatch(ctx, t, account, pk, ops)
+	if err != nil {
+		return nil, s.refusal(err)
+	}
+	// Outside the latch, as in Apply.
+	if err := p.Wait(); err != nil {
+		return nil, fmt.Errorf("partition: batch of %d on partition %q: %w", len(ws), pk, err)
+	}
+	var dEnt, dBytes int64
+	for i := range ws {
+		e, n := ws[i].statDeltas()
+		dEnt += e
+		dBytes += n
+	}
+	t.recordWrite(pk, int64(len(ws)), dEnt, dBytes)
+	out := make([]StoredEntity, len(ws))
+	for i := range ws {
+		out[i] = ws[i].result()
+	}
+	return out, nil
+}
+
+// enqueueBatch is the part of ExecuteBatch under the partition's latch:
+// read and check every operation in order, stamp, and enqueue them as one
+// engine batch. The caller holds t.mu shared and must Wait on the result.
+func (s *Store) enqueueBatch(ctx context.Context, t *table, account, pk string, ops []Op) ([]staged, lsm.PendingCommit, error) {
 	l := s.latch.forPartition(account, t.id, pk)
 	l.Lock()
 	defer l.Unlock()
-	t.mu.RLock()
-	defer t.mu.RUnlock()
 
 	ws := make([]staged, len(ops))
 	var floor odata.DateTime
 	for i := range ops {
 		if i%16 == 15 {
 			if err := ctx.Err(); err != nil {
-				return nil, err
+				return nil, lsm.PendingCommit{}, err
 			}
 		}
 		key := AppendEntityKey(nil, account, t.id, pk, ops[i].Entity.RowKey)
-		old, err := s.getRaw(key)
+		old, err := s.getLatched(key)
 		if err != nil {
-			return nil, err
+			return nil, lsm.PendingCommit{}, err
 		}
 		if ws[i], err = prepare(&ops[i], key, old); err != nil {
 			if ErrorCode(err) == "" {
-				return nil, err
+				return nil, lsm.PendingCommit{}, err
 			}
-			return nil, &BatchError{Index: i, Err: err}
+			return nil, lsm.PendingCommit{}, &BatchError{Index: i, Err: err}
 		}
 		floor = max(floor, ws[i].floor)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, lsm.PendingCommit{}, err
 	}
 	ts, err := s.clock.next(len(ws), floor)
 	if err != nil {
-		return nil, err
+		return nil, lsm.PendingCommit{}, err
 	}
 	b := s.db.NewBatch()
-	var dEnt, dBytes int64
 	for i := range ws {
 		w := &ws[i]
 		w.stamp(ts + odata.DateTime(i))
@@ -103,19 +133,12 @@ func (s *Store) ExecuteBatch(ctx context.Context, account, tableName string, ops
 			b.Set(w.key, w.value)
 		}
 		if b.Size() > MaxBatchBytes {
-			return nil, &BatchError{Index: i, Err: serviceError(CodeRequestBodyTooLarge, msgBodyTooLarge)}
+			return nil, lsm.PendingCommit{}, &BatchError{Index: i, Err: serviceError(CodeRequestBodyTooLarge, msgBodyTooLarge)}
 		}
-		e, n := w.statDeltas()
-		dEnt += e
-		dBytes += n
 	}
-	if err := s.db.Apply(b, s.syncWO); err != nil {
-		return nil, fmt.Errorf("partition: batch of %d on partition %q: %w", len(ws), pk, err)
+	p, err := s.db.Enqueue(b, s.syncWO)
+	if err != nil {
+		return nil, lsm.PendingCommit{}, fmt.Errorf("partition: batch of %d on partition %q: %w", len(ws), pk, err)
 	}
-	t.recordWrite(pk, int64(len(ws)), dEnt, dBytes)
-	out := make([]StoredEntity, len(ws))
-	for i := range ws {
-		out[i] = ws[i].result()
-	}
-	return out, nil
+	return ws, p, nil
 }

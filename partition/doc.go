@@ -16,10 +16,15 @@
 // compactions and a background compaction reclaims the space.
 //
 // Writes to one partition are serialized by a latch; the check of a
-// condition and the commit happen under it. Every write is synced and gets
-// a timestamp from a store-wide clock that never repeats. A batch is one
-// engine batch: queries, which read each page at one snapshot, see all of
-// it or nothing.
+// condition and the ordering of the commit happen under it, the wait for
+// the commit's fsync after it, so that the writers of one busy partition
+// share fsyncs (the engine's group commit) like writers of different
+// partitions do. A write checks its condition against the previous write
+// of the partition even while that is still being synced, and commits only
+// if it does. Every write is synced and gets a timestamp from a
+// store-wide clock that never repeats. A batch is one engine batch:
+// queries, which read each page at one snapshot, see all of it or nothing,
+// and only once it is durable.
 //
 // Each table's key space is divided into range partitions, contiguous
 // PartitionKey ranges with live statistics (entities, bytes, reads and

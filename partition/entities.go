@@ -115,7 +115,7 @@ type staged struct {
 
 // prepare checks op's condition against the current stored value old (nil
 // when the entity does not exist) and computes the new properties. The
-// caller holds the partition's latch.
+// caller holds the partition's latch and read old with getLatched.
 func prepare(op *Op, key, old []byte) (staged, error) {
 	e := op.Entity
 	w := staged{key: key, pk: e.PartitionKey, rk: e.RowKey, existed: old != nil}
@@ -251,10 +251,45 @@ func (s *Store) getRaw(key []byte) ([]byte, error) {
 	return v, nil
 }
 
+// getLatched reads the value a write holding key's partition latch must
+// check its condition against: the newest applied one, which may be the
+// still pending (enqueued, not yet durable) write of the previous latch
+// holder (lsm.DB.GetApplied). A missing key is nil.
+func (s *Store) getLatched(key []byte) ([]byte, error) {
+	v, err := s.db.GetApplied(key)
+	if errors.Is(err, lsm.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partition: read entity: %w", err)
+	}
+	return v, nil
+}
+
+// refusal returns err, an error from under the partition's latch, once it
+// is safe to answer with. A service error (a condition not met, an entity
+// grown too large by a merge) may rest on the value getLatched read,
+// which may be a pending write that then fails: the answer waits until
+// every write enqueued before it is committed, and becomes the storage
+// failure if one of them failed, so that a client is never told about a
+// write that was never acknowledged and may be lost. Called outside the
+// latch.
+func (s *Store) refusal(err error) error {
+	if ErrorCode(err) == "" {
+		return err // already a failure
+	}
+	if werr := s.db.WaitApplied(); werr != nil {
+		return fmt.Errorf("partition: commit of a preceding write: %w", werr)
+	}
+	return err
+}
+
 // Apply performs one entity write atomically: under the partition's latch
-// it reads the entity, checks op's condition and commits (synced) with a
-// new timestamp. The result holds the new version (for deletes, only the
-// keys). The returned Value is the caller's.
+// it reads the entity, checks op's condition and enqueues the commit
+// (synced) with a new timestamp; it then releases the latch and waits for
+// the commit to be durable and visible, so that the writes queued on a
+// busy partition share WAL fsyncs. The result holds the new version (for
+// deletes, only the keys). The returned Value is the caller's.
 func (s *Store) Apply(ctx context.Context, account, tableName string, op Op) (StoredEntity, error) {
 	if err := ctx.Err(); err != nil {
 		return StoredEntity{}, err
@@ -269,36 +304,56 @@ func (s *Store) Apply(ctx context.Context, account, tableName string, op Op) (St
 	pk := op.Entity.PartitionKey
 	key := AppendEntityKey(nil, account, t.id, pk, op.Entity.RowKey)
 
-	l := s.latch.forPartition(account, t.id, pk)
-	l.Lock()
-	defer l.Unlock()
+	// t.mu is held from before the commit until its statistics are
+	// recorded (see recordWrite), across the durability wait.
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-
-	old, err := s.getRaw(key)
+	w, p, err := s.enqueueOp(t, account, key, &op)
 	if err != nil {
-		return StoredEntity{}, err
+		return StoredEntity{}, s.refusal(err)
 	}
-	w, err := prepare(&op, key, old)
-	if err != nil {
-		return StoredEntity{}, err
-	}
-	ts, err := s.clock.next(1, w.floor)
-	if err != nil {
-		return StoredEntity{}, err
-	}
-	w.stamp(ts)
-	if w.del {
-		err = s.db.Delete(key, s.syncWO)
-	} else {
-		err = s.db.Set(key, w.value, s.syncWO)
-	}
-	if err != nil {
+	// Outside the latch. A failure here is also the failure of every write
+	// enqueued after this one, including those that checked their
+	// condition against it: the engine acknowledges none of them.
+	if err := p.Wait(); err != nil {
 		return StoredEntity{}, fmt.Errorf("partition: %s (%q, %q): %w", op.Kind, w.pk, w.rk, err)
 	}
 	dEnt, dBytes := w.statDeltas()
 	t.recordWrite(pk, 1, dEnt, dBytes)
 	return w.result(), nil
+}
+
+// enqueueOp is the part of Apply under the partition's latch: read, check,
+// stamp and enqueue. The caller holds t.mu shared and must Wait on the
+// result.
+func (s *Store) enqueueOp(t *table, account string, key []byte, op *Op) (staged, lsm.PendingCommit, error) {
+	l := s.latch.forPartition(account, t.id, op.Entity.PartitionKey)
+	l.Lock()
+	defer l.Unlock()
+	old, err := s.getLatched(key)
+	if err != nil {
+		return staged{}, lsm.PendingCommit{}, err
+	}
+	w, err := prepare(op, key, old)
+	if err != nil {
+		return staged{}, lsm.PendingCommit{}, err
+	}
+	ts, err := s.clock.next(1, w.floor)
+	if err != nil {
+		return staged{}, lsm.PendingCommit{}, err
+	}
+	w.stamp(ts)
+	var b lsm.Batch
+	if w.del {
+		b.Delete(key)
+	} else {
+		b.Set(key, w.value)
+	}
+	p, err := s.db.Enqueue(&b, s.syncWO)
+	if err != nil {
+		return staged{}, lsm.PendingCommit{}, fmt.Errorf("partition: %s (%q, %q): %w", op.Kind, w.pk, w.rk, err)
+	}
+	return w, p, nil
 }
 
 // InsertEntity inserts e; it must not exist.

@@ -13,10 +13,20 @@ import (
 const latchStripes = 1024
 
 // latches serializes the writes to one partition: a conditional write reads
-// the current entity, checks the condition and commits while holding its
-// partition's latch, so no other write to the partition can slip between
-// the check and the commit. Readers never take latches; they read at a
-// snapshot.
+// the current entity, checks the condition and enqueues its commit while
+// holding its partition's latch, so no other write to the partition can
+// slip between the check and the commit. It releases the latch before
+// waiting for the commit to be durable (lsm.DB.Enqueue,
+// lsm.PendingCommit.Wait): the next writer reads with lsm.DB.GetApplied,
+// so it checks its condition against the previous write even while that
+// is still pending, and its own commit is ordered after it (if the
+// previous one fails, the engine stops and this one fails too). The
+// writers of a hot partition thus share fsyncs through group commit
+// instead of taking one each under the latch. Readers never take latches;
+// they read at a snapshot, and see a write only once it is durable.
+//
+// A writer takes its table's t.mu shared before the latch and releases it
+// after the latch, once its statistics are recorded (see recordWrite).
 type latches struct {
 	seed    maphash.Seed
 	stripes [latchStripes]struct {

@@ -79,7 +79,14 @@ func findRangeBytes(rs []*rangeState, pk []byte) *rangeState {
 }
 
 // recordWrite accounts a committed write of n operations on partition pk.
-// The caller holds t.mu shared, from before its commit.
+// The caller holds t.mu shared from before it enqueued the commit until
+// now, across the wait for durability: a scan (beginScan, endScan, which
+// take t.mu exclusively) thus never starts or ends between a write
+// becoming visible and its accounting, so each write is either in the
+// scan's snapshot or in its logged deltas, never both or neither. (Taking
+// t.mu only again after the wait would let a write that was visible at
+// the snapshot be logged as a delta too.) Holding t.mu shared costs the
+// writers nothing; a split or merge waits for the writes in flight.
 func (t *table) recordWrite(pk string, n, dEntities, dBytes int64) {
 	r := findRange(t.rangeList(), pk)
 	r.entities.Add(dEntities)
