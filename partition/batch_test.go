@@ -62,7 +62,7 @@ func TestBatch(t *testing.T) {
 			if err != nil || len(page) != 2 {
 				t.Fatalf("after a failed batch: %d entities, %v", len(page), err)
 			}
-			if page[1].RowKey != "existing" || page[1].ETag != seed.ETag {
+			if page[1].RowKey != "existing" || page[1].ETag() != seed.ETag() {
 				t.Fatalf("existing entity changed: %+v", page[1])
 			}
 		})
@@ -70,25 +70,25 @@ func TestBatch(t *testing.T) {
 
 	// 100 operations of every kind succeed together, in order.
 	ops := inserts(100, "p")
-	ops[0] = Op{Kind: OpMerge, Entity: ent("p", "existing", "W", 2), IfMatch: seed.ETag}
+	ops[0] = Op{Kind: OpMerge, Entity: ent("p", "existing", "W", 2), IfMatch: seed.ETag()}
 	ops[1] = Op{Kind: OpDelete, Entity: ent("p", "doomed"), IfMatch: "*"}
 	ops[2] = Op{Kind: OpInsertOrReplace, Entity: ent("p", "upsert")}
 	res, err := s.ExecuteBatch(ctx, acct, "batch", ops)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 100 || res[1].ETag != "" || res[1].RowKey != "doomed" || res[0].ETag == seed.ETag {
+	if len(res) != 100 || res[1].ETag() != "" || res[1].RowKey != "doomed" || res[0].ETag() == seed.ETag() {
 		t.Fatalf("results: %d, %+v %+v", len(res), res[0], res[1])
 	}
 	for i := 1; i < len(res); i++ {
-		if res[i].ETag != "" && res[i].Timestamp <= res[0].Timestamp {
+		if res[i].ETag() != "" && res[i].Timestamp <= res[0].Timestamp {
 			t.Fatalf("result %d timestamp %v not after %v", i, res[i].Timestamp, res[0].Timestamp)
 		}
 	}
 	got, _ := s.GetEntity(ctx, acct, "batch", "p", "existing")
 	ge, _ := got.Entity()
-	if m := props(ge); len(m) != 2 || got.ETag != res[0].ETag {
-		t.Fatalf("merged entity %v %s", m, got.ETag)
+	if m := props(ge); len(m) != 2 || got.ETag() != res[0].ETag() {
+		t.Fatalf("merged entity %v %s", m, got.ETag())
 	}
 	_, err = s.GetEntity(ctx, acct, "batch", "p", "doomed")
 	wantCode(t, "deleted by batch", err, CodeResourceNotFound)

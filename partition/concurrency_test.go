@@ -33,13 +33,13 @@ func TestOptimisticConcurrency(t *testing.T) {
 				}
 				x, _ := cur.Entity()
 				n, _ := x.Get("Count")
-				_, err = s.UpdateEntity(ctx, acct, "occ", ent("p", "r", "Count", int(n.Int32())+1, "By", w), cur.ETag)
+				_, err = s.UpdateEntity(ctx, acct, "occ", ent("p", "r", "Count", int(n.Int32())+1, "By", w), cur.ETag())
 				mu.Lock()
 				switch ErrorCode(err) {
 				case "":
-					wins[cur.ETag]++
+					wins[cur.ETag()]++
 				case CodeUpdateConditionNotSatisfied:
-					wins[cur.ETag] += 0
+					wins[cur.ETag()] += 0
 				default:
 					t.Error(err)
 				}
@@ -61,7 +61,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 		t.Fatalf("count %d after %d successful updates", n.Int32(), total)
 	}
 	t.Logf("%d of %d updates won", total, 8*40)
-	if _, seen := wins[cur.ETag]; seen {
+	if _, seen := wins[cur.ETag()]; seen {
 		t.Fatal("the final ETag was also the condition of an update that won")
 	}
 }

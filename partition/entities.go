@@ -16,8 +16,18 @@ import (
 type StoredEntity struct {
 	PartitionKey, RowKey string
 	Timestamp            odata.DateTime
-	ETag                 string
 	Value                []byte
+}
+
+// ETag is the entity's ETag, a function of its Timestamp, or "" for a
+// result without a version (a delete's). It is computed on demand: a
+// query page in no-metadata JSON never needs it, and formatting it for
+// every entity was a sixth of such a page's CPU.
+func (e StoredEntity) ETag() string {
+	if e.Timestamp == 0 {
+		return ""
+	}
+	return etagOf(e.Timestamp)
 }
 
 // Entity decodes the stored value into an odata.Entity.
@@ -205,7 +215,7 @@ func (w *staged) result() StoredEntity {
 	if w.del {
 		return StoredEntity{PartitionKey: w.pk, RowKey: w.rk}
 	}
-	return StoredEntity{PartitionKey: w.pk, RowKey: w.rk, Timestamp: w.ts, ETag: etagOf(w.ts), Value: w.value}
+	return StoredEntity{PartitionKey: w.pk, RowKey: w.rk, Timestamp: w.ts, Value: w.value}
 }
 
 // etagOf is odata.ETag with one allocation: it formats into a stack
@@ -412,5 +422,5 @@ func (s *Store) GetEntity(ctx context.Context, account, table, pk, rk string) (S
 	if err != nil {
 		return StoredEntity{}, fmt.Errorf("partition: stored entity (%q, %q): %w", pk, rk, err)
 	}
-	return StoredEntity{PartitionKey: pk, RowKey: rk, Timestamp: ts, ETag: etagOf(ts), Value: v}, nil
+	return StoredEntity{PartitionKey: pk, RowKey: rk, Timestamp: ts, Value: v}, nil
 }

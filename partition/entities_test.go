@@ -55,8 +55,8 @@ func TestWriteConditions(t *testing.T) {
 			pk, rk := "p", strings.ReplaceAll(c.name, " ", "_")
 			var etag, stale string
 			if c.exists {
-				stale = mustApply(t, s, "cond", Op{Kind: OpInsert, Entity: ent(pk, rk, "A", 1)}).ETag
-				etag = mustApply(t, s, "cond", Op{Kind: OpUpdate, Entity: ent(pk, rk, "A", 2), IfMatch: stale}).ETag
+				stale = mustApply(t, s, "cond", Op{Kind: OpInsert, Entity: ent(pk, rk, "A", 1)}).ETag()
+				etag = mustApply(t, s, "cond", Op{Kind: OpUpdate, Entity: ent(pk, rk, "A", 2), IfMatch: stale}).ETag()
 			}
 			ifMatch := c.ifMatch
 			switch ifMatch {
@@ -70,15 +70,15 @@ func TestWriteConditions(t *testing.T) {
 			got, gerr := s.GetEntity(ctx, acct, "cond", pk, rk)
 			switch {
 			case err != nil && c.exists:
-				if gerr != nil || got.ETag != etag {
-					t.Fatalf("failed write changed the entity: %v %v", got.ETag, gerr)
+				if gerr != nil || got.ETag() != etag {
+					t.Fatalf("failed write changed the entity: %v %v", got.ETag(), gerr)
 				}
 			case err != nil:
 				wantCode(t, "get after failed write", gerr, CodeResourceNotFound)
 			case c.kind == OpDelete:
 				wantCode(t, "get after delete", gerr, CodeResourceNotFound)
 			default:
-				if gerr != nil || got.ETag != r.ETag || got.Timestamp != r.Timestamp {
+				if gerr != nil || got.ETag() != r.ETag() || got.Timestamp != r.Timestamp {
 					t.Fatalf("get after write: %+v %v, wrote %+v", got, gerr, r)
 				}
 			}
@@ -216,8 +216,8 @@ func TestClockAndETags(t *testing.T) {
 		if r.Timestamp <= last {
 			t.Fatalf("timestamp %v not after %v", r.Timestamp, last)
 		}
-		if r.ETag != odata.ETag(r.Timestamp) {
-			t.Fatalf("ETag %s for %v", r.ETag, r.Timestamp)
+		if r.ETag() != odata.ETag(r.Timestamp) {
+			t.Fatalf("ETag %s for %v", r.ETag(), r.Timestamp)
 		}
 		last = r.Timestamp
 	}

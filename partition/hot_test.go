@@ -122,7 +122,7 @@ func TestHotPartitionConditionalIncrements(t *testing.T) {
 				next := ent("p", "counter", "Count", counterOf(t, cur)+1)
 				if w%3 == 0 {
 					_, err = s.ExecuteBatch(ctx, acct, "hot", []Op{
-						{Kind: OpMerge, Entity: next, IfMatch: cur.ETag},
+						{Kind: OpMerge, Entity: next, IfMatch: cur.ETag()},
 						{Kind: OpInsert, Entity: ent("p", fmt.Sprintf("log-%02d-%03d", w, i))},
 					})
 					var be *BatchError
@@ -130,7 +130,7 @@ func TestHotPartitionConditionalIncrements(t *testing.T) {
 						err = be.Err
 					}
 				} else {
-					_, err = s.MergeEntity(ctx, acct, "hot", next, cur.ETag)
+					_, err = s.MergeEntity(ctx, acct, "hot", next, cur.ETag())
 				}
 				switch ErrorCode(err) {
 				case "":
@@ -210,10 +210,10 @@ func TestHotPartitionConcurrentInserts(t *testing.T) {
 				}
 				mu.Lock()
 				for _, r := range res {
-					if etags[r.ETag] {
-						t.Errorf("ETag %s returned twice", r.ETag)
+					if etags[r.ETag()] {
+						t.Errorf("ETag %s returned twice", r.ETag())
 					}
-					etags[r.ETag] = true
+					etags[r.ETag()] = true
 				}
 				mu.Unlock()
 			}

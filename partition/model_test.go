@@ -236,7 +236,7 @@ func TestModel(t *testing.T) {
 			t.Fatalf("timestamp %v not after %v", res.Timestamp, lastTS)
 		}
 		lastTS = res.Timestamp
-		etags = append(etags, res.ETag)
+		etags = append(etags, res.ETag())
 	}
 	// Thousands of entities to begin with, so that queries walk long.
 	for p := range 8 {
@@ -252,7 +252,7 @@ func TestModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, op := range ops {
-				m.apply(op, res[i].ETag)
+				m.apply(op, res[i].ETag())
 				checkTS(res[i])
 			}
 		}
@@ -264,7 +264,7 @@ func TestModel(t *testing.T) {
 		case x < 45:
 			op := randomOp(genPK(r))
 			res, err := e.s.Apply(ctx, acct, "model", op)
-			want := m.apply(op, res.ETag)
+			want := m.apply(op, res.ETag())
 			if got := ErrorCode(err); got != want || (want == "" && err != nil) {
 				t.Fatalf("step %d: %v %+v If-Match %q: error %v, model says %q", step, op.Kind, op.Entity, op.IfMatch, err, want)
 			}
@@ -292,7 +292,7 @@ func TestModel(t *testing.T) {
 			for i, op := range ops {
 				etag := ""
 				if err == nil {
-					etag = res[i].ETag
+					etag = res[i].ETag()
 				}
 				if code = mm.apply(op, etag); code != "" {
 					failAt = i
@@ -325,8 +325,8 @@ func TestModel(t *testing.T) {
 			want := m[k]
 			if want == nil {
 				wantCode(t, "get missing", err, CodeResourceNotFound)
-			} else if err != nil || got.ETag != want.etag {
-				t.Fatalf("step %d: get %v: %v %v, model etag %s", step, k, got.ETag, err, want.etag)
+			} else if err != nil || got.ETag() != want.etag {
+				t.Fatalf("step %d: get %v: %v %v, model etag %s", step, k, got.ETag(), err, want.etag)
 			}
 		case x < 85:
 			budget := 1 + r.IntN(10)
@@ -351,7 +351,7 @@ func TestModel(t *testing.T) {
 				}
 				pagesWalked++
 				for _, se := range page {
-					got = append(got, se.PartitionKey+"/"+se.RowKey+"/"+se.ETag)
+					got = append(got, se.PartitionKey+"/"+se.RowKey+"/"+se.ETag())
 					me := m[[2]string{se.PartitionKey, se.RowKey}]
 					x, err := se.Entity()
 					if err != nil || me == nil || !slices.EqualFunc(x.Properties, me.props, func(a, b odata.Property) bool {
@@ -391,7 +391,7 @@ func TestModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, se := range page {
-			got = append(got, se.PartitionKey+"/"+se.RowKey+"/"+se.ETag)
+			got = append(got, se.PartitionKey+"/"+se.RowKey+"/"+se.ETag())
 		}
 		if c.IsZero() {
 			break

@@ -255,7 +255,6 @@ func (p *page) visit(key, value []byte) (done bool, err error) {
 	if e.Timestamp, err = odata.EncodedTimestamp(value); err != nil {
 		return true, fmt.Errorf("partition: entity (%q, %q): %w", pk, rk, err)
 	}
-	e.ETag = etagOf(e.Timestamp)
 	e.Value = value
 	p.returned++
 	if err := p.fn(e); err != nil {

@@ -191,7 +191,7 @@ func TestStoredEntityOfQuery(t *testing.T) {
 	_, err := s.QueryEntities(context.Background(), acct, "qry", EntityQuery{Filter: "X eq 'y'"}, func(se *StoredEntity) error {
 		n++
 		x, err := se.Entity()
-		if err != nil || se.ETag != w.ETag || se.Timestamp != w.Timestamp || x.PartitionKey != "a" || x.RowKey != "b" {
+		if err != nil || se.ETag() != w.ETag() || se.Timestamp != w.Timestamp || x.PartitionKey != "a" || x.RowKey != "b" {
 			t.Fatalf("%+v %+v %v", se, x, err)
 		}
 		if v, _ := x.Get("X"); !v.Identical(odata.StringValue("y")) {

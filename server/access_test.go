@@ -83,7 +83,7 @@ func storeState(t *testing.T, s *partition.Store) string {
 			t.Fatal(err)
 		}
 		for _, e := range ents {
-			fmt.Fprintf(&b, "  %s/%s %s %x\n", e.PartitionKey, e.RowKey, e.ETag, e.Value)
+			fmt.Fprintf(&b, "  %s/%s %s %x\n", e.PartitionKey, e.RowKey, e.ETag(), e.Value)
 		}
 		acl, err := s.GetTableACL(ctx, auth.DevAccountName, tb.Name)
 		if err != nil {

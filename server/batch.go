@@ -79,7 +79,7 @@ func (s *Server) batch(rq *request) error {
 		bo, o := &ops[i], req.Operations[i]
 		p := batch.SubResponse{Status: http.StatusNoContent, ContentID: o.ContentID, DataServiceVersion: "1.0;"}
 		if bo.op.Kind != partition.OpDelete {
-			p.ETag = res.ETag
+			p.ETag = res.ETag()
 		}
 		if bo.isInsert {
 			p.Location = entityURL(base, table, res.PartitionKey, res.RowKey)
@@ -88,7 +88,7 @@ func (s *Server) batch(rq *request) error {
 			p.PreferenceApplied = bo.pref
 			if bo.pref != "return-no-content" {
 				enc := odata.NewEncoder(odata.EncodeOptions{Metadata: bo.meta, BaseURL: base, Account: rq.account, Table: table})
-				out, err := enc.AppendEntityResponse(nil, []byte(res.PartitionKey), []byte(res.RowKey), res.ETag, res.Value)
+				out, err := enc.AppendEntityResponse(nil, []byte(res.PartitionKey), []byte(res.RowKey), p.ETag, res.Value)
 				if err != nil {
 					return err
 				}
@@ -187,9 +187,11 @@ func (s *Server) batchQuery(rq *request, w *batch.ResponseWriter, o *batch.Opera
 		e, err = s.store.GetEntity(rq.ctx, rq.account, t.Table, t.PartitionKey, t.RowKey)
 	}
 	var out []byte
+	var etag string
 	if err == nil {
+		etag = e.ETag()
 		enc := odata.NewEncoder(odata.EncodeOptions{Metadata: m, BaseURL: rq.baseURL(), Account: rq.account, Table: t.Table})
-		out, err = enc.AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), e.ETag, e.Value)
+		out, err = enc.AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), etag, e.Value)
 	}
 	var part batch.SubResponse
 	if err != nil {
@@ -200,7 +202,7 @@ func (s *Server) batchQuery(rq *request, w *batch.ResponseWriter, o *batch.Opera
 		part = batch.FailureResponse(-1, o.ContentID, status, code, message, rq.id, rq.now)
 	} else {
 		part = batch.SubResponse{Status: http.StatusOK, ContentID: o.ContentID, DataServiceVersion: "3.0;",
-			ContentType: jsonContentType(m), ETag: e.ETag, Body: out}
+			ContentType: jsonContentType(m), ETag: etag, Body: out}
 	}
 	var buf bytes.Buffer
 	if err := w.WriteQuery(&buf, part); err != nil {

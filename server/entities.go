@@ -29,12 +29,13 @@ func (s *Server) getEntity(rq *request) error {
 	if err != nil {
 		return err
 	}
-	body, err := rq.encoder(m, sel).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), e.ETag, e.Value)
+	etag := e.ETag()
+	body, err := rq.encoder(m, sel).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), etag, e.Value)
 	if err != nil {
 		return err
 	}
 	h := rq.w.Header()
-	h.Set(hdrETag, e.ETag)
+	h.Set(hdrETag, etag)
 	h.Set(hdrDataServiceVersion, "3.0;")
 	rq.reply(http.StatusOK, jsonContentType(m), body)
 	return nil
@@ -64,9 +65,10 @@ func (s *Server) insertEntity(rq *request) error {
 	if err != nil {
 		return err
 	}
-	rq.w.Header().Set(hdrETag, e.ETag)
+	etag := e.ETag()
+	rq.w.Header().Set(hdrETag, etag)
 	return rq.replyCreated(entityURL(rq.baseURL(), rq.target.Table, e.PartitionKey, e.RowKey), m, func() ([]byte, error) {
-		return rq.encoder(m, nil).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), e.ETag, e.Value)
+		return rq.encoder(m, nil).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), etag, e.Value)
 	})
 }
 
@@ -101,7 +103,7 @@ func (s *Server) writeEntity(kind partition.OpKind) handler {
 		if err != nil {
 			return err
 		}
-		rq.w.Header().Set(hdrETag, e.ETag)
+		rq.w.Header().Set(hdrETag, e.ETag())
 		rq.w.Header().Set(hdrDataServiceVersion, "1.0;")
 		rq.reply(http.StatusNoContent, "", nil)
 		return nil
