@@ -43,10 +43,11 @@ type conn struct {
 	// buf[r:w] is read and not yet consumed.
 	buf  []byte
 	r, w int
-	// readDeadline, when set, is applied before the next read from the
-	// socket: deadlines cost a timer update, so a request whose bytes are
-	// all in the buffer never sets one.
-	readDeadline time.Time
+	// readDeadline, when pending, is applied before the next read from
+	// the socket (the zero time: none): deadlines cost a timer update, so
+	// a request whose bytes are all in the buffer never sets one.
+	readDeadline        time.Time
+	readDeadlinePending bool
 
 	out        []byte // response bytes not yet written
 	writeStart bool   // the current response has set its write deadline
@@ -94,10 +95,7 @@ func (c *conn) serveOne(ctx context.Context) bool {
 		c.linger = true
 		return false
 	}
-	headStart := time.Now()
-	if c.srv.opts.ReadTimeout > 0 {
-		c.readDeadline = headStart.Add(c.srv.opts.ReadTimeout)
-	}
+	c.setReadDeadline(c.srv.opts.ReadTimeout)
 	req = req.WithContext(ctx)
 	req.RemoteAddr = c.remoteAddr
 	var b *body
@@ -127,11 +125,9 @@ func (c *conn) readHead() (head string, perr *protocolError, ok bool) {
 		if !c.setIdle() {
 			return "", nil, false
 		}
-		if opts.IdleTimeout > 0 {
-			c.readDeadline = time.Now().Add(opts.IdleTimeout)
-		}
-	} else if opts.ReadHeaderTimeout > 0 {
-		c.readDeadline = time.Now().Add(opts.ReadHeaderTimeout)
+		c.setReadDeadline(opts.IdleTimeout)
+	} else {
+		c.setReadDeadline(opts.ReadHeaderTimeout)
 	}
 	for scanned := 0; ; {
 		// RFC 9112 2.2: ignore empty lines before a request line.
@@ -158,9 +154,7 @@ func (c *conn) readHead() (head string, perr *protocolError, ok bool) {
 			if !c.state.CompareAndSwap(stateIdle, stateActive) {
 				return "", nil, false // closed by Shutdown
 			}
-			if opts.ReadHeaderTimeout > 0 {
-				c.readDeadline = time.Now().Add(opts.ReadHeaderTimeout)
-			}
+			c.setReadDeadline(opts.ReadHeaderTimeout)
 		}
 	}
 }
@@ -192,13 +186,23 @@ func (c *conn) fill(limit int) error {
 	return err
 }
 
+// setReadDeadline makes the deadline of the next socket reads timeout from
+// now; zero means none.
+func (c *conn) setReadDeadline(timeout time.Duration) {
+	c.readDeadline = time.Time{}
+	if timeout > 0 {
+		c.readDeadline = time.Now().Add(timeout)
+	}
+	c.readDeadlinePending = true
+}
+
 // read reads from the socket, applying a pending read deadline first.
 func (c *conn) read(p []byte) (int, error) {
-	if !c.readDeadline.IsZero() {
+	if c.readDeadlinePending {
 		if err := c.rwc.SetReadDeadline(c.readDeadline); err != nil {
 			return 0, err
 		}
-		c.readDeadline = time.Time{}
+		c.readDeadlinePending = false
 	}
 	n, err := c.rwc.Read(p)
 	if n == 0 && err == nil {
