@@ -406,3 +406,16 @@ func TestTimeouts(t *testing.T) {
 		t.Errorf("stalled body answered after %v", d)
 	}
 }
+
+// TestNoReadTimeout: without a ReadTimeout a body may take longer than the
+// header timeout; the head's deadline does not carry over to it.
+func TestNoReadTimeout(t *testing.T) {
+	addr, _ := serve(t, echo, Options{ReadHeaderTimeout: 100 * time.Millisecond})
+	c := dial(t, addr)
+	c.send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\na")
+	time.Sleep(300 * time.Millisecond)
+	c.send("b")
+	if resp, body := c.response("POST"); resp.StatusCode != 200 || !strings.Contains(body, `body="ab"`) {
+		t.Errorf("slow body without ReadTimeout: %d %s", resp.StatusCode, body)
+	}
+}
