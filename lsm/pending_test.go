@@ -12,54 +12,6 @@ import (
 	"github.com/tabuladb/tabula/vfs"
 )
 
-// gateFS holds the next fsync of a WAL segment until the test releases it,
-// so a test can look at the DB while a synced commit waits for the disk.
-type gateFS struct {
-	vfs.FS
-	mu      sync.Mutex
-	armed   bool
-	entered chan struct{} // receives when the held fsync starts
-	release chan struct{} // closed to let it finish
-}
-
-func newGateFS(fs vfs.FS) *gateFS {
-	return &gateFS{FS: fs, entered: make(chan struct{}, 1), release: make(chan struct{})}
-}
-
-// arm makes the next WAL fsync wait for open.
-func (g *gateFS) arm() {
-	g.mu.Lock()
-	g.armed = true
-	g.mu.Unlock()
-}
-
-func (g *gateFS) open() { close(g.release) }
-
-func (g *gateFS) Create(name string) (vfs.File, error) {
-	f, err := g.FS.Create(name)
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return f, err
-	}
-	return &gateFile{File: f, g: g}, nil
-}
-
-type gateFile struct {
-	vfs.File
-	g *gateFS
-}
-
-func (f *gateFile) Sync() error {
-	f.g.mu.Lock()
-	hold := f.g.armed
-	f.g.armed = false
-	f.g.mu.Unlock()
-	if hold {
-		f.g.entered <- struct{}{}
-		<-f.g.release
-	}
-	return f.File.Sync()
-}
-
 // recvErr receives a Wait's result from a goroutine, failing the test
 // instead of hanging if none comes.
 func recvErr(t *testing.T, ch <-chan error) error {
@@ -122,7 +74,7 @@ func wantValue(t *testing.T, db *DB, snap *Snapshot, key, get, applied string) {
 // once; a later unsynced batch is not published before it; the batch may
 // be reused right after Enqueue.
 func TestPendingCommitVisibility(t *testing.T) {
-	gate := newGateFS(vfs.NewMem())
+	gate := vfs.NewSyncGate(vfs.NewMem(), ".log", 0)
 	opts := smallOptions()
 	opts.FS = gate
 	db := openTestDB(t, "/db", opts)
@@ -131,7 +83,7 @@ func TestPendingCommitVisibility(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	gate.arm()
+	gate.Hold()
 	b := db.NewBatch()
 	b.Set([]byte("k"), []byte("v1"))
 	b.Set([]byte("a"), []byte("1"))
@@ -159,7 +111,7 @@ func TestPendingCommitVisibility(t *testing.T) {
 	pDone := make(chan error, 1)
 	go func() { pDone <- p.Wait() }()
 	select { // p's fsync runs and is held
-	case <-gate.entered:
+	case <-gate.Entered():
 	case <-time.After(10 * time.Second):
 		t.Fatal("p's Wait did not fsync")
 	}
@@ -184,7 +136,7 @@ func TestPendingCommitVisibility(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 
-	gate.open()
+	gate.Release(nil)
 	if err := recvErr(t, pDone); err != nil {
 		t.Fatal(err)
 	}

@@ -20,56 +20,12 @@ import (
 // run many writers on one partition on a filesystem whose WAL fsyncs take
 // a while, so that writes are often enqueued behind pending ones.
 
-// syncFS wraps a filesystem so that WAL fsyncs take at least delay, and,
-// once held, wait until released and then return fail (if not nil).
-type syncFS struct {
-	vfs.FS
-	delay time.Duration
-
-	mu      sync.Mutex
-	hold    bool          // hold the next WAL fsync
-	entered chan struct{} // receives when the held fsync starts
-	release chan error    // the held fsync's result
-}
-
-func newSyncFS(fs vfs.FS, delay time.Duration) *syncFS {
-	return &syncFS{FS: fs, delay: delay, entered: make(chan struct{}, 1), release: make(chan error, 1)}
-}
-
-func (f *syncFS) Create(name string) (vfs.File, error) {
-	file, err := f.FS.Create(name)
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return file, err
-	}
-	return &syncFile{File: file, fs: f}, nil
-}
-
-type syncFile struct {
-	vfs.File
-	fs *syncFS
-}
-
-func (f *syncFile) Sync() error {
-	f.fs.mu.Lock()
-	hold := f.fs.hold
-	f.fs.hold = false
-	f.fs.mu.Unlock()
-	if hold {
-		f.fs.entered <- struct{}{}
-		if err := <-f.fs.release; err != nil {
-			return err
-		}
-	}
-	time.Sleep(f.fs.delay)
-	return f.File.Sync()
-}
-
-// openSyncFS opens a store on a MemFS whose WAL fsyncs go through a
-// syncFS.
-func openSyncFS(t *testing.T, opts *Options, delay time.Duration) (*Store, *syncFS, *vfs.MemFS) {
+// openSyncFS opens a store on a MemFS whose WAL fsyncs take at least delay
+// and can be held (vfs.SyncGate).
+func openSyncFS(t *testing.T, opts *Options, delay time.Duration) (*Store, *vfs.SyncGate, *vfs.MemFS) {
 	t.Helper()
 	mem := vfs.NewMem()
-	sfs := newSyncFS(mem, delay)
+	sfs := vfs.NewSyncGate(mem, ".log", delay)
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -274,16 +230,14 @@ func TestHotPartitionSyncFailure(t *testing.T) {
 	}
 	key := AppendEntityKey(nil, acct, tb.id, "p", "r")
 
-	sfs.mu.Lock()
-	sfs.hold = true
-	sfs.mu.Unlock()
+	sfs.Hold()
 	first := make(chan error, 1)
 	go func() {
 		_, err := s.InsertEntity(ctx, acct, "hot", ent("p", "r", "V", "first"))
 		first <- err
 	}()
 	select { // the insert is enqueued and its fsync held
-	case <-sfs.entered:
+	case <-sfs.Entered():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the insert never synced")
 	}
@@ -330,7 +284,7 @@ func TestHotPartitionSyncFailure(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 
-	sfs.release <- syscall.EIO
+	sfs.Release(syscall.EIO)
 	for name, ch := range map[string]chan error{"insert": first, "update": second, "conflicting insert": third, "conflicting batch": fourth} {
 		select {
 		case err := <-ch:

@@ -1,6 +1,7 @@
 // Package vfs is the filesystem interface the engine writes through. The
 // engine never calls package os directly, so tests can substitute a
-// filesystem that injects errors or simulates a crash.
+// filesystem that injects errors (ErrorFS), simulates a crash
+// (MemFS.CrashClone) or holds an fsync at a chosen moment (SyncGate).
 package vfs
 
 import (
