@@ -250,23 +250,15 @@ func etagMatches(ifMatch string, ts odata.DateTime) bool {
 }
 
 // getRaw reads a stored value at the current state; a missing key is nil.
-func (s *Store) getRaw(key []byte) ([]byte, error) {
-	v, err := s.db.Get(key)
-	if errors.Is(err, lsm.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("partition: read entity: %w", err)
-	}
-	return v, nil
-}
+func (s *Store) getRaw(key []byte) ([]byte, error) { return missingIsNil(s.db.Get(key)) }
 
 // getLatched reads the value a write holding key's partition latch must
 // check its condition against: the newest applied one, which may be the
 // still pending (enqueued, not yet durable) write of the previous latch
 // holder (lsm.DB.GetApplied). A missing key is nil.
-func (s *Store) getLatched(key []byte) ([]byte, error) {
-	v, err := s.db.GetApplied(key)
+func (s *Store) getLatched(key []byte) ([]byte, error) { return missingIsNil(s.db.GetApplied(key)) }
+
+func missingIsNil(v []byte, err error) ([]byte, error) {
 	if errors.Is(err, lsm.ErrNotFound) {
 		return nil, nil
 	}
