@@ -215,6 +215,31 @@ func TestFeeds(t *testing.T) {
 	}
 }
 
+// TestFeedBuffer: a feed built in a buffer is the same document as one
+// streamed to a writer, appended after what the buffer held.
+func TestFeedBuffer(t *testing.T) {
+	opts := testOpts
+	opts.Metadata = FullMetadata
+	enc := NewEncoder(opts)
+	var streamed bytes.Buffer
+	stream := enc.NewEntityFeed(&streamed)
+	built := enc.NewEntityFeedBuffer([]byte("kept"))
+	for i := range 2000 { // past the streaming feed's flush threshold
+		stored := AppendEncoded(nil, DateTime(i), []Property{{"A", Int32Value(int32(i))}})
+		for _, f := range []*FeedWriter{stream, built} {
+			if err := f.WriteEntity([]byte("p"), []byte(itoa(i)), "", stored); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stream.Close()
+	built.Close()
+	got, ok := strings.CutPrefix(string(built.Bytes()), "kept")
+	if !ok || got != streamed.String() || built.Len() != 2000 {
+		t.Errorf("buffered feed (%d entities) differs from the streamed one: %.100s", built.Len(), built.Bytes())
+	}
+}
+
 func TestAppendEntityValue(t *testing.T) {
 	e := &Entity{PartitionKey: "p", RowKey: "r", Properties: []Property{{"A", Int64Value(1)}}}
 	out := NewEncoder(EncodeOptions{Metadata: MinimalMetadata, Table: "t"}).AppendEntityValue(nil, e, "")

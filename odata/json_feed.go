@@ -11,10 +11,10 @@ const feedFlushSize = 32 << 10
 
 // FeedWriter streams a query response, {"odata.metadata":…,"value":[…]},
 // one element at a time, so a page of up to 1,000 entities never has to be
-// held as a whole.
+// held as a whole; or builds it in one buffer (NewEntityFeedBuffer).
 type FeedWriter struct {
 	enc    *Encoder
-	w      io.Writer
+	w      io.Writer // nil: the feed is built in buf, whole
 	buf    []byte
 	tables bool
 	n      int
@@ -24,7 +24,20 @@ type FeedWriter struct {
 
 // NewEntityFeed starts a Query Entities response on w.
 func (e *Encoder) NewEntityFeed(w io.Writer) *FeedWriter {
-	f := &FeedWriter{enc: e, w: w, buf: make([]byte, 0, 4096)}
+	return e.newEntityFeed(w, make([]byte, 0, 4096))
+}
+
+// NewEntityFeedBuffer starts a Query Entities response built in memory,
+// appended to buf (grown as needed), for a caller that sends a page whole:
+// Bytes returns it after Close. With a buffer kept from earlier pages,
+// the page is built where it will be sent from, without growing a buffer
+// and copying it into another.
+func (e *Encoder) NewEntityFeedBuffer(buf []byte) *FeedWriter {
+	return e.newEntityFeed(nil, buf)
+}
+
+func (e *Encoder) newEntityFeed(w io.Writer, buf []byte) *FeedWriter {
+	f := &FeedWriter{enc: e, w: w, buf: buf}
 	f.buf = append(f.buf, '{')
 	if e.opts.Metadata != NoMetadata {
 		f.buf = append(f.buf, `"odata.metadata":`...)
@@ -92,6 +105,11 @@ func (f *FeedWriter) WriteTable(name string) error {
 // Len returns the number of elements written so far.
 func (f *FeedWriter) Len() int { return f.n }
 
+// Bytes returns the feed built so far by a NewEntityFeedBuffer writer:
+// the whole response once Close has returned. It aliases the writer's
+// buffer.
+func (f *FeedWriter) Bytes() []byte { return f.buf }
+
 func (f *FeedWriter) maybeFlush() error {
 	if len(f.buf) < feedFlushSize {
 		return nil
@@ -100,6 +118,9 @@ func (f *FeedWriter) maybeFlush() error {
 }
 
 func (f *FeedWriter) flush() error {
+	if f.w == nil {
+		return nil // built in memory: nothing to flush to
+	}
 	if _, err := f.w.Write(f.buf); err != nil {
 		f.err = err
 		return err

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"net/http"
 
@@ -44,24 +43,24 @@ func (s *Server) queryEntities(rq *request) error {
 		return err
 	}
 
-	body, _ := s.pages.Get().(*bytes.Buffer)
-	if body == nil {
-		body = new(bytes.Buffer)
+	page, _ := s.pages.Get().(*[]byte)
+	if page == nil {
+		page = new([]byte)
 	}
+	feed := rq.encoder(m, sel).NewEntityFeedBuffer((*page)[:0])
 	defer func() {
-		if body.Cap() <= pooledPageCap {
-			body.Reset()
-			s.pages.Put(body)
+		if buf := feed.Bytes(); cap(buf) <= pooledPageCap {
+			*page = buf[:0]
+			s.pages.Put(page)
 		}
 	}()
-	feed := rq.encoder(m, sel).NewEntityFeed(body)
 	var next, stop partition.Continuation
 	if empty {
 		// $top=0 is a valid query with no entities; the table must still exist.
 		_, err = s.store.GetTable(rq.ctx, rq.account, rq.target.Table)
 	} else {
 		next, err = s.store.QueryEntities(rq.ctx, rq.account, rq.target.Table, q, func(e *partition.StoredEntity) error {
-			if feed.Len() > 0 && body.Len() >= maxPageBytes {
+			if feed.Len() > 0 && len(feed.Bytes()) >= maxPageBytes {
 				stop = partition.NewContinuation(e.PartitionKey, e.RowKey)
 				return errPageFull
 			}
@@ -87,6 +86,6 @@ func (s *Server) queryEntities(rq *request) error {
 		}
 	}
 	h.Set(hdrDataServiceVersion, "3.0;")
-	rq.reply(http.StatusOK, jsonContentType(m), body.Bytes())
+	rq.reply(http.StatusOK, jsonContentType(m), feed.Bytes())
 	return nil
 }

@@ -90,7 +90,7 @@ type Server struct {
 	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
 	propertiesWrite sync.Mutex                              // serializes Set Table Service Properties
 	httpServer      *http1.Server
-	// pages recycles the buffers query pages are built in (*bytes.Buffer):
+	// pages recycles the buffers query pages are built in (*[]byte):
 	// a page of a hundred entities is tens of kilobytes, and growing a
 	// fresh buffer to that size was most of a page's allocation.
 	pages sync.Pool

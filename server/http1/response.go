@@ -13,6 +13,11 @@ import (
 // response holds back to give it one; past it, the body is chunked.
 const maxBuffered = 64 << 10
 
+// maxCopied is the largest body write copied behind the header into the
+// output buffer; a larger one is handed to the kernel in place, beside the
+// buffer (writev), instead of copied first.
+const maxCopied = 8 << 10
+
 var errResponseDone = errors.New("http1: write to a response after its handler returned")
 
 // response is the http.ResponseWriter of one request. The status line
@@ -123,7 +128,7 @@ func (w *response) send(p []byte) error {
 		c.out = append(c.out, "\r\n"...)
 		defer func() { c.out = append(c.out, "\r\n"...) }()
 	}
-	if len(c.out)+len(p) <= maxKeptBuf {
+	if len(p) <= maxCopied && len(c.out)+len(p) <= maxKeptBuf {
 		c.out = append(c.out, p...)
 		return nil
 	}
