@@ -254,7 +254,9 @@ func (c *conn) readLine(limit int) ([]byte, error) {
 // request waits for.
 func (c *conn) writeContinue() error {
 	c.out = append(c.out, "HTTP/1.1 100 Continue\r\n\r\n"...)
-	return c.flush(nil)
+	err := c.flush(nil)
+	c.writeStart = false // the response's own write deadline starts when it does
+	return err
 }
 
 // flush writes the buffered response bytes and then extra, in one write

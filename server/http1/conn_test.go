@@ -419,3 +419,19 @@ func TestNoReadTimeout(t *testing.T) {
 		t.Errorf("slow body without ReadTimeout: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestContinueWriteDeadline: the write deadline of a response starts with
+// the response, not with the 100 Continue sent before its body arrived.
+func TestContinueWriteDeadline(t *testing.T) {
+	addr, _ := serve(t, echo, Options{WriteTimeout: 200 * time.Millisecond})
+	c := dial(t, addr)
+	c.send("PUT / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+	if resp, _ := c.response("PUT"); resp.StatusCode != http.StatusContinue {
+		t.Fatalf("interim response %d", resp.StatusCode)
+	}
+	time.Sleep(400 * time.Millisecond)
+	c.send("ok")
+	if resp, body := c.response("PUT"); resp.StatusCode != 200 || !strings.Contains(body, `body="ok"`) {
+		t.Errorf("after a slow body: %d %s", resp.StatusCode, body)
+	}
+}
