@@ -85,14 +85,6 @@ func (db *DB) Apply(b *Batch, wo *WriteOptions) error {
 // outside the lock, sharing one WAL fsync (group commit) instead of taking
 // one each in turn.
 type PendingCommit struct {
-	c      pendingCommit
-	waited bool
-	err    error
-}
-
-// pendingCommit is what steps 2 and 3 of the pipeline need of a batch that
-// went through step 1.
-type pendingCommit struct {
 	db   *DB
 	w    *wal.Writer // the WAL segment holding the record
 	end  int64       // offset just past the record in that segment
@@ -101,6 +93,9 @@ type pendingCommit struct {
 	// already published the batch (the unsynced fast path, or an empty
 	// batch), so there is nothing left to do.
 	sync, published bool
+	// waited and err are the result of the first Wait.
+	waited bool
+	err    error
 }
 
 // Enqueue runs the first step of committing b (see commitPipeline): when it
@@ -126,8 +121,51 @@ type pendingCommit struct {
 // An error from Enqueue means the batch is not committed and needs no
 // Wait; like Apply's, it is usually the DB's sticky write error (see Err).
 func (db *DB) Enqueue(b *Batch, wo *WriteOptions) (PendingCommit, error) {
-	p, err := db.enqueue(b, wo)
-	return PendingCommit{c: p}, err
+	if b.err != nil {
+		return PendingCommit{}, b.err
+	}
+	if b.empty() {
+		return PendingCommit{db: db, published: true}, nil
+	}
+	sync := wo == nil || wo.Sync
+	c := &db.commit
+
+	c.mu.Lock()
+	if err := db.makeRoomForWrite(b); err != nil {
+		c.mu.Unlock()
+		return PendingCommit{}, err
+	}
+	first := base.SeqNum(c.logSeq.Load()) + 1
+	last := first + base.SeqNum(b.count) - 1
+	b.setSeqNum(first)
+	w := db.log.writer
+	end, err := w.WriteRecord(b.repr)
+	if err != nil {
+		err = db.failWrites(fmt.Errorf("lsm: write WAL %06d: %w", db.log.num, err))
+		c.mu.Unlock()
+		return PendingCommit{}, err
+	}
+	c.logSeq.Store(uint64(last))
+	if err := db.applyToMemTable(b, db.mem.mutable); err != nil {
+		// The memtable had room (checked above), so this is a malformed
+		// batch that got past Set/Delete: nothing sane can follow.
+		err = db.failWrites(err)
+		c.mu.Unlock()
+		return PendingCommit{}, err
+	}
+	db.metrics.walBytesWritten.Add(int64(len(b.repr)))
+
+	p := PendingCommit{db: db, w: w, end: end, last: last, sync: sync}
+	c.pubMu.Lock()
+	if !sync && len(c.pending) == 0 && c.failed == nil {
+		db.visibleSeq.Store(uint64(last))
+		p.published = true
+	} else {
+		c.pending = append(c.pending, pendingBatch{lastSeq: last, done: !sync})
+	}
+	c.pubMu.Unlock()
+	c.mu.Unlock()
+	return p, nil
 }
 
 // Wait runs the rest of the commit (steps 2 and 3 of commitPipeline): it
@@ -145,70 +183,22 @@ func (db *DB) Enqueue(b *Batch, wo *WriteOptions) (PendingCommit, error) {
 // Wait must not be called concurrently with itself on one PendingCommit.
 func (p *PendingCommit) Wait() error {
 	if !p.waited {
-		if p.c.db == nil {
+		if p.db == nil {
 			p.err = errors.New("lsm: Wait on a PendingCommit that Enqueue did not return")
 		} else {
-			p.err = p.c.db.finish(&p.c)
+			p.err = p.finish()
 		}
 		p.waited = true
 	}
 	return p.err
 }
 
-// enqueue is step 1 of the pipeline.
-func (db *DB) enqueue(b *Batch, wo *WriteOptions) (pendingCommit, error) {
-	if b.err != nil {
-		return pendingCommit{}, b.err
-	}
-	if b.empty() {
-		return pendingCommit{db: db, published: true}, nil
-	}
-	sync := wo == nil || wo.Sync
-	c := &db.commit
-
-	c.mu.Lock()
-	if err := db.makeRoomForWrite(b); err != nil {
-		c.mu.Unlock()
-		return pendingCommit{}, err
-	}
-	first := base.SeqNum(c.logSeq.Load()) + 1
-	last := first + base.SeqNum(b.count) - 1
-	b.setSeqNum(first)
-	w := db.log.writer
-	end, err := w.WriteRecord(b.repr)
-	if err != nil {
-		err = db.failWrites(fmt.Errorf("lsm: write WAL %06d: %w", db.log.num, err))
-		c.mu.Unlock()
-		return pendingCommit{}, err
-	}
-	c.logSeq.Store(uint64(last))
-	if err := db.applyToMemTable(b, db.mem.mutable); err != nil {
-		// The memtable had room (checked above), so this is a malformed
-		// batch that got past Set/Delete: nothing sane can follow.
-		err = db.failWrites(err)
-		c.mu.Unlock()
-		return pendingCommit{}, err
-	}
-	db.metrics.walBytesWritten.Add(int64(len(b.repr)))
-
-	p := pendingCommit{db: db, w: w, end: end, last: last, sync: sync}
-	c.pubMu.Lock()
-	if !sync && len(c.pending) == 0 && c.failed == nil {
-		db.visibleSeq.Store(uint64(last))
-		p.published = true
-	} else {
-		c.pending = append(c.pending, pendingBatch{lastSeq: last, done: !sync})
-	}
-	c.pubMu.Unlock()
-	c.mu.Unlock()
-	return p, nil
-}
-
-// finish is steps 2 and 3 of the pipeline for a batch enqueue accepted.
-func (db *DB) finish(p *pendingCommit) error {
+// finish is steps 2 and 3 of the pipeline for a batch Enqueue accepted.
+func (p *PendingCommit) finish() error {
 	if p.published {
 		return nil
 	}
+	db := p.db
 	if p.sync {
 		if err := p.w.SyncTo(p.end); err != nil {
 			err = fmt.Errorf("lsm: sync WAL: %w", err)
