@@ -36,7 +36,7 @@ import (
 // serialize writes under their own lock and want to hold it only for step
 // 1, so that the writers queued on that lock share fsyncs. GetApplied
 // reads at logSeq, so such a caller can see the pending write of its
-// predecessor, and WaitApplied lets it wait for what it saw to commit
+// predecessor, and WaitVisible lets it wait for what it saw to commit
 // before it answers from it. A batch is marked done only by its own Wait
 // after its sync succeeded, so when a sync fails, no batch after the
 // failed one (already enqueued or not) is ever published: failed makes
@@ -193,6 +193,10 @@ func (p *PendingCommit) Wait() error {
 	return p.err
 }
 
+// Seq is the batch's last sequence number, for WaitVisible; 0 for an
+// empty batch.
+func (p *PendingCommit) Seq() uint64 { return uint64(p.last) }
+
 // finish is steps 2 and 3 of the pipeline for a batch Enqueue accepted.
 func (p *PendingCommit) finish() error {
 	if p.published {
@@ -238,7 +242,14 @@ func (db *DB) publish(last base.SeqNum) error {
 		c.pending = append(c.pending[:0], c.pending[n:]...)
 		c.pubCond.Broadcast()
 	}
-	for base.SeqNum(db.visibleSeq.Load()) < last {
+	return db.waitVisibleLocked(last)
+}
+
+// waitVisibleLocked waits until seq is visible, or returns the sync error
+// that keeps it from ever being. Called with commit.pubMu held.
+func (db *DB) waitVisibleLocked(seq base.SeqNum) error {
+	c := &db.commit
+	for base.SeqNum(db.visibleSeq.Load()) < seq {
 		if c.failed != nil {
 			return c.failed
 		}

@@ -155,9 +155,9 @@ func (db *DB) Get(key []byte) ([]byte, error) {
 // which may still be pending: its own write is then enqueued behind the
 // predecessor's, so it commits only if the predecessor does (a failed sync
 // stops all later writes). If it answers from the value instead of
-// writing (the condition failed), it must call WaitApplied first (after
-// releasing its lock), so the answer never rests on a write that is then
-// lost. Everyone else must use Get: a value GetApplied returns may never
+// writing (the condition failed), it must call WaitVisible first (after
+// releasing its lock) with the Seq of the last write it serializes, so the
+// answer never rests on a write that is then lost. Everyone else must use Get: a value GetApplied returns may never
 // be acknowledged, and for a key written concurrently by unserialized
 // writers it may even come from a batch whose other writes are still
 // being inserted.
@@ -178,36 +178,23 @@ func (db *DB) GetApplied(key []byte) ([]byte, error) {
 	return db.get(rs, key, base.SeqNum(db.commit.logSeq.Load()))
 }
 
-// WaitApplied waits until every batch Enqueue (or Apply) accepted before
-// the call is committed: visible and, if synced, durable. It returns the
-// sync error that stopped the DB if one of them failed instead.
+// WaitVisible waits until the batch a PendingCommit.Seq names, and so
+// every batch enqueued before it, is committed: visible and, if synced,
+// durable. It returns the sync error that stopped the DB if one of them
+// failed instead, and at once if the batch is already visible.
 //
 // It is GetApplied's counterpart for a decision that is not a write: a
 // caller that answers from a value GetApplied returned (a condition that
-// failed, say) calls it before answering, so that the answer never
-// reveals a write that is then lost. Without pending batches it returns
-// at once.
-func (db *DB) WaitApplied() error {
-	c := &db.commit
-	if db.visibleSeq.Load() == c.logSeq.Load() {
+// failed, say) waits for the last batch that could have written it, so
+// that the answer never reveals a write that is then lost.
+func (db *DB) WaitVisible(seq uint64) error {
+	if db.visibleSeq.Load() >= seq {
 		return nil
 	}
+	c := &db.commit
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
-	// Every batch that completed Enqueue is published or pending. (logSeq
-	// may also count a batch that failed inside Enqueue, which is
-	// neither: it must not be waited for.)
-	if len(c.pending) == 0 {
-		return nil
-	}
-	target := c.pending[len(c.pending)-1].lastSeq
-	for base.SeqNum(db.visibleSeq.Load()) < target {
-		if c.failed != nil {
-			return c.failed
-		}
-		c.pubCond.Wait()
-	}
-	return nil
+	return db.waitVisibleLocked(base.SeqNum(seq))
 }
 
 func (db *DB) get(rs *readState, key []byte, seq base.SeqNum) ([]byte, error) {

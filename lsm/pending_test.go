@@ -103,11 +103,12 @@ func TestPendingCommitVisibility(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	uSeq := u.Seq()
 	uDone := make(chan error, 1)
 	go func() { uDone <- u.Wait() }()
 
 	waDone := make(chan error, 1)
-	go func() { waDone <- db.WaitApplied() }()
+	go func() { waDone <- db.WaitVisible(uSeq) }()
 	pDone := make(chan error, 1)
 	go func() { pDone <- p.Wait() }()
 	select { // p's fsync runs and is held
@@ -132,7 +133,7 @@ func TestPendingCommitVisibility(t *testing.T) {
 	case err := <-pDone:
 		t.Fatalf("Wait returned during its fsync (%v)", err)
 	case err := <-waDone:
-		t.Fatalf("WaitApplied returned while p was pending (%v)", err)
+		t.Fatalf("WaitVisible returned while p was pending (%v)", err)
 	case <-time.After(20 * time.Millisecond):
 	}
 
@@ -159,10 +160,10 @@ func TestPendingCommitVisibility(t *testing.T) {
 		t.Fatalf("a second Wait: %v", err)
 	}
 	if err := recvErr(t, waDone); err != nil {
-		t.Fatalf("WaitApplied: %v", err)
+		t.Fatalf("WaitVisible: %v", err)
 	}
-	if err := db.WaitApplied(); err != nil {
-		t.Fatalf("WaitApplied with nothing pending: %v", err)
+	if err := db.WaitVisible(q.Seq()); err != nil {
+		t.Fatalf("WaitVisible of a committed batch: %v", err)
 	}
 	var zero PendingCommit
 	if zero.Wait() == nil {
@@ -302,10 +303,11 @@ func TestPendingCommitSyncFailure(t *testing.T) {
 	p := enqueue("p", true)
 	u := enqueue("u", false)
 	s := enqueue("s", true)
+	sSeq := s.Seq()
 	uDone := make(chan error, 1)
 	go func() { uDone <- u.Wait() }()
 	waDone := make(chan error, 1)
-	go func() { waDone <- db.WaitApplied() }()
+	go func() { waDone <- db.WaitVisible(sSeq) }()
 
 	efs.Inject(vfs.Fault{Op: vfs.OpSync, Match: ".log"})
 	snap := db.NewSnapshot()
@@ -317,7 +319,7 @@ func TestPendingCommitSyncFailure(t *testing.T) {
 		t.Fatal("an unsynced batch after a failed one was acknowledged")
 	}
 	if err := recvErr(t, waDone); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("WaitApplied over the failed batch: %v", err)
+		t.Fatalf("WaitVisible over the failed batch: %v", err)
 	}
 	efs.Disarm() // a healthy disk now cannot bring s back
 	if err := s.Wait(); err == nil {

@@ -67,7 +67,7 @@ func (s *Store) ExecuteBatch(ctx context.Context, account, tableName string, ops
 	defer t.mu.RUnlock()
 	ws, p, err := s.enqueueBatch(ctx, t, account, pk, ops)
 	if err != nil {
-		return nil, s.refusal(err)
+		return nil, err
 	}
 	// Outside the latch, as in Apply.
 	if err := p.Wait(); err != nil {
@@ -90,55 +90,54 @@ func (s *Store) ExecuteBatch(ctx context.Context, account, tableName string, ops
 // enqueueBatch is the part of ExecuteBatch under the partition's latch:
 // read and check every operation in order, stamp, and enqueue them as one
 // engine batch. The caller holds t.mu shared and must Wait on the result.
-func (s *Store) enqueueBatch(ctx context.Context, t *table, account, pk string, ops []Op) ([]staged, lsm.PendingCommit, error) {
-	l := s.latch.forPartition(account, t.id, pk)
-	l.Lock()
-	defer l.Unlock()
-
-	ws := make([]staged, len(ops))
-	var floor odata.DateTime
-	for i := range ops {
-		if i%16 == 15 {
-			if err := ctx.Err(); err != nil {
-				return nil, lsm.PendingCommit{}, err
+func (s *Store) enqueueBatch(ctx context.Context, t *table, account, pk string, ops []Op) (ws []staged, p lsm.PendingCommit, err error) {
+	p, err = s.underLatch(s.latch.forPartition(account, t.id, pk), func() (lsm.PendingCommit, error) {
+		ws = make([]staged, len(ops))
+		var floor odata.DateTime
+		for i := range ops {
+			if i%16 == 15 {
+				if err := ctx.Err(); err != nil {
+					return lsm.PendingCommit{}, err
+				}
 			}
+			key := AppendEntityKey(nil, account, t.id, pk, ops[i].Entity.RowKey)
+			old, err := s.getLatched(key)
+			if err != nil {
+				return lsm.PendingCommit{}, err
+			}
+			if ws[i], err = prepare(&ops[i], key, old); err != nil {
+				if ErrorCode(err) == "" {
+					return lsm.PendingCommit{}, err
+				}
+				return lsm.PendingCommit{}, &BatchError{Index: i, Err: err}
+			}
+			floor = max(floor, ws[i].floor)
 		}
-		key := AppendEntityKey(nil, account, t.id, pk, ops[i].Entity.RowKey)
-		old, err := s.getLatched(key)
+		if err := ctx.Err(); err != nil {
+			return lsm.PendingCommit{}, err
+		}
+		ts, err := s.clock.next(len(ws), floor)
 		if err != nil {
-			return nil, lsm.PendingCommit{}, err
+			return lsm.PendingCommit{}, err
 		}
-		if ws[i], err = prepare(&ops[i], key, old); err != nil {
-			if ErrorCode(err) == "" {
-				return nil, lsm.PendingCommit{}, err
+		b := s.db.NewBatch()
+		for i := range ws {
+			w := &ws[i]
+			w.stamp(ts + odata.DateTime(i))
+			if w.del {
+				b.Delete(w.key)
+			} else {
+				b.Set(w.key, w.value)
 			}
-			return nil, lsm.PendingCommit{}, &BatchError{Index: i, Err: err}
+			if b.Size() > MaxBatchBytes {
+				return lsm.PendingCommit{}, &BatchError{Index: i, Err: serviceError(CodeRequestBodyTooLarge, msgBodyTooLarge)}
+			}
 		}
-		floor = max(floor, ws[i].floor)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, lsm.PendingCommit{}, err
-	}
-	ts, err := s.clock.next(len(ws), floor)
-	if err != nil {
-		return nil, lsm.PendingCommit{}, err
-	}
-	b := s.db.NewBatch()
-	for i := range ws {
-		w := &ws[i]
-		w.stamp(ts + odata.DateTime(i))
-		if w.del {
-			b.Delete(w.key)
-		} else {
-			b.Set(w.key, w.value)
+		p, err := s.db.Enqueue(b, s.syncWO)
+		if err != nil {
+			return p, fmt.Errorf("partition: batch of %d on partition %q: %w", len(ws), pk, err)
 		}
-		if b.Size() > MaxBatchBytes {
-			return nil, lsm.PendingCommit{}, &BatchError{Index: i, Err: serviceError(CodeRequestBodyTooLarge, msgBodyTooLarge)}
-		}
-	}
-	p, err := s.db.Enqueue(b, s.syncWO)
-	if err != nil {
-		return nil, lsm.PendingCommit{}, fmt.Errorf("partition: batch of %d on partition %q: %w", len(ws), pk, err)
-	}
-	return ws, p, nil
+		return p, nil
+	})
+	return ws, p, err
 }

@@ -268,22 +268,30 @@ func missingIsNil(v []byte, err error) ([]byte, error) {
 	return v, nil
 }
 
-// refusal returns err, an error from under the partition's latch, once it
-// is safe to answer with. A service error (a condition not met, an entity
-// grown too large by a merge) may rest on the value getLatched read,
-// which may be a pending write that then fails: the answer waits until
-// every write enqueued before it is committed, and becomes the storage
-// failure if one of them failed, so that a client is never told about a
-// write that was never acknowledged and may be lost. Called outside the
-// latch.
-func (s *Store) refusal(err error) error {
-	if ErrorCode(err) == "" {
-		return err // already a failure
+// underLatch runs enqueue, which reads, checks and enqueues a commit,
+// holding latch, and records the commit as the latch's last. A refusal
+// from enqueue (a service error: a condition not met, an entity grown too
+// large by a merge) may rest on a value getLatched read, which may be the
+// still pending write of an earlier latch holder: it is answered only
+// once the latch's last commit is committed, and becomes the storage
+// failure if that (or anything before it) failed, so that no client is
+// told about a write that was never acknowledged and may be lost. The
+// wait is outside the latch, and only for this latch's writes.
+func (s *Store) underLatch(l *latch, enqueue func() (lsm.PendingCommit, error)) (lsm.PendingCommit, error) {
+	l.Lock()
+	p, err := enqueue()
+	if err == nil {
+		l.lastSeq = p.Seq()
 	}
-	if werr := s.db.WaitApplied(); werr != nil {
-		return fmt.Errorf("partition: commit of a preceding write: %w", werr)
+	last := l.lastSeq
+	l.Unlock()
+	if err == nil || ErrorCode(err) == "" {
+		return p, err
 	}
-	return err
+	if werr := s.db.WaitVisible(last); werr != nil {
+		return p, fmt.Errorf("partition: commit of a preceding write: %w", werr)
+	}
+	return p, err
 }
 
 // Apply performs one entity write atomically: under the partition's latch
@@ -312,7 +320,7 @@ func (s *Store) Apply(ctx context.Context, account, tableName string, op Op) (St
 	defer t.mu.RUnlock()
 	w, p, err := s.enqueueOp(t, account, key, &op)
 	if err != nil {
-		return StoredEntity{}, s.refusal(err)
+		return StoredEntity{}, err
 	}
 	// Outside the latch. A failure here is also the failure of every write
 	// enqueued after this one, including those that checked their
@@ -328,34 +336,33 @@ func (s *Store) Apply(ctx context.Context, account, tableName string, op Op) (St
 // enqueueOp is the part of Apply under the partition's latch: read, check,
 // stamp and enqueue. The caller holds t.mu shared and must Wait on the
 // result.
-func (s *Store) enqueueOp(t *table, account string, key []byte, op *Op) (staged, lsm.PendingCommit, error) {
-	l := s.latch.forPartition(account, t.id, op.Entity.PartitionKey)
-	l.Lock()
-	defer l.Unlock()
-	old, err := s.getLatched(key)
-	if err != nil {
-		return staged{}, lsm.PendingCommit{}, err
-	}
-	w, err := prepare(op, key, old)
-	if err != nil {
-		return staged{}, lsm.PendingCommit{}, err
-	}
-	ts, err := s.clock.next(1, w.floor)
-	if err != nil {
-		return staged{}, lsm.PendingCommit{}, err
-	}
-	w.stamp(ts)
-	var b lsm.Batch
-	if w.del {
-		b.Delete(key)
-	} else {
-		b.Set(key, w.value)
-	}
-	p, err := s.db.Enqueue(&b, s.syncWO)
-	if err != nil {
-		return staged{}, lsm.PendingCommit{}, fmt.Errorf("partition: %s (%q, %q): %w", op.Kind, w.pk, w.rk, err)
-	}
-	return w, p, nil
+func (s *Store) enqueueOp(t *table, account string, key []byte, op *Op) (w staged, p lsm.PendingCommit, err error) {
+	p, err = s.underLatch(s.latch.forPartition(account, t.id, op.Entity.PartitionKey), func() (lsm.PendingCommit, error) {
+		old, err := s.getLatched(key)
+		if err != nil {
+			return lsm.PendingCommit{}, err
+		}
+		if w, err = prepare(op, key, old); err != nil {
+			return lsm.PendingCommit{}, err
+		}
+		ts, err := s.clock.next(1, w.floor)
+		if err != nil {
+			return lsm.PendingCommit{}, err
+		}
+		w.stamp(ts)
+		var b lsm.Batch
+		if w.del {
+			b.Delete(key)
+		} else {
+			b.Set(key, w.value)
+		}
+		p, err := s.db.Enqueue(&b, s.syncWO)
+		if err != nil {
+			return p, fmt.Errorf("partition: %s (%q, %q): %w", op.Kind, w.pk, w.rk, err)
+		}
+		return p, nil
+	})
+	return w, p, err
 }
 
 // InsertEntity inserts e; it must not exist.

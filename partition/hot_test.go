@@ -316,3 +316,55 @@ func TestHotPartitionSyncFailure(t *testing.T) {
 		t.Fatalf("an acknowledged insert after reopening: %v", err)
 	}
 }
+
+// TestRefusalWaitsOnlyForItsPartition: a write refused on one partition
+// is answered while another partition's commit is still held in its
+// fsync; it waits only for the writes of its own latch.
+func TestRefusalWaitsOnlyForItsPartition(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC) // no lease renewal
+	s, sfs, _ := openSyncFS(t, &Options{Now: func() time.Time { return now }}, 0)
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.CreateTable(ctx, acct, "quiet"); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := s.lookupTable(acct, "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := "q"
+	for i := 0; s.latch.forPartition(acct, tb.id, quiet) == s.latch.forPartition(acct, tb.id, "busy"); i++ {
+		quiet = fmt.Sprintf("q%d", i) // a partition on another latch stripe
+	}
+	mustApply(t, s, "quiet", Op{Kind: OpInsert, Entity: ent(quiet, "r")})
+
+	sfs.Hold()
+	held := make(chan error, 1)
+	go func() {
+		_, err := s.InsertEntity(ctx, acct, "quiet", ent("busy", "r"))
+		held <- err
+	}()
+	select {
+	case <-sfs.Entered():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the insert never synced")
+	}
+	refused := make(chan error, 1)
+	go func() {
+		_, err := s.InsertEntity(ctx, acct, "quiet", ent(quiet, "r"))
+		refused <- err
+	}()
+	select {
+	case err := <-refused:
+		if ErrorCode(err) != CodeEntityAlreadyExists {
+			t.Errorf("insert of an existing entity: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a refusal on a quiet partition waited for another partition's fsync")
+		defer func() { <-refused }() // answered once the fsync is released
+	}
+	sfs.Release(nil)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -30,15 +30,24 @@ const latchStripes = 1024
 type latches struct {
 	seed    maphash.Seed
 	stripes [latchStripes]struct {
-		sync.Mutex
-		_ [56]byte // one stripe per cache line: no false sharing
+		latch
+		_ [48]byte // one stripe per cache line: no false sharing
 	}
+}
+
+// latch is one stripe: the lock, and the last commit ordered under it.
+type latch struct {
+	sync.Mutex
+	// lastSeq is the sequence number of the last batch enqueued under the
+	// latch (lsm.PendingCommit.Seq), which may still be pending: a write
+	// refused under the latch may rest on it and on nothing later.
+	lastSeq uint64
 }
 
 func newLatches() *latches { return &latches{seed: maphash.MakeSeed()} }
 
 // forPartition returns the latch of partition pk of table id in account.
-func (l *latches) forPartition(account string, id uint64, pk string) *sync.Mutex {
+func (l *latches) forPartition(account string, id uint64, pk string) *latch {
 	var h maphash.Hash
 	h.SetSeed(l.seed)
 	h.WriteString(account)
@@ -46,5 +55,5 @@ func (l *latches) forPartition(account string, id uint64, pk string) *sync.Mutex
 	binary.BigEndian.PutUint64(idb[1:], id) // idb[0] = 0 separates account from id
 	h.Write(idb[:])
 	h.WriteString(pk)
-	return &l.stripes[h.Sum64()%latchStripes].Mutex
+	return &l.stripes[h.Sum64()%latchStripes].latch
 }
