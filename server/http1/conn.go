@@ -88,7 +88,7 @@ func (c *conn) serveOne(ctx context.Context) bool {
 	var req *http.Request
 	var fr framing
 	if perr == nil {
-		req, fr, perr = parseHead(head)
+		req, fr, perr = parseHead(ctx, head)
 	}
 	if perr != nil {
 		c.refuse(perr)
@@ -96,7 +96,6 @@ func (c *conn) serveOne(ctx context.Context) bool {
 		return false
 	}
 	c.setReadDeadline(c.srv.opts.ReadTimeout)
-	req = req.WithContext(ctx)
 	req.RemoteAddr = c.remoteAddr
 	var b *body
 	req.Body, b = bodyOf(c, fr)

@@ -2,6 +2,7 @@ package http1
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/textproto"
 	"net/url"
@@ -57,9 +58,11 @@ func headEnd(b []byte, from int) int {
 }
 
 // parseHead reads a request head (the request line, the header fields and
-// the empty line) into a request without a body, and the framing of the
-// body and connection that follow it.
-func parseHead(head string) (*http.Request, framing, *protocolError) {
+// the empty line) into a request with context ctx and without a body, and
+// the framing of the body and connection that follow it. The request is
+// built on the stack and copied out by WithContext, the one allocation
+// a request must make for its context.
+func parseHead(ctx context.Context, head string) (*http.Request, framing, *protocolError) {
 	var fr framing
 	line, rest := cutLine(head)
 	method, rest1, ok1 := strings.Cut(line, " ")
@@ -74,7 +77,7 @@ func parseHead(head string) (*http.Request, framing, *protocolError) {
 	if perr != nil {
 		return nil, fr, perr
 	}
-	req := &http.Request{
+	req := http.Request{
 		Method:     method,
 		Proto:      proto,
 		ProtoMajor: major,
@@ -96,13 +99,13 @@ func parseHead(head string) (*http.Request, framing, *protocolError) {
 	}
 	req.Header = h
 
-	if perr := readHost(req); perr != nil {
+	if perr := readHost(&req); perr != nil {
 		return nil, fr, perr
 	}
-	if perr := readFraming(req, &fr); perr != nil {
+	if perr := readFraming(&req, &fr); perr != nil {
 		return nil, fr, perr
 	}
-	return req, fr, nil
+	return req.WithContext(ctx), fr, nil
 }
 
 // cutLine splits s after its first line, dropping the line's CRLF or LF.

@@ -1,6 +1,7 @@
 package http1
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 	"strings"
@@ -35,15 +36,15 @@ func TestHeadEnd(t *testing.T) {
 }
 
 func TestParseHead(t *testing.T) {
-	req, fr, perr := parseHead("POST /acct/t()?$filter=a%20eq%201 HTTP/1.1\r\n" +
-		"Host: 127.0.0.1:10002\r\n" +
-		"x-ms-date: Tue, 24 Nov 2026 10:00:00 GMT\r\n" +
-		"X-Ms-Version: 2019-02-02\r\n" +
-		"accept:application/json \r\n" +
-		"Prefer: return-no-content\r\n" +
-		"prefer: x\r\n" +
-		"Custom-header: \t v \r\n" +
-		"Content-Length: 42\r\n" +
+	req, fr, perr := parseHead(context.Background(), "POST /acct/t()?$filter=a%20eq%201 HTTP/1.1\r\n"+
+		"Host: 127.0.0.1:10002\r\n"+
+		"x-ms-date: Tue, 24 Nov 2026 10:00:00 GMT\r\n"+
+		"X-Ms-Version: 2019-02-02\r\n"+
+		"accept:application/json \r\n"+
+		"Prefer: return-no-content\r\n"+
+		"prefer: x\r\n"+
+		"Custom-header: \t v \r\n"+
+		"Content-Length: 42\r\n"+
 		"\r\n")
 	if perr != nil {
 		t.Fatal(perr)
@@ -86,7 +87,7 @@ func TestParseHeadFraming(t *testing.T) {
 		{"continue", "PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n", framing{contentLength: 1, expectContinue: true, keepAlive: true}, false},
 		{"continue ignored on 1.0", "PUT / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n", framing{contentLength: 1}, true},
 	} {
-		req, fr, perr := parseHead(tc.head)
+		req, fr, perr := parseHead(context.Background(), tc.head)
 		if perr != nil {
 			t.Errorf("%s: %v", tc.name, perr)
 			continue
@@ -133,7 +134,7 @@ func TestParseHeadRefuses(t *testing.T) {
 		{"chunked 1.0", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
 		{"odd Expect", "PUT / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", 417},
 	} {
-		_, _, perr := parseHead(tc.head)
+		_, _, perr := parseHead(context.Background(), tc.head)
 		if perr == nil || perr.status != tc.status {
 			t.Errorf("%s: got %v, want status %d", tc.name, perr, tc.status)
 		}
@@ -141,15 +142,15 @@ func TestParseHeadRefuses(t *testing.T) {
 }
 
 func TestParseHeadTargets(t *testing.T) {
-	req, _, perr := parseHead("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
+	req, _, perr := parseHead(context.Background(), "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
 	if perr != nil || req.URL.Path != "*" {
 		t.Errorf("OPTIONS *: %v %v", req, perr)
 	}
-	req, _, perr = parseHead("GET http://b:10002/acct/Tables HTTP/1.1\r\nHost: a\r\n\r\n")
+	req, _, perr = parseHead(context.Background(), "GET http://b:10002/acct/Tables HTTP/1.1\r\nHost: a\r\n\r\n")
 	if perr != nil || req.Host != "b:10002" || req.URL.Path != "/acct/Tables" {
 		t.Errorf("absolute form: %+v %v", req, perr)
 	}
-	req, _, perr = parseHead("GET /a%2Fb HTTP/1.1\r\nHost: a\r\n\r\n")
+	req, _, perr = parseHead(context.Background(), "GET /a%2Fb HTTP/1.1\r\nHost: a\r\n\r\n")
 	if perr != nil || req.URL.EscapedPath() != "/a%2Fb" || req.URL.Path != "/a/b" {
 		t.Errorf("escaped path: %+v %v", req.URL, perr)
 	}
@@ -190,7 +191,7 @@ func BenchmarkParseHead(b *testing.B) {
 		"Accept-Encoding: gzip\r\n\r\n"
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, perr := parseHead(strings.Clone(head)); perr != nil {
+		if _, _, perr := parseHead(context.Background(), strings.Clone(head)); perr != nil {
 			b.Fatal(perr)
 		}
 	}
