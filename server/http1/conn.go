@@ -3,6 +3,7 @@ package http1
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,7 +32,10 @@ const (
 	maxKeptBuf = 32 << 10
 )
 
-var errHeaderTooLarge = &protocolError{status: http.StatusRequestHeaderFieldsTooLarge, reason: "request header too large"}
+var (
+	errHeaderTooLarge = &protocolError{status: http.StatusRequestHeaderFieldsTooLarge, reason: "request header too large"}
+	errBufferFull     = errors.New("http1: read buffer full")
+)
 
 // conn is one client connection: its buffers and its request loop.
 type conn struct {
@@ -159,23 +163,26 @@ func (c *conn) readHead() (head string, perr *protocolError, ok bool) {
 }
 
 // fill reads more from the socket into the buffer, moving the unread part
-// to the front or growing the buffer (up to limit) when it is full.
+// to the front, or growing the buffer when it is full of unread bytes. The
+// buffer holds at most limit+1 of them; errBufferFull reports that many,
+// so a caller looking for the end of something limit long learns it is
+// longer.
 func (c *conn) fill(limit int) error {
 	if c.buf == nil {
 		c.buf = make([]byte, readBufSize)
 	}
 	if c.w == len(c.buf) {
-		if c.r > 0 {
+		switch unread := c.w - c.r; {
+		case c.r > 0:
 			c.w = copy(c.buf, c.buf[c.r:c.w])
 			c.r = 0
-		} else {
-			grown := make([]byte, min(2*len(c.buf), max(limit, len(c.buf))+1))
+		case unread > limit:
+			return errBufferFull
+		default:
+			grown := make([]byte, min(2*len(c.buf), limit+1))
 			c.w = copy(grown, c.buf[c.r:c.w])
 			c.r, c.buf = 0, grown
 		}
-	}
-	if c.w == len(c.buf) {
-		return errHeaderTooLarge
 	}
 	n, err := c.read(c.buf[c.w:])
 	c.w += n
@@ -241,7 +248,7 @@ func (c *conn) readLine(limit int) ([]byte, error) {
 			return nil, errChunkTooLong
 		}
 		if err := c.fill(limit + 2); err != nil {
-			if err == errHeaderTooLarge {
+			if err == errBufferFull {
 				err = errChunkTooLong
 			}
 			return nil, err

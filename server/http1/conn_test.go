@@ -158,7 +158,7 @@ func TestChunkedRequestBody(t *testing.T) {
 		t.Errorf("after a chunked body: %s", body)
 	}
 
-	for _, bad := range []string{"3\r\nabcX\r\n0\r\n\r\n", "z\r\nabc\r\n", "3\r\nab"} {
+	for _, bad := range []string{"3\r\nabcX\r\n0\r\n\r\n", "z\r\nabc\r\n", "3\r\nab", "1;" + strings.Repeat("x", 5000) + "\r\n"} {
 		c := dial(t, addr)
 		c.send("POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n" + bad)
 		if bad == "3\r\nab" {
