@@ -46,13 +46,14 @@ func runWriters(b *testing.B, op func(i int) error) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
 }
 
-// BenchmarkHotPartitionInsert inserts distinct RowKeys from 16 concurrent
-// writers, synced, on the OS filesystem. "one-partition" puts every insert
-// in one PartitionKey, so every write contends for one partition latch;
-// "scattered" gives each insert its own PartitionKey, the control: the
-// writers then share only the engine's group commit. The ratio of the two
-// is what serializing a partition costs.
-func BenchmarkHotPartitionInsert(b *testing.B) {
+// benchHotPartition runs write, from hotWriters concurrent writers, synced,
+// on the OS filesystem, with two key layouts. "one-partition" puts every
+// write in one PartitionKey, so every write contends for one partition
+// latch; "scattered" gives each write its own PartitionKey, the control:
+// the writers then share only the engine's group commit. The ratio of the
+// two is what serializing a partition costs. write gets the store, the
+// PartitionKey and a number unique in the run.
+func benchHotPartition(b *testing.B, write func(s *Store, pk string, i int) error) {
 	for _, c := range []struct {
 		name string
 		pk   func(i int) string
@@ -62,37 +63,32 @@ func BenchmarkHotPartitionInsert(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			s := benchStore(b)
-			ctx := context.Background()
-			runWriters(b, func(i int) error {
-				e := ent(c.pk(i), fmt.Sprintf("r%09d", i), "Name", "name", "Age", 42, "Score", 1.5, "Active", true)
-				_, err := s.InsertEntity(ctx, acct, "bench", e)
-				return err
-			})
+			runWriters(b, func(i int) error { return write(s, c.pk(i), i) })
 		})
 	}
+}
+
+// BenchmarkHotPartitionInsert inserts distinct RowKeys (see
+// benchHotPartition).
+func BenchmarkHotPartitionInsert(b *testing.B) {
+	ctx := context.Background()
+	benchHotPartition(b, func(s *Store, pk string, i int) error {
+		e := ent(pk, fmt.Sprintf("r%09d", i), "Name", "name", "Age", 42, "Score", 1.5, "Active", true)
+		_, err := s.InsertEntity(ctx, acct, "bench", e)
+		return err
+	})
 }
 
 // BenchmarkHotPartitionBatch is BenchmarkHotPartitionInsert for entity
 // group transactions of 10 inserts each (the metric counts batches).
 func BenchmarkHotPartitionBatch(b *testing.B) {
-	for _, c := range []struct {
-		name string
-		pk   func(i int) string
-	}{
-		{"one-partition", func(int) string { return "hot" }},
-		{"scattered", func(i int) string { return fmt.Sprintf("p%09d", i) }},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			s := benchStore(b)
-			ctx := context.Background()
-			runWriters(b, func(i int) error {
-				ops := make([]Op, 10)
-				for j := range ops {
-					ops[j] = Op{Kind: OpInsert, Entity: ent(c.pk(i), fmt.Sprintf("r%09d-%02d", i, j), "Name", "name", "Age", j)}
-				}
-				_, err := s.ExecuteBatch(ctx, acct, "bench", ops)
-				return err
-			})
-		})
-	}
+	ctx := context.Background()
+	benchHotPartition(b, func(s *Store, pk string, i int) error {
+		ops := make([]Op, 10)
+		for j := range ops {
+			ops[j] = Op{Kind: OpInsert, Entity: ent(pk, fmt.Sprintf("r%09d-%02d", i, j), "Name", "name", "Age", j)}
+		}
+		_, err := s.ExecuteBatch(ctx, acct, "bench", ops)
+		return err
+	})
 }
