@@ -50,7 +50,7 @@ func (b *body) Read(p []byte) (int, error) {
 	}
 	if b.continueDue {
 		b.continueDue = false
-		if err := b.c.writeContinue(); err != nil {
+		if err := b.c.writeInterim("HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
 			b.err = err
 			return 0, err
 		}

@@ -256,12 +256,12 @@ func (c *conn) readLine(limit int) ([]byte, error) {
 	}
 }
 
-// writeContinue sends the interim response an "Expect: 100-continue"
-// request waits for.
-func (c *conn) writeContinue() error {
-	c.out = append(c.out, "HTTP/1.1 100 Continue\r\n\r\n"...)
+// writeInterim sends an interim (1xx) response at once. The final
+// response's write deadline starts when that response does.
+func (c *conn) writeInterim(head string) error {
+	c.out = append(c.out, head...)
 	err := c.flush(nil)
-	c.writeStart = false // the response's own write deadline starts when it does
+	c.writeStart = false
 	return err
 }
 

@@ -225,6 +225,10 @@ func TestResponseFraming(t *testing.T) {
 		case "/inject":
 			w.Header().Set("X-Echo", "a\r\nSet-Cookie: evil")
 			w.Header()["Bad Name"] = []string{"x"}
+		case "/early": // an interim response, then the final one
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			io.WriteString(w, "final")
 		case "/empty":
 		}
 	}, Options{})
@@ -253,6 +257,13 @@ func TestResponseFraming(t *testing.T) {
 	c.send("GET /inject HTTP/1.1\r\nHost: h\r\n\r\n")
 	if resp, _ := c.response("GET"); resp.Header.Get("X-Echo") != "a  Set-Cookie: evil" || resp.Header.Get("Set-Cookie") != "" || resp.Header.Get("Date") == "" {
 		t.Errorf("header injection: %v", resp.Header)
+	}
+	c.send("GET /early HTTP/1.1\r\nHost: h\r\n\r\n")
+	if resp, _ := c.response("GET"); resp.StatusCode != http.StatusEarlyHints {
+		t.Errorf("interim response: %d", resp.StatusCode)
+	}
+	if resp, body := c.response("GET"); resp.StatusCode != 200 || body != "final" {
+		t.Errorf("after an interim response: %d %q", resp.StatusCode, body)
 	}
 	c.send("GET /empty HTTP/1.1\r\nHost: h\r\n\r\n")
 	if resp, body := c.response("GET"); resp.StatusCode != 200 || resp.ContentLength != 0 || body != "" {

@@ -54,9 +54,7 @@ func (w *response) WriteHeader(status int) {
 	if status < 200 {
 		// An interim response goes out now, and the final one follows.
 		if status != http.StatusSwitchingProtocols {
-			w.c.out = w.appendHead(w.c.out, status)
-			w.c.flush(nil)
-			w.c.writeStart = false
+			w.c.writeInterim(string(w.appendHead(nil, status)))
 		}
 		return
 	}
