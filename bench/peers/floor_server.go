@@ -8,11 +8,11 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-
-	"github.com/tabuladb/tabula/server/http1"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tabuladb/tabula/server/http1"
 )
 
 // The floor is not a Table service. It is the least a Go server must
@@ -59,12 +59,12 @@ func runFloorServer(args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
+	h, timeout := newFloorHandler(), 10*time.Second
 	switch *transport {
 	case "http1":
-		return http1.New(http1.Options{Handler: newFloorHandler(), ReadHeaderTimeout: 10 * time.Second}).Serve(ln)
+		return http1.New(http1.Options{Handler: h, ReadHeaderTimeout: timeout}).Serve(ln)
 	case "nethttp":
-		hs := &http.Server{Handler: newFloorHandler(), ReadHeaderTimeout: 10 * time.Second}
-		return hs.Serve(ln)
+		return (&http.Server{Handler: h, ReadHeaderTimeout: timeout}).Serve(ln)
 	}
 	ln.Close()
 	return fmt.Errorf("floor-server: unknown transport %q", *transport)
