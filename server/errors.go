@@ -24,6 +24,7 @@ const (
 	codeInternalError               = "InternalError"
 	codeOperationTimedOut           = "OperationTimedOut"
 	codeResourceNotFound            = partition.CodeResourceNotFound
+	codeServerBusy                  = "ServerBusy"
 	msgInvalidHeaderValue           = "The value for one of the HTTP headers is not in the correct format."
 	msgInvalidQueryParameterValue   = "Value for one of the query parameters specified in the request URI is invalid."
 	msgInvalidInput                 = "One of the request inputs is not valid."
@@ -32,6 +33,7 @@ const (
 	msgInternalError                = "Server encountered an internal error. Please try again after some time."
 	msgOperationTimedOut            = "Operation could not be completed within the specified time."
 	msgResourceNotFound             = "The specified resource does not exist."
+	msgServerBusy                   = "The server is currently unable to receive requests. Please retry your request."
 	msgInvalidEtag                  = "The etag value %s specified in one of the request headers is not valid. Please make sure only one etag value is specified and is valid."
 	msgIfNoneMatchNotSupported      = "If-None-Match is not supported for this operation."
 	msgPropertiesNeedValueForInsert = "The values are not specified for all properties in the entity."
@@ -49,6 +51,7 @@ func (e *apiError) Error() string { return e.code + ": " + e.message }
 var (
 	errInternal     = &apiError{status: http.StatusInternalServerError, code: codeInternalError, message: msgInternalError}
 	errBodyTooLarge = &apiError{status: http.StatusRequestEntityTooLarge, code: codeRequestBodyTooLarge, message: msgRequestBodyTooLarge}
+	errShuttingDown = &apiError{status: http.StatusServiceUnavailable, code: codeServerBusy, message: msgServerBusy}
 	// A delete must name the version it deletes, or "*".
 	errMissingIfMatch = &apiError{status: http.StatusBadRequest, code: "MissingRequiredHeader",
 		message: "An HTTP header that's mandatory for this request is not specified. (If-Match)"}
@@ -102,12 +105,8 @@ func (rq *request) fail(err error) {
 		return
 	}
 	status, code, message, ok := describe(err)
-	switch {
-	case !ok:
+	if !ok && rq.ctx.Err() == nil { // a cancelled request is logged by ServeHTTP
 		rq.s.log.Error("internal error", "request_id", rq.id, "method", rq.r.Method, "path", rq.r.URL.Path, "err", err)
-	case rq.ctx.Err() != nil:
-		// The client is gone: nobody reads the answer.
-		rq.s.log.Debug("request cancelled", "request_id", rq.id, "err", err)
 	}
 	var se *svcerr.Error
 	if errors.As(err, &se) && se.Detail != "" {

@@ -2,11 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -17,7 +17,6 @@ import (
 
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/server/auth"
-	"github.com/tabuladb/tabula/server/http1"
 	"github.com/tabuladb/tabula/server/storagexml"
 )
 
@@ -27,7 +26,8 @@ type Options struct {
 	// Accounts are the storage accounts served and their keys. Default:
 	// the emulator's devstoreaccount1 with its well-known key.
 	Accounts *auth.Accounts
-	// Logger receives one debug record per request and every internal
+	// Logger receives the server's records: a request cancelled by its
+	// client at info, one debug record per request, and every internal
 	// failure. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock of request dates, SAS expiry and error trailers.
@@ -41,6 +41,24 @@ type Options struct {
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// MaxHeaderBytes caps a request's header. Default 64 KiB.
 	MaxHeaderBytes int
+	// MaxConns caps the connections open at once; a connection past the
+	// cap is closed as soon as it is accepted. Default 4,096.
+	MaxConns int
+	// TLSConfig, when set, makes Serve speak HTTPS (HTTP/2 and HTTP/1.1,
+	// by ALPN) with its certificates. Plain HTTP is HTTP/1.1 only.
+	TLSConfig *tls.Config
+	// PathStyleOnly turns off production-style URLs: by default a request
+	// whose Host's first label names a configured account
+	// (devstoreaccount1.table.localhost) addresses that account, and its
+	// path starts at the resource.
+	PathStyleOnly bool
+	// SkipAPIVersionCheck accepts any well-formed x-ms-version, not only
+	// those the service has published (the emulator's --skipApiVersionCheck).
+	SkipAPIVersionCheck bool
+	// OAuth accepts Microsoft Entra ID bearer tokens over HTTPS, checked as
+	// the emulator's --oauth basic checks them: audience, issuer and
+	// lifetime, not the signature.
+	OAuth bool
 }
 
 func (o *Options) withDefaults() Options {
@@ -52,7 +70,7 @@ func (o *Options) withDefaults() Options {
 		out.Accounts = auth.DefaultAccounts()
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	if out.Now == nil {
 		out.Now = time.Now
@@ -75,12 +93,15 @@ func (o *Options) withDefaults() Options {
 	if out.MaxHeaderBytes <= 0 {
 		out.MaxHeaderBytes = 64 << 10
 	}
+	if out.MaxConns <= 0 {
+		out.MaxConns = 4096
+	}
 	return out
 }
 
 // Server answers Table service requests for a store. It is an
-// http.Handler; Serve runs it on a listener with the configured timeouts,
-// over server/http1's leaner HTTP/1.1 transport.
+// http.Handler; Serve runs it on a listener, over net/http, with the
+// configured timeouts and connection cap.
 type Server struct {
 	store *partition.Store
 	opts  Options
@@ -89,38 +110,57 @@ type Server struct {
 	mu              sync.Mutex
 	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
 	propertiesWrite sync.Mutex                              // serializes Set Table Service Properties
-	httpServer      *http1.Server
+	httpServer      *http.Server
 	// pages recycles the buffers query pages are built in (*[]byte):
 	// a page of a hundred entities is tens of kilobytes, and growing a
 	// fresh buffer to that size was most of a page's allocation.
 	pages sync.Pool
 	date  atomic.Pointer[cachedDate] // see httpDate
+
+	// running is read-locked by every handler for as long as it runs;
+	// Shutdown write-locks it, so it returns only once no handler is
+	// left, and a request arriving after that is refused.
+	running sync.RWMutex
+	// base is every request's parent context; Shutdown cancels it when
+	// its grace period ends, so long handlers stop.
+	base       context.Context
+	cancelBase context.CancelFunc
 }
 
 // New returns a server for store. A nil opts means defaults. The server
 // does not own the store: closing it is the caller's job, after Shutdown.
 func New(store *partition.Store, opts *Options) *Server {
 	o := opts.withDefaults()
+	base, cancel := context.WithCancel(context.Background())
 	return &Server{
 		store:      store,
 		opts:       o,
 		log:        o.Logger,
 		properties: make(map[string]storagexml.ServiceProperties),
+		base:       base,
+		cancelBase: cancel,
 	}
 }
 
 // Serve accepts connections on ln until Shutdown, answering each request
-// with the server. It returns http.ErrServerClosed after Shutdown.
+// with the server, over TLS when Options.TLSConfig is set. It returns
+// http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	hs := http1.New(http1.Options{
+	hs := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
 		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      s.opts.WriteTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
-		Logger:            s.log,
-	})
+		BaseContext:       func(net.Listener) context.Context { return s.base },
+		// net/http reports malformed requests and TLS handshake failures
+		// here: client faults, so debug.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	if s.opts.TLSConfig != nil {
+		hs.TLSConfig = s.opts.TLSConfig.Clone()
+	}
 	s.mu.Lock()
 	if s.httpServer != nil {
 		s.mu.Unlock()
@@ -128,23 +168,51 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.httpServer = hs
 	s.mu.Unlock()
+	ln = newLimitListener(ln, s.opts.MaxConns, s.log)
+	if hs.TLSConfig != nil {
+		return hs.ServeTLS(ln, "", "")
+	}
 	return hs.Serve(ln)
 }
 
 // Shutdown stops accepting connections and waits, until ctx ends, for the
-// requests in flight to finish.
+// requests in flight to finish. When ctx ends first, the requests still
+// running are cancelled and their connections closed. Either way it
+// returns only after every handler has returned, so the store may be
+// closed as soon as it does.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	hs := s.httpServer
 	s.mu.Unlock()
-	if hs == nil {
-		return nil
+	var err error
+	if hs != nil {
+		if err = hs.Shutdown(ctx); err != nil {
+			s.cancelBase()
+			hs.Close()
+		}
 	}
-	return hs.Shutdown(ctx)
+	s.running.Lock() // every handler has returned; later ones are refused
+	s.cancelBase()
+	return err
 }
 
 // ServeHTTP answers one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.running.TryRLock() {
+		// Shutdown has begun: the store may close at any moment.
+		w.Header().Set("Connection", "close")
+		rq := s.newRequest(w, r)
+		rq.fail(errShuttingDown)
+		return
+	}
+	defer s.running.RUnlock()
+	if len(r.TransferEncoding) > 0 {
+		// A chunked request may have carried a Content-Length too, or
+		// bytes in its chunk extensions, that net/http reads past without
+		// a word (golang/go#80942): the framing is suspect, so whatever
+		// follows it on the connection is not read (RFC 9112 §6.1).
+		w.Header().Set("Connection", "close")
+	}
 	rq := s.newRequest(w, r)
 	defer func() {
 		if p := recover(); p != nil {
@@ -153,6 +221,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			s.log.Error("panic serving request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p))
 			rq.fail(errInternal)
+		}
+		if rq.ctx.Err() != nil {
+			// The client went away (or Shutdown's grace ended) while the
+			// request ran; the log says how long it kept working after.
+			s.log.Info("request cancelled", "request_id", rq.id, "method", r.Method, "path", r.URL.Path,
+				"duration", time.Since(rq.start), "cause", context.Cause(rq.ctx))
 		}
 		if s.log.Enabled(rq.ctx, slog.LevelDebug) { // spares a disabled log its argument boxing
 			s.log.Debug("request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path,
