@@ -92,7 +92,7 @@ func FuzzSharedKey(f *testing.F) {
 		r := srvRequest(method, target)
 		r.Header.Set("x-ms-date", date)
 		r.Header.Set("Authorization", authorization)
-		p, err := accounts.Authenticate(context.Background(), r, auth.DevAccountName, srvNow, nil)
+		p, err := accounts.Authenticate(context.Background(), r, auth.Address{Account: auth.DevAccountName}, srvNow, nil)
 		srvCheckAuthResult(t, p, err)
 
 		// Re-sign the same request as an SDK would.
@@ -112,7 +112,7 @@ func FuzzSharedKey(f *testing.F) {
 			t.Fatal(err)
 		}
 		r.Header.Set("Authorization", "SharedKeyLite "+auth.DevAccountName+":"+sig)
-		p, err = accounts.Authenticate(context.Background(), r, auth.DevAccountName, srvNow, nil)
+		p, err = accounts.Authenticate(context.Background(), r, auth.Address{Account: auth.DevAccountName}, srvNow, nil)
 		srvCheckAuthResult(t, p, err)
 		if d, perr := http.ParseTime(date); perr == nil && !d.Before(srvNow.Add(-auth.MaxClockSkew)) && !d.After(srvNow.Add(auth.MaxClockSkew)) && err != nil {
 			t.Fatalf("correctly signed request refused: %v", err)
@@ -160,7 +160,7 @@ func FuzzSAS(f *testing.F) {
 		try := func(q string) {
 			r := srvRequest("GET", "/devstoreaccount1/mytable()?"+q)
 			r.URL.RawQuery = q
-			p, err := accounts.Authenticate(context.Background(), r, auth.DevAccountName, srvNow, lookup)
+			p, err := accounts.Authenticate(context.Background(), r, auth.Address{Account: auth.DevAccountName}, srvNow, lookup)
 			srvCheckAuthResult(t, p, err)
 		}
 		try(rawQuery)

@@ -103,7 +103,7 @@ func (s *Server) batch(rq *request) error {
 // parseBatchOp reads one change set operation: what it addresses, which
 // write it is, whether the caller may do it, and its entity.
 func (s *Server) parseBatchOp(rq *request, o *batch.Operation) (batchOp, string, error) {
-	t, err := o.Target(rq.account)
+	t, err := o.Target(rq.pathAccount())
 	if err != nil {
 		return batchOp{}, "", err
 	}
@@ -168,7 +168,7 @@ func (s *Server) parseBatchOp(rq *request, o *batch.Operation) (batchOp, string,
 
 // batchQuery answers a batch holding one point query.
 func (s *Server) batchQuery(rq *request, w *batch.ResponseWriter, o *batch.Operation) error {
-	t, err := o.Target(rq.account)
+	t, err := o.Target(rq.pathAccount())
 	if err == nil && t.Kind != batch.TargetEntity {
 		err = invalidInput("A query in a batch must be a point query of one entity.")
 	}

@@ -29,6 +29,7 @@ type request struct {
 	now   time.Time
 
 	account   string       // as addressed, without "-secondary"
+	hostStyle bool         // the Host named the account (production-style URL)
 	target    batch.Target // what the path addresses
 	query     url.Values
 	principal *auth.Principal
@@ -40,7 +41,7 @@ func (s *Server) newRequest(w http.ResponseWriter, r *http.Request) *request {
 	rq := &request{s: s, w: w, r: r, ctx: r.Context(), id: newRequestID(), start: time.Now(), now: s.opts.Now()}
 	h := w.Header()
 	h.Set("X-Ms-Request-Id", rq.id)
-	h.Set("X-Ms-Version", responseVersion(r.Header.Get("X-Ms-Version")))
+	h.Set("X-Ms-Version", s.responseVersion(r.Header.Get("X-Ms-Version")))
 	h.Set("Date", s.httpDate(rq.now))
 	h.Set("Server", "Tabula")
 	if id := r.Header.Get("X-Ms-Client-Request-Id"); id != "" && len(id) <= 1024 {
@@ -197,12 +198,24 @@ var jsonContentTypes = [...]string{
 // jsonContentType is the Content-Type of a JSON response at level m.
 func jsonContentType(m odata.Metadata) string { return jsonContentTypes[m] }
 
+// pathAccount is the account segment the request's URLs start with:
+// the account for path-style URLs, "" for production-style ones.
+func (rq *request) pathAccount() string {
+	if rq.hostStyle {
+		return ""
+	}
+	return rq.account
+}
+
 // baseURL is the service root as the client addressed it, for odata.metadata,
 // odata.id and Location: scheme, host and the account segment.
 func (rq *request) baseURL() string {
 	scheme := "http"
 	if rq.r.TLS != nil {
 		scheme = "https"
+	}
+	if rq.hostStyle {
+		return scheme + "://" + rq.r.Host + "/"
 	}
 	account := rq.account
 	if rq.target.Secondary {
@@ -237,8 +250,9 @@ func preferenceOf(h http.Header) string {
 	return ""
 }
 
-// knownVersions are the x-ms-version values the service (and the emulator)
-// accepts. JSON needs 2013-08-15 or later.
+// knownVersions are the x-ms-version values the service has published
+// (versioning-for-the-azure-storage-services), through 2026-06-06. JSON
+// needs 2013-08-15 or later.
 var knownVersions = []string{
 	"2009-04-14", "2009-07-17", "2009-09-19", "2011-08-18", "2012-02-12",
 	"2013-08-15", "2014-02-14", "2015-02-21", "2015-04-05", "2015-07-08",
@@ -249,27 +263,39 @@ var knownVersions = []string{
 	"2021-08-06", "2021-10-04", "2021-12-02", "2022-11-02", "2023-01-03",
 	"2023-08-03", "2023-11-03", "2024-02-04", "2024-05-04", "2024-08-04",
 	"2024-11-04", "2025-01-05", "2025-05-05", "2025-07-05", "2025-11-05",
+	"2026-02-06", "2026-04-06", "2026-06-06",
 }
 
 // defaultVersion is the version the server answers with when the client
 // names none: the one the current SDKs send.
 const defaultVersion = "2019-02-02"
 
-func responseVersion(requested string) string {
-	if slices.Contains(knownVersions, requested) {
+// responseVersion is the x-ms-version of a response: the client's when it
+// is one the server accepted, else the default.
+func (s *Server) responseVersion(requested string) string {
+	if slices.Contains(knownVersions, requested) || (s.opts.SkipAPIVersionCheck && wellFormedVersion(requested)) {
 		return requested
 	}
 	return defaultVersion
 }
 
-// checkVersion refuses an x-ms-version the service does not know, and JSON
-// requests under versions that predate JSON.
+// wellFormedVersion reports whether v is a version's form, a date
+// YYYY-MM-DD.
+func wellFormedVersion(v string) bool {
+	_, err := time.Parse(time.DateOnly, v)
+	return err == nil && len(v) == len(time.DateOnly)
+}
+
+// checkVersion refuses an x-ms-version the service does not know (any
+// well-formed one with SkipAPIVersionCheck), and JSON requests under
+// versions that predate JSON.
 func (rq *request) checkVersion() error {
 	v := rq.r.Header.Get("X-Ms-Version")
 	if v == "" {
 		return nil
 	}
-	if !slices.Contains(knownVersions, v) {
+	known := slices.Contains(knownVersions, v) || (rq.s.opts.SkipAPIVersionCheck && wellFormedVersion(v))
+	if !known {
 		return &apiError{status: http.StatusBadRequest, code: codeInvalidHeaderValue,
 			message: msgInvalidHeaderValue + " The x-ms-version " + quoteForMessage(v) + " is not supported."}
 	}

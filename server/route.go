@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -52,20 +53,53 @@ func (s *Server) route(rq *request) {
 // prepare reads the account, the target and the query string.
 func (s *Server) prepare(rq *request) error {
 	path := rq.r.URL.EscapedPath()
-	first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	first, _, _ = strings.Cut(first, "?")
-	rq.account = strings.TrimSuffix(first, "-secondary")
+	pathAccount := "" // the account the path starts with, path-style
+	account, secondary, hostStyle := s.hostAccount(rq.r.Host)
+	if hostStyle {
+		rq.account, rq.hostStyle = account, true
+	} else {
+		first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+		rq.account = strings.TrimSuffix(first, "-secondary")
+		pathAccount = rq.account
+	}
 	q, err := url.ParseQuery(rq.r.URL.RawQuery)
 	if err != nil {
 		return invalidQueryParameter("The query string is not correctly encoded.")
 	}
 	rq.query = q
-	t, err := batch.ParseTarget(path, rq.account)
+	t, err := batch.ParseTarget(path, pathAccount)
 	if err != nil {
 		return err
 	}
+	t.Secondary = t.Secondary || secondary
 	rq.target = t
 	return nil
+}
+
+// hostAccount reads a production-style Host (devstoreaccount1.table.localhost,
+// devstoreaccount1-secondary.example.com): its first label names the
+// account when it is one this server holds. An IP address, a single-label
+// name, or a first label naming no account leaves the URL path-style.
+func (s *Server) hostAccount(host string) (account string, secondary, ok bool) {
+	if s.opts.PathStyleOnly {
+		return "", false, false
+	}
+	label, _, dotted := strings.Cut(host, ".")
+	if !dotted || label == "" {
+		return "", false, false
+	}
+	label = strings.ToLower(label)
+	account, secondary = strings.CutSuffix(label, "-secondary")
+	if !s.opts.Accounts.Has(account) {
+		return "", false, false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if net.ParseIP(host) != nil { // an account may be all digits, like an address's first byte
+		return "", false, false
+	}
+	return account, secondary, true
 }
 
 // pick chooses the handler and the operation (for authorization) of a
@@ -145,7 +179,14 @@ func (s *Server) pick(rq *request, method string) (handler, auth.Operation, erro
 // authorize authenticates the request and checks that its principal may
 // perform op on the table it addresses.
 func (s *Server) authorize(rq *request, op auth.Operation) error {
-	p, err := s.opts.Accounts.Authenticate(rq.ctx, rq.r, rq.account, rq.now, s.lookupPolicy(rq.account))
+	var p *auth.Principal
+	var err error
+	if s.opts.OAuth && auth.IsBearer(rq.r) {
+		p, err = s.opts.Accounts.AuthenticateBearer(rq.r, rq.account, rq.now)
+	} else {
+		p, err = s.opts.Accounts.Authenticate(rq.ctx, rq.r, auth.Address{Account: rq.account, HostStyle: rq.hostStyle},
+			rq.now, s.lookupPolicy(rq.account))
+	}
 	if err != nil {
 		return err
 	}

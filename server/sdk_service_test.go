@@ -65,7 +65,8 @@ func TestSDKTables(t *testing.T) {
 
 func TestSDKServicePropertiesAndStats(t *testing.T) {
 	ctx := context.Background()
-	svc := newServiceClient(t, startServer(t, nil))
+	ts := startServer(t, nil)
+	svc := newServiceClient(t, ts)
 	props := aztables.ServiceProperties{
 		Cors: []*aztables.CorsRule{{
 			AllowedOrigins: to.Ptr("https://app.example"), AllowedMethods: to.Ptr("GET,PUT"),
@@ -92,7 +93,19 @@ func TestSDKServicePropertiesAndStats(t *testing.T) {
 	if !*got.HourMetrics.Enabled || !*got.HourMetrics.IncludeAPIs {
 		t.Fatalf("hour metrics after set: %+v", got.HourMetrics)
 	}
-	stats, err := svc.GetStatistics(ctx, nil)
+	// Statistics come from the secondary endpoint only; the Go SDK signs
+	// its path, -secondary suffix and all, with the account's key.
+	_, err = svc.GetStatistics(ctx, nil)
+	wantSDKError(t, "stats on the primary", err, http.StatusBadRequest, "InvalidQueryParameterValue")
+	cred, err := aztables.NewSharedKeyCredential(auth.DevAccountName, auth.DevAccountKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondary, err := aztables.NewServiceClientWithSharedKey(ts.ServiceURL+"-secondary", cred, sdkOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := secondary.GetStatistics(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,9 +92,13 @@ func (s *Server) setServiceProperties(rq *request) error {
 	return nil
 }
 
-// getServiceStats answers GET /?restype=service&comp=stats. A single node
-// has no replica lagging behind: replication is always live and in sync.
+// getServiceStats answers GET /?restype=service&comp=stats. The service
+// answers it on the secondary endpoint only. A single node has no replica
+// lagging behind: replication is always live and in sync.
 func (s *Server) getServiceStats(rq *request) error {
+	if !rq.target.Secondary {
+		return invalidQueryParameter("Service statistics are served by the account's secondary endpoint only.")
+	}
 	g := storagexml.GeoReplication{Status: storagexml.GeoLive, LastSyncTime: rq.now}
 	rq.reply(http.StatusOK, xmlContentType, storagexml.MarshalServiceStats(g))
 	return nil

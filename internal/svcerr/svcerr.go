@@ -12,6 +12,9 @@ type Error struct {
 	Code    string
 	Message string
 	Detail  string
+	// Challenge, when set, is the WWW-Authenticate header the refusal
+	// carries (a bearer token refused).
+	Challenge string
 }
 
 func (e *Error) Error() string {

@@ -22,6 +22,7 @@ const (
 	CodeAuthorizationProtocolMismatch     = "AuthorizationProtocolMismatch"
 	CodeAuthorizationSourceIPMismatch     = "AuthorizationSourceIPMismatch"
 	CodeInvalidOperation                  = "InvalidOperation"
+	CodeInvalidAuthenticationInfo         = "InvalidAuthenticationInfo"
 )
 
 // The service's messages for those codes (sas-error-codes and

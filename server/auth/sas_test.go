@@ -62,7 +62,7 @@ func with(f map[string]string, kv ...string) map[string]string {
 
 func authSAS(t *testing.T, target string, lookup PolicyLookup) (*Principal, error) {
 	t.Helper()
-	return testAccounts(t).Authenticate(context.Background(), newReq("GET", target, nil), DevAccountName, refTime, lookup)
+	return testAccounts(t).Authenticate(context.Background(), newReq("GET", target, nil), Address{Account: DevAccountName}, refTime, lookup)
 }
 
 func TestServiceSASKnownAnswer(t *testing.T) {
@@ -189,7 +189,7 @@ func TestServiceSASAccepts(t *testing.T) {
 			if c.tls {
 				r.TLS = &tls.ConnectionState{}
 			}
-			if _, err := testAccounts(t).Authenticate(context.Background(), r, DevAccountName, refTime, nil); err != nil {
+			if _, err := testAccounts(t).Authenticate(context.Background(), r, Address{Account: DevAccountName}, refTime, nil); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -104,37 +104,50 @@ func compParam(r *http.Request) (string, bool) {
 }
 
 // canonicalizedResources returns the CanonicalizedResource strings a
-// correctly signed request to account may have used, best first:
+// correctly signed request to account may have used, best first. Every
+// form is "/" + account + a path + ["?comp=" + comp]; the paths are:
 //
-//  1. "/" + account + path + ["?comp=" + comp] — what aztables,
-//     @azure/data-tables, Azure.Data.Tables and Azurite compute. For
-//     path-style emulator URLs the path starts with the account again, so
-//     the account appears twice: /devstoreaccount1/devstoreaccount1/mytable.
-//     On the secondary endpoint (/devstoreaccount1-secondary/...) the
-//     suffix is dropped from the path, as Azurite does, because clients sign
-//     with the primary account name.
-//  2. for path-style URLs only, the same without the account path segment
-//     (/devstoreaccount1/mytable): the resource a production URL would name,
-//     which hand-written clients sign. It names the same resource, so
-//     accepting it lets nothing through that form 1 would not.
-func canonicalizedResources(r *http.Request, account string) []string {
+//  1. the path as sent. It is what aztables, @azure/data-tables and
+//     Azure.Data.Tables sign, for both URL styles. For path-style URLs the
+//     path starts with the account again, so the account appears twice
+//     (/devstoreaccount1/devstoreaccount1/mytable), and on the secondary
+//     endpoint the path keeps its "-secondary" suffix.
+//  2. path-style on the secondary only: the path with the suffix dropped
+//     from its first segment, as the emulator computes it.
+//  3. path-style only: the path without its account segment
+//     (/devstoreaccount1/mytable), the resource a production URL would
+//     name, which hand-written clients sign.
+//
+// Each names the resource the request addresses, so accepting it lets
+// nothing through that form 1 would not.
+func canonicalizedResources(r *http.Request, account string, hostStyle bool) []string {
 	path := requestPath(r)
 	prefix := "/" + account
-	if rest, ok := strings.CutPrefix(path, prefix+secondarySuffix); ok && (rest == "" || rest[0] == '/') {
-		path = prefix + rest
-	}
 	comp := ""
 	if v, ok := compParam(r); ok {
 		comp = "?comp=" + v
 	}
 	out := []string{prefix + path + comp}
-	if rest, ok := strings.CutPrefix(path, prefix); ok && (rest == "" || rest[0] == '/') {
+	if hostStyle {
+		return out
+	}
+	if rest, ok := cutSegment(path, prefix+secondarySuffix); ok {
+		path = prefix + rest
+		out = append(out, prefix+path+comp)
+	}
+	if rest, ok := cutSegment(path, prefix); ok {
 		if rest == "" {
 			rest = "/"
 		}
 		out = append(out, prefix+rest+comp)
 	}
 	return out
+}
+
+// cutSegment cuts a whole leading path segment off path.
+func cutSegment(path, segment string) (rest string, ok bool) {
+	rest, ok = strings.CutPrefix(path, segment)
+	return rest, ok && (rest == "" || rest[0] == '/')
 }
 
 // sharedKeyStrings returns the strings to sign for a Table Shared Key
@@ -181,7 +194,7 @@ func checkDate(name, value string, now time.Time) *Error {
 }
 
 // verifySharedKey checks an Authorization: SharedKey / SharedKeyLite header.
-func verifySharedKey(r *http.Request, acct *account, header string, now time.Time) (Kind, *Error) {
+func verifySharedKey(r *http.Request, acct *account, hostStyle bool, header string, now time.Time) (Kind, *Error) {
 	scheme, cred, ok := strings.Cut(strings.TrimSpace(header), " ")
 	if !ok {
 		return 0, authFailed("The Authorization header is not of the form '<scheme> <account>:<signature>'.")
@@ -231,7 +244,7 @@ func verifySharedKey(r *http.Request, acct *account, header string, now time.Tim
 		return 0, authFailed("The request has neither an x-ms-date nor a Date header.")
 	}
 
-	resources := canonicalizedResources(r, acct.name)
+	resources := canonicalizedResources(r, acct.name, hostStyle)
 	var candidates []string
 	for _, d := range dates {
 		if kind == KindSharedKey {

@@ -68,7 +68,7 @@ func TestRealWorldVectors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := a.Authenticate(context.Background(), newReq(c.method, c.target, c.hdr), DevAccountName, c.now, nil)
+			p, err := a.Authenticate(context.Background(), newReq(c.method, c.target, c.hdr), Address{Account: DevAccountName}, c.now, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +87,7 @@ func TestSharedKeyLiteKnownAnswer(t *testing.T) {
 	r := newReq("GET", "http://127.0.0.1:10002/devstoreaccount1/mytable(PartitionKey='pk',RowKey='rk')?$select=a", map[string]string{
 		"x-ms-date": date, "Authorization": "SharedKeyLite devstoreaccount1:" + mac(t, devKey, sts),
 	})
-	if _, err := testAccounts(t).Authenticate(context.Background(), r, DevAccountName, refTime, nil); err != nil {
+	if _, err := testAccounts(t).Authenticate(context.Background(), r, Address{Account: DevAccountName}, refTime, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -101,7 +101,7 @@ func TestSharedKeyKnownAnswer(t *testing.T) {
 		"x-ms-date": date, "Content-MD5": "Q2hlY2sgSW50ZWdyaXR5IQ==", "Content-Type": "application/xml",
 		"Authorization": "SharedKey devstoreaccount1:" + mac(t, devKey, sts),
 	})
-	p, err := testAccounts(t).Authenticate(context.Background(), r, DevAccountName, refTime, nil)
+	p, err := testAccounts(t).Authenticate(context.Background(), r, Address{Account: DevAccountName}, refTime, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestSDKStyleRoundTrip(t *testing.T) {
 	now := time.Date(2006, 1, 2, 15, 4, 5, 0, time.UTC)
 	var got error
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, got = accounts.Authenticate(context.Background(), r, DevAccountName, now, nil)
+		_, got = accounts.Authenticate(context.Background(), r, Address{Account: DevAccountName}, now, nil)
 	}))
 	defer srv.Close()
 
@@ -190,7 +190,7 @@ func TestCanonicalizedResourceForms(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := newReq("GET", "http://h"+c.target, map[string]string{"x-ms-date": date,
 				"Authorization": "SharedKeyLite devstoreaccount1:" + mac(t, devKey, date+"\n"+c.resource)})
-			if _, err := a.Authenticate(context.Background(), r, DevAccountName, refTime, nil); err != nil {
+			if _, err := a.Authenticate(context.Background(), r, Address{Account: DevAccountName}, refTime, nil); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -205,7 +205,7 @@ func TestSharedKeyDates(t *testing.T) {
 	ok := func(name string, hdr map[string]string, signed string) {
 		t.Helper()
 		hdr["Authorization"] = "SharedKeyLite devstoreaccount1:" + mac(t, devKey, signed+"\n"+res)
-		if _, err := a.Authenticate(context.Background(), newReq("GET", "/devstoreaccount1/t1", hdr), DevAccountName, refTime, nil); err != nil {
+		if _, err := a.Authenticate(context.Background(), newReq("GET", "/devstoreaccount1/t1", hdr), Address{Account: DevAccountName}, refTime, nil); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -257,7 +257,7 @@ func TestSharedKeyRefusals(t *testing.T) {
 		{"no credentials", DevAccountName, "/devstoreaccount1/t1", map[string]string{"x-ms-date": date}, 403, CodeAuthenticationFailed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := a.Authenticate(context.Background(), newReq("GET", c.target, c.hdr), c.account, refTime, nil)
+			_, err := a.Authenticate(context.Background(), newReq("GET", c.target, c.hdr), Address{Account: c.account}, refTime, nil)
 			wantCode(t, err, c.status, c.code)
 			if strings.Contains(err.Error(), devKey) || strings.Contains(err.Error(), otherKey) {
 				t.Fatalf("error leaks a key: %v", err)
@@ -268,7 +268,7 @@ func TestSharedKeyRefusals(t *testing.T) {
 		r := newReq("GET", "/devstoreaccount1/t1", map[string]string{"x-ms-date": date})
 		r.Header.Add("Authorization", good)
 		r.Header.Add("Authorization", good)
-		_, err := a.Authenticate(context.Background(), r, DevAccountName, refTime, nil)
+		_, err := a.Authenticate(context.Background(), r, Address{Account: DevAccountName}, refTime, nil)
 		wantCode(t, err, 403, CodeAuthenticationFailed)
 	})
 }
@@ -316,7 +316,7 @@ func TestSharedKeyConcurrentKeys(t *testing.T) {
 				r := newReq("GET", "http://127.0.0.1:10002/devstoreaccount1/mytable", map[string]string{
 					"x-ms-date": date, "Authorization": "SharedKeyLite devstoreaccount1:" + c.sig,
 				})
-				_, err := a.Authenticate(context.Background(), r, DevAccountName, refTime, nil)
+				_, err := a.Authenticate(context.Background(), r, Address{Account: DevAccountName}, refTime, nil)
 				if (err == nil) != c.want {
 					t.Errorf("goroutine %d request %d: err = %v, want accepted = %v", g, i, err, c.want)
 					return
@@ -341,7 +341,7 @@ func BenchmarkAuthenticateSharedKey(b *testing.B) {
 	})
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := a.Authenticate(context.Background(), r, DevAccountName, refTime, nil); err != nil {
+		if _, err := a.Authenticate(context.Background(), r, Address{Account: DevAccountName}, refTime, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
