@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/server"
 	"github.com/tabuladb/tabula/server/auth"
+	"github.com/tabuladb/tabula/server/devcert"
 )
 
 // shutdownGrace is how long a stopping server waits for requests in flight.
@@ -35,11 +37,35 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		`accounts and keys, "name1:key1[:key2];name2:key1" (default $AZURITE_ACCOUNTS, else devstoreaccount1)`)
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	pprofAddr := fs.String("pprof", "", "also serve Go's net/http/pprof profiles on this address, e.g. 127.0.0.1:6060 (off by default)")
+	certFile := fs.String("cert", "", "serve HTTPS with this PEM certificate (with --key)")
+	keyFile := fs.String("key", "", "the PEM private key of --cert")
+	selfSigned := fs.Bool("https", false, "serve HTTPS with a self-signed certificate for 127.0.0.1, localhost and *.table.localhost, made in the data directory on first start")
+	oauth := fs.String("oauth", "", `"basic": accept Microsoft Entra ID bearer tokens (HTTPS only; signatures are not checked)`)
+	pathStyleOnly := fs.Bool("disable-production-style-url", false, "address accounts by the path's first segment only, never by the Host's first label")
+	skipVersionCheck := fs.Bool("skip-api-version-check", false, "accept any well-formed x-ms-version, not only published ones")
+	maxConns := fs.Int("max-conns", 4096, "connections open at once; more are closed as they arrive")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "tabula serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	switch {
+	case (*certFile == "") != (*keyFile == ""):
+		fmt.Fprintln(stderr, "tabula serve: --cert and --key go together")
+		return 2
+	case *certFile != "" && *selfSigned:
+		fmt.Fprintln(stderr, "tabula serve: --https makes its own certificate; give it or --cert/--key, not both")
+		return 2
+	case *oauth != "" && *oauth != "basic":
+		fmt.Fprintf(stderr, "tabula serve: --oauth %q: the only level is basic\n", *oauth)
+		return 2
+	case *oauth != "" && *certFile == "" && !*selfSigned:
+		fmt.Fprintln(stderr, "tabula serve: --oauth needs HTTPS (--https, or --cert and --key): bearer tokens are never accepted over plain HTTP")
+		return 2
+	case *maxConns < 1:
+		fmt.Fprintf(stderr, "tabula serve: --max-conns %d: want at least 1\n", *maxConns)
 		return 2
 	}
 	var lv slog.Level
@@ -63,13 +89,40 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tabula serve: cannot open the data directory %s: %v\n", *data, err)
 		return 1
 	}
+	var tlsConfig *tls.Config
+	switch {
+	case *certFile != "":
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			store.Close()
+			fmt.Fprintf(stderr, "tabula serve: --cert %s --key %s: %v\n", *certFile, *keyFile, err)
+			return 1
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	case *selfSigned:
+		cert, path, created, err := devcert.Ensure(*data, time.Now())
+		if err != nil {
+			store.Close()
+			fmt.Fprintf(stderr, "tabula serve: --https: %v\n", err)
+			return 1
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+		verb := "reusing"
+		if created {
+			verb = "created"
+		}
+		log.Info(verb+" a self-signed certificate: have clients trust it", "certificate", path)
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		store.Close()
 		fmt.Fprintf(stderr, "tabula serve: %v\n", err)
 		return 1
 	}
-	srv := server.New(store, &server.Options{Accounts: accounts, Logger: log})
+	srv := server.New(store, &server.Options{
+		Accounts: accounts, Logger: log, TLSConfig: tlsConfig, MaxConns: *maxConns,
+		PathStyleOnly: *pathStyleOnly, SkipAPIVersionCheck: *skipVersionCheck, OAuth: *oauth != "",
+	})
 
 	if *pprofAddr != "" {
 		pln, err := net.Listen("tcp", *pprofAddr)
@@ -89,14 +142,18 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	endpoint := "http://" + ln.Addr().String()
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+	}
+	endpoint := scheme + "://" + ln.Addr().String()
 	log.Info("serving the Table service", "endpoint", endpoint, "data", *data, "accounts", accounts.String())
 	for _, name := range accounts.Names() {
 		key := auth.DevAccountKey // the emulator's public key: printing it leaks nothing
 		if custom {
 			key = "<the account's key>" // never print a real secret
 		}
-		fmt.Fprintf(stdout, "DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=%s/%s;\n", name, key, endpoint, name)
+		fmt.Fprintf(stdout, "DefaultEndpointsProtocol=%s;AccountName=%s;AccountKey=%s;TableEndpoint=%s/%s;\n", scheme, name, key, endpoint, name)
 	}
 
 	code := 0

@@ -44,7 +44,15 @@ type serverProcess struct {
 // connection string.
 func startServe(t *testing.T, args ...string) *serverProcess {
 	t.Helper()
-	p, err := spawnServe(args...)
+	return startServeEnv(t, nil, args...)
+}
+
+// startServeEnv is startServe with variables added to the environment
+// (by default AZURITE_ACCOUNTS is emptied, so a developer's setting does
+// not leak into the tests).
+func startServeEnv(t *testing.T, env []string, args ...string) *serverProcess {
+	t.Helper()
+	p, err := spawnServeEnv(env, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +63,11 @@ func startServe(t *testing.T, args ...string) *serverProcess {
 	return p
 }
 
-func spawnServe(args ...string) (*serverProcess, error) {
+func spawnServe(args ...string) (*serverProcess, error) { return spawnServeEnv(nil, args...) }
+
+func spawnServeEnv(env []string, args ...string) (*serverProcess, error) {
 	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
-	cmd.Env = append(os.Environ(), "TABULA_RUN_MAIN=1", "AZURITE_ACCOUNTS=")
+	cmd.Env = append(append(os.Environ(), "TABULA_RUN_MAIN=1", "AZURITE_ACCOUNTS="), env...)
 	p := &serverProcess{cmd: cmd, stderr: new(bytes.Buffer), exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
@@ -214,6 +224,76 @@ func TestServeCustomAccountsNeverPrintTheKey(t *testing.T) {
 	}
 	if strings.Contains(p.stderr.String(), key) {
 		t.Fatalf("the account key appears in the log: %s", p.stderr)
+	}
+}
+
+// TestServeReadsAzuriteAccounts takes the accounts from AZURITE_ACCOUNTS,
+// as the emulator does, when --accounts is not given: the named account is
+// served with its key and the default one is not.
+func TestServeReadsAzuriteAccounts(t *testing.T) {
+	const key = "c2Vjb25kLWFjY291bnQta2V5LXNlY29uZC1hY2NvdW50"
+	p := startServeEnv(t, []string{"AZURITE_ACCOUNTS=envacct:" + key}, "--addr", "127.0.0.1:0", "--data", t.TempDir())
+	if !strings.Contains(p.connStr, "AccountName=envacct;") {
+		t.Fatalf("connection string %q", p.connStr)
+	}
+	endpoint := p.connStr[strings.Index(p.connStr, "TableEndpoint=")+len("TableEndpoint="):]
+	endpoint = strings.TrimSuffix(strings.TrimSuffix(endpoint, ";"), "/envacct")
+	real := "DefaultEndpointsProtocol=http;AccountName=envacct;AccountKey=" + key + ";TableEndpoint=" + endpoint + "/envacct;"
+	if _, err := tableClient(t, real, "fromenv").CreateTable(context.Background(), nil); err != nil {
+		t.Fatalf("the account from AZURITE_ACCOUNTS: %v", err)
+	}
+	dev := "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;TableEndpoint=" + endpoint + "/devstoreaccount1;"
+	if _, err := tableClient(t, dev, "fromenv").CreateTable(context.Background(), nil); err == nil {
+		t.Fatal("devstoreaccount1 is served although AZURITE_ACCOUNTS replaced it")
+	}
+}
+
+// TestInspectARealStore runs `tabula inspect` on a store a server wrote
+// and stopped: it names the manifest, the WAL and the tables of every
+// level, and says so plainly for a directory with no store.
+func TestInspectARealStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	p := startServe(t, "--addr", "127.0.0.1:0", "--data", dir)
+	c := tableClient(t, p.connStr, "inspected")
+	ctx := context.Background()
+	if _, err := c.CreateTable(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if _, err := c.AddEntity(ctx, entityJSON("p", fmt.Sprintf("r%03d", i), i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit %d: %s", code, p.stderr)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"inspect", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("inspect: exit %d: %s", code, stderr.String())
+	}
+	// The writes are in the WAL (a clean stop does not flush the
+	// memtable): inspect names the manifest and the segment, both real
+	// files of the store, the segment holding the writes.
+	out := stdout.String()
+	manifest := filepath.Join(dir, "MANIFEST-000002")
+	if !strings.Contains(out, "manifest:   "+manifest+"\n") {
+		t.Errorf("inspect does not name %s:\n%s", manifest, out)
+	}
+	if !strings.Contains(out, "wal:        1 segment(s) [1], replay from 000001\n") {
+		t.Errorf("inspect does not list the one WAL segment:\n%s", out)
+	}
+	for _, name := range []string{"MANIFEST-000002", "000001.log"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v (inspect names a file that is not there or empty)", name, err)
+		}
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "000001.log")); fi != nil && fi.Size() < 50*20 {
+		t.Errorf("the WAL holds %d bytes after 50 inserts", fi.Size())
+	}
+	stdout.Reset()
+	if code := run([]string{"inspect", t.TempDir()}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "no store yet") {
+		t.Errorf("inspect of an empty directory: exit %d, %q", code, stdout.String())
 	}
 }
 
