@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 // serverProcess is a `tabula serve` child process.
 type serverProcess struct {
 	cmd     *exec.Cmd
-	stderr  *bytes.Buffer
+	stderr  *lockedBuffer
 	connStr string // the first connection string it printed
 	exited  chan struct{}
 	err     error // Wait's result, once exited is closed
@@ -68,7 +69,7 @@ func spawnServe(args ...string) (*serverProcess, error) { return spawnServeEnv(n
 func spawnServeEnv(env []string, args ...string) (*serverProcess, error) {
 	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "TABULA_RUN_MAIN=1", "AZURITE_ACCOUNTS="), env...)
-	p := &serverProcess{cmd: cmd, stderr: new(bytes.Buffer), exited: make(chan struct{})}
+	p := &serverProcess{cmd: cmd, stderr: new(lockedBuffer), exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -103,6 +104,24 @@ func spawnServeEnv(env []string, args ...string) (*serverProcess, error) {
 		cmd.Process.Kill()
 		return nil, fmt.Errorf("tabula serve printed no connection string in 30 s: %s", p.stderr)
 	}
+}
+
+// lockedBuffer collects a process's output while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // wait waits for the process to exit and returns its exit code.
