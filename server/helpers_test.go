@@ -26,9 +26,13 @@ func devConnectionString(endpoint string) string {
 type testServer struct {
 	Store    *partition.Store
 	Server   *server.Server
-	Endpoint string // http://127.0.0.1:port
+	Endpoint string // http://127.0.0.1:port, or https:// with Options.TLSConfig
+	Addr     string // 127.0.0.1:port
 	// ServiceURL is the account's table endpoint, as SDK clients take it.
 	ServiceURL string
+	// CertPath is the PEM certificate clients trust, for a TLS server
+	// started by startServerFor.
+	CertPath string
 }
 
 // startServer starts a server for the test; it is shut down and its store
@@ -60,8 +64,12 @@ func startServer(t testing.TB, opts *server.Options) *testServer {
 			t.Errorf("closing the store: %v", err)
 		}
 	})
-	endpoint := "http://" + ln.Addr().String()
-	return &testServer{Store: store, Server: srv, Endpoint: endpoint, ServiceURL: endpoint + "/" + auth.DevAccountName}
+	scheme := "http"
+	if opts != nil && opts.TLSConfig != nil {
+		scheme = "https"
+	}
+	endpoint := scheme + "://" + ln.Addr().String()
+	return &testServer{Store: store, Server: srv, Endpoint: endpoint, Addr: ln.Addr().String(), ServiceURL: endpoint + "/" + auth.DevAccountName}
 }
 
 // rawRequest builds a request to ts's account (path below it, e.g.

@@ -32,11 +32,18 @@ func newServiceClient(t testing.TB, ts *testServer) *aztables.ServiceClient {
 	return svc
 }
 
-// newTable starts a server and creates a table on it.
+// newTable starts a server and creates a table on it, with clients that
+// use the emulator's plain path-style URLs and Shared Key.
 func newTable(t testing.TB, name string) (*testServer, *aztables.ServiceClient, *aztables.Client) {
 	t.Helper()
-	ts := startServer(t, nil)
-	svc := newServiceClient(t, ts)
+	return newTableFor(t, sdkWays[0], name)
+}
+
+// newTableFor is newTable with clients that reach the server w's way.
+func newTableFor(t testing.TB, w sdkWay, name string) (*testServer, *aztables.ServiceClient, *aztables.Client) {
+	t.Helper()
+	ts := startServerFor(t, w, nil)
+	svc := ts.serviceClient(t, w)
 	if _, err := svc.CreateTable(context.Background(), name, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +93,11 @@ func getProps(t testing.TB, c *aztables.Client, pk, rk string) (map[string]any, 
 	return m, resp.ETag
 }
 
-func TestSDKEntityLifecycle(t *testing.T) {
+func TestSDKEntityLifecycle(t *testing.T) { eachWay(t, testSDKEntityLifecycle) }
+
+func testSDKEntityLifecycle(t *testing.T, w sdkWay) {
 	ctx := context.Background()
-	_, _, c := newTable(t, "life")
+	_, _, c := newTableFor(t, w, "life")
 
 	added, err := c.AddEntity(ctx, marshal(t, props("p", "r", "A", "one", "N", 1)), nil)
 	if err != nil {
@@ -173,9 +182,11 @@ func TestSDKEntityLifecycle(t *testing.T) {
 
 // TestSDKEdmTypes round-trips every Edm type, with edge values, and
 // filters on each.
-func TestSDKEdmTypes(t *testing.T) {
+func TestSDKEdmTypes(t *testing.T) { eachWay(t, testSDKEdmTypes) }
+
+func testSDKEdmTypes(t *testing.T, w sdkWay) {
 	ctx := context.Background()
-	_, _, c := newTable(t, "types")
+	_, _, c := newTableFor(t, w, "types")
 	minDate := time.Date(1601, 1, 1, 0, 0, 0, 0, time.UTC)
 	maxDate := time.Date(9999, 12, 31, 23, 59, 59, 999999900, time.UTC)
 	precise := time.Date(2024, 2, 29, 12, 34, 56, 123456700, time.UTC)
@@ -262,9 +273,11 @@ func TestSDKEdmTypes(t *testing.T) {
 
 // TestSDKPagination walks thousands of entities page by page, with and
 // without $top, a filter and $select.
-func TestSDKPagination(t *testing.T) {
+func TestSDKPagination(t *testing.T) { eachWay(t, testSDKPagination) }
+
+func testSDKPagination(t *testing.T, w sdkWay) {
 	ctx := context.Background()
-	_, _, c := newTable(t, "pages")
+	_, _, c := newTableFor(t, w, "pages")
 	var want []string
 	for p := range 3 {
 		n := []int{2500, 10, 700}[p]
@@ -318,9 +331,11 @@ func TestSDKPagination(t *testing.T) {
 	}
 }
 
-func TestSDKTransactions(t *testing.T) {
+func TestSDKTransactions(t *testing.T) { eachWay(t, testSDKTransactions) }
+
+func testSDKTransactions(t *testing.T, w sdkWay) {
 	ctx := context.Background()
-	_, _, c := newTable(t, "txns")
+	_, _, c := newTableFor(t, w, "txns")
 	for i := range 3 {
 		if _, err := c.AddEntity(ctx, marshal(t, props("p", fmt.Sprint("r", i), "N", i)), nil); err != nil {
 			t.Fatal(err)

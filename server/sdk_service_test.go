@@ -16,10 +16,11 @@ import (
 	"github.com/tabuladb/tabula/server/auth"
 )
 
-func TestSDKTables(t *testing.T) {
+func TestSDKTables(t *testing.T) { eachWay(t, testSDKTables) }
+
+func testSDKTables(t *testing.T, w sdkWay) {
 	ctx := context.Background()
-	ts := startServer(t, nil)
-	svc := newServiceClient(t, ts)
+	svc := startServerFor(t, w, nil).serviceClient(t, w)
 	var want []string
 	for i := range 25 {
 		name := fmt.Sprintf("Table%02d", i)

@@ -1,19 +1,70 @@
 // Drives a Tabula server with the official JS SDK (@azure/data-tables):
 // tables, every Edm type, filters, $select, a transaction, optimistic
-// concurrency and deletes. server/js_test.go runs it with the connection
-// string in TABULA_CONNECTION_STRING; any mismatch exits non-zero.
+// concurrency and deletes. server/js_test.go runs it once per way of
+// reaching the server, set by the environment:
+//
+//   TABULA_CONNECTION_STRING  connect with this connection string (Shared Key)
+//   TABULA_TABLE_ENDPOINT     or: the account's table endpoint, with
+//   TABULA_BEARER=1           a Microsoft Entra ID token credential
+//   TABULA_LOOPBACK_HOSTS=1   resolve *.localhost to 127.0.0.1 (production-style
+//                             URLs such as https://devstoreaccount1.table.localhost)
+//
+// HTTPS endpoints are trusted through NODE_EXTRA_CA_CERTS. Any mismatch
+// exits non-zero.
+import dns from "node:dns";
 import { TableClient, TableServiceClient, odata } from "@azure/data-tables";
 import assert from "node:assert/strict";
 
+if (process.env.TABULA_LOOPBACK_HOSTS === "1") {
+  // Not every resolver maps *.localhost to loopback (RFC 6761 asks it
+  // to); Node's connections look hosts up through dns.lookup.
+  const lookup = dns.lookup;
+  dns.lookup = (host, options, callback) => {
+    if (!host.endsWith(".localhost")) {
+      return lookup(host, options, callback);
+    }
+    if (typeof options === "function") {
+      callback = options;
+      options = {};
+    }
+    if (options && options.all) {
+      return process.nextTick(callback, null, [{ address: "127.0.0.1", family: 4 }]);
+    }
+    return process.nextTick(callback, null, "127.0.0.1", 4);
+  };
+}
+
+// bearerCredential mints unsigned tokens of the shape Entra ID issues for
+// the storage audience; a development server checks their claims only.
+const bearerCredential = {
+  async getToken() {
+    const now = Math.floor(Date.now() / 1000);
+    const enc = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+    const claims = {
+      aud: "https://storage.azure.com",
+      iss: "https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/",
+      tid: "72f988bf-86f1-41af-91ab-2d7cd011db47",
+      iat: now, nbf: now, exp: now + 3600,
+    };
+    return { token: `${enc({ alg: "RS256", typ: "JWT" })}.${enc(claims)}.c2ln`, expiresOnTimestamp: (now + 3600) * 1000 };
+  },
+};
+
 const conn = process.env.TABULA_CONNECTION_STRING;
-if (!conn) {
-  console.error("TABULA_CONNECTION_STRING is not set");
+const endpoint = process.env.TABULA_TABLE_ENDPOINT;
+const tableName = "jssdk" + Date.now();
+const options = { allowInsecureConnection: true };
+let service, table;
+if (conn) {
+  service = TableServiceClient.fromConnectionString(conn, options);
+  table = TableClient.fromConnectionString(conn, tableName, options);
+} else if (endpoint && process.env.TABULA_BEARER === "1") {
+  service = new TableServiceClient(endpoint, bearerCredential);
+  table = new TableClient(endpoint, tableName, bearerCredential);
+} else {
+  console.error("set TABULA_CONNECTION_STRING, or TABULA_TABLE_ENDPOINT with TABULA_BEARER=1");
   process.exit(2);
 }
-const options = { allowInsecureConnection: true };
-const service = TableServiceClient.fromConnectionString(conn, options);
-const tableName = "jssdk" + Date.now();
-const table = TableClient.fromConnectionString(conn, tableName, options);
 
 async function expectStatus(promise, status, what) {
   try {
