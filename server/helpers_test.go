@@ -39,10 +39,23 @@ type testServer struct {
 // closed when the test ends. opts may be nil.
 func startServer(t testing.TB, opts *server.Options) *testServer {
 	t.Helper()
-	store, err := partition.Open(t.TempDir(), nil)
+	return serveStore(t, openStore(t, nil), opts)
+}
+
+// openStore opens a store in a temporary directory; serveStore closes it.
+func openStore(t testing.TB, opts *partition.Options) *partition.Store {
+	t.Helper()
+	store, err := partition.Open(t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return store
+}
+
+// serveStore starts a server for store; the server is shut down and the
+// store closed when the test ends.
+func serveStore(t testing.TB, store *partition.Store, opts *server.Options) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		store.Close()

@@ -14,8 +14,10 @@ import (
 // flood of idle connections cannot starve the listener's backlog.
 type limitListener struct {
 	net.Listener
-	max  int64
-	open atomic.Int64
+	max      int64
+	open     atomic.Int64
+	accepted atomic.Int64
+	refused  atomic.Int64
 	log  *slog.Logger
 	// lastWarn rate-limits the log line about refused connections
 	// (unix nanoseconds).
@@ -32,14 +34,28 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) <= l.max {
+		l.accepted.Add(1)
+		if l.take() {
 			return &limitConn{Conn: c, l: l}, nil
 		}
-		l.open.Add(-1)
+		l.refused.Add(1)
 		c.Close()
 		if now := time.Now().UnixNano(); now-l.lastWarn.Load() > int64(time.Second) {
 			l.lastWarn.Store(now)
 			l.log.Warn("connection refused: at the connection cap", "max_conns", l.max, "remote", c.RemoteAddr().String())
+		}
+	}
+}
+
+// take claims a connection slot, if one is free.
+func (l *limitListener) take() bool {
+	for {
+		n := l.open.Load()
+		if n >= l.max {
+			return false
+		}
+		if l.open.CompareAndSwap(n, n+1) {
+			return true
 		}
 	}
 }

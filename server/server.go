@@ -111,6 +111,7 @@ type Server struct {
 	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
 	propertiesWrite sync.Mutex                              // serializes Set Table Service Properties
 	httpServer      *http.Server
+	conns           *limitListener
 	// pages recycles the buffers query pages are built in (*[]byte):
 	// a page of a hundred entities is tens of kilobytes, and growing a
 	// fresh buffer to that size was most of a page's allocation.
@@ -167,12 +168,29 @@ func (s *Server) Serve(ln net.Listener) error {
 		return errors.New("server: Serve called twice")
 	}
 	s.httpServer = hs
+	s.conns = newLimitListener(ln, s.opts.MaxConns, s.log)
 	s.mu.Unlock()
-	ln = newLimitListener(ln, s.opts.MaxConns, s.log)
 	if hs.TLSConfig != nil {
-		return hs.ServeTLS(ln, "", "")
+		return hs.ServeTLS(s.conns, "", "")
 	}
-	return hs.Serve(ln)
+	return hs.Serve(s.conns)
+}
+
+// ConnStats counts a server's client connections.
+type ConnStats struct {
+	Accepted int64 // since Serve, refused ones included
+	Refused  int64 // closed on arrival, past Options.MaxConns
+	Open     int64 // open now
+}
+
+// ConnStats reports the server's connections.
+func (s *Server) ConnStats() ConnStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		return ConnStats{}
+	}
+	return ConnStats{Accepted: s.conns.accepted.Load(), Refused: s.conns.refused.Load(), Open: s.conns.open.Load()}
 }
 
 // Shutdown stops accepting connections and waits, until ctx ends, for the
@@ -206,11 +224,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.running.RUnlock()
-	if len(r.TransferEncoding) > 0 {
-		// A chunked request may have carried a Content-Length too, or
-		// bytes in its chunk extensions, that net/http reads past without
-		// a word (golang/go#80942): the framing is suspect, so whatever
-		// follows it on the connection is not read (RFC 9112 §6.1).
+	if len(r.TransferEncoding) > 0 || !r.ProtoAtLeast(1, 1) {
+		// net/http reads some framings another parser on the path may
+		// read differently, and drops the evidence before a handler sees
+		// it: a chunked request may also have carried a Content-Length,
+		// or control bytes in its chunk extensions (golang/go#80942), and
+		// an HTTP/1.0 request's Transfer-Encoding is ignored. RFC 9112
+		// §6.1 has the server close the connection after such a message,
+		// so nothing that follows it on the connection is read as a
+		// request.
 		w.Header().Set("Connection", "close")
 	}
 	rq := s.newRequest(w, r)
