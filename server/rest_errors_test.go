@@ -106,7 +106,13 @@ func badRequests() []badRequest {
 		{name: "reserved table name", method: "POST", path: "/Tables", body: `{"TableName":"tables"}`, status: 400, code: "InvalidResourceName"},
 		{name: "table body not JSON", method: "POST", path: "/Tables", body: `TableName=x`, status: 400, code: "InvalidInput"},
 		{name: "table body without a name", method: "POST", path: "/Tables", body: `{}`, status: 400, code: "PropertiesNeedValue"},
-		{name: "delete a missing table", method: "DELETE", path: "/Tables('missing')", status: 404, code: "TableNotFound"},
+		// A URL naming one resource finds it missing; a table's entity set
+		// finds the table missing (Azure/Azurite#748; azure-sdk-for-net#46430).
+		{name: "delete a missing table", method: "DELETE", path: "/Tables('missing')", status: 404, code: "ResourceNotFound"},
+		{name: "get a missing table", method: "GET", path: "/Tables('missing')", status: 404, code: "ResourceNotFound"},
+		{name: "get an entity of a missing table", method: "GET", path: "/missing(PartitionKey='p',RowKey='r')", status: 404, code: "ResourceNotFound"},
+		{name: "delete an entity of a missing table", method: "DELETE", path: "/missing(PartitionKey='p',RowKey='r')", header: []string{"If-Match", "*"}, status: 404, code: "ResourceNotFound"},
+		{name: "upsert into a missing table", method: "PUT", path: "/missing(PartitionKey='p',RowKey='r')", body: `{}`, status: 404, code: "ResourceNotFound"},
 		{name: "bad table filter", method: "GET", path: "/Tables?$filter=TableName%20eq", status: 400, code: "InvalidInput"},
 		{name: "bad NextTableName", method: "GET", path: "/Tables?NextTableName=%21%21%21", status: 400, code: "InvalidInput"},
 

@@ -46,8 +46,20 @@ func (s *Server) route(rq *request) {
 		err = h(rq)
 	}
 	if err != nil {
-		rq.fail(err)
+		rq.fail(resourceNotFound(rq.target.Kind, err))
 	}
+}
+
+// resourceNotFound answers as the service does for a missing table: a
+// request that names one resource in its URL, a table as Tables('name') or
+// an entity by its keys, finds that resource missing (404
+// ResourceNotFound); requests on a table's entity set (queries, inserts,
+// ACLs, batches) find the table missing (404 TableNotFound).
+func resourceNotFound(kind batch.TargetKind, err error) error {
+	if (kind == batch.TargetTable || kind == batch.TargetEntity) && partition.IsCode(err, partition.CodeTableNotFound) {
+		return &apiError{status: http.StatusNotFound, code: codeResourceNotFound, message: msgResourceNotFound}
+	}
+	return err
 }
 
 // prepare reads the account, the target and the query string.

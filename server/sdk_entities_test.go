@@ -168,7 +168,8 @@ func testSDKEntityLifecycle(t *testing.T, w sdkWay) {
 		t.Fatal(err)
 	}
 
-	// Everything in a missing table is TableNotFound.
+	// A missing table: its entity set is TableNotFound, an entity named by
+	// its keys ResourceNotFound.
 	_, err = c.AddEntity(ctx, marshal(t, props("p", "r")), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +179,10 @@ func testSDKEntityLifecycle(t *testing.T, w sdkWay) {
 	}
 	_, err = c.AddEntity(ctx, marshal(t, props("p", "r")), nil)
 	wantSDKError(t, "insert into a deleted table", err, http.StatusNotFound, "TableNotFound")
+	_, err = c.GetEntity(ctx, "p", "r", nil)
+	wantSDKError(t, "get from a deleted table", err, http.StatusNotFound, "ResourceNotFound")
+	_, err = c.UpsertEntity(ctx, marshal(t, props("p", "r")), nil)
+	wantSDKError(t, "upsert into a deleted table", err, http.StatusNotFound, "ResourceNotFound")
 }
 
 // TestSDKEdmTypes round-trips every Edm type, with edge values, and

@@ -58,7 +58,7 @@ func testSDKTables(t *testing.T, w sdkWay) {
 		t.Fatal(err)
 	}
 	_, err = svc.DeleteTable(ctx, "Table05", nil)
-	wantSDKError(t, "deleting a deleted table", err, http.StatusNotFound, "TableNotFound")
+	wantSDKError(t, "deleting a deleted table", err, http.StatusNotFound, "ResourceNotFound")
 	if names, _ := list(nil); len(names) != 24 || slices.Contains(names, "Table05") {
 		t.Fatalf("after delete: %v", names)
 	}

@@ -164,3 +164,33 @@ func TestBearerOverTheWire(t *testing.T) {
 		t.Errorf("the SDK sent a token over http: %v", err)
 	}
 }
+
+// TestAPIVersions accepts every version the service has published, the
+// newest included, answering with it; refuses an unknown one; and, with
+// SkipAPIVersionCheck, accepts any well-formed one but still no garbage.
+func TestAPIVersions(t *testing.T) {
+	strict := startServer(t, nil)
+	loose := startServer(t, &server.Options{SkipAPIVersionCheck: true})
+	c := &http.Client{}
+	for _, tc := range []struct {
+		ts            *testServer
+		version       string
+		status        int
+		answerVersion string
+	}{
+		{strict, "2019-02-02", 200, "2019-02-02"},
+		{strict, "2025-11-05", 200, "2025-11-05"},
+		{strict, "2026-06-06", 200, "2026-06-06"},
+		{strict, "2027-01-01", 400, "2019-02-02"},
+		{strict, "2019-02-03", 400, "2019-02-02"},
+		{loose, "2027-01-01", 200, "2027-01-01"},
+		{loose, "2027-13-01", 400, "2019-02-02"},
+		{loose, "latest", 400, "2019-02-02"},
+	} {
+		resp, body := send(t, c, rawRequest(t, tc.ts, "GET", "/Tables", nil, true, "x-ms-version", tc.version))
+		if resp.StatusCode != tc.status || resp.Header.Get("x-ms-version") != tc.answerVersion {
+			t.Errorf("x-ms-version %s (skip check %v): %d, answered as %s; want %d and %s: %s",
+				tc.version, tc.ts == loose, resp.StatusCode, resp.Header.Get("x-ms-version"), tc.status, tc.answerVersion, body)
+		}
+	}
+}
