@@ -18,7 +18,7 @@ type limitListener struct {
 	open     atomic.Int64
 	accepted atomic.Int64
 	refused  atomic.Int64
-	log  *slog.Logger
+	log      *slog.Logger
 	// lastWarn rate-limits the log line about refused connections
 	// (unix nanoseconds).
 	lastWarn atomic.Int64
