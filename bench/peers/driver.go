@@ -8,7 +8,8 @@ import (
 
 // loadOp is one operation of a load: it returns how many entities it
 // moved and whether the service answered with success. err is a failure
-// to talk to the service at all.
+// to talk to the service at all. A failed operation (not ok, or err)
+// moved nothing: drive counts it as an error and not its entities.
 type loadOp func(worker, i int) (entities int, ok bool, err error)
 
 // loadResult is what drive measured.
@@ -45,8 +46,9 @@ func drive(workers int, dur time.Duration, maxOps int, op loadOp) loadResult {
 				t0 := time.Now()
 				e, ok, err := op(w, i)
 				mine = append(mine, float64(time.Since(t0))/float64(time.Millisecond))
-				entities.Add(int64(e))
-				if err != nil || !ok {
+				if err == nil && ok {
+					entities.Add(int64(e))
+				} else {
 					errs.Add(1)
 					if err != nil {
 						mu.Lock()

@@ -245,8 +245,8 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 	return b.String()
 }
 
-// floorSystem is the REST suite's bare server on Tabula's transport
-// (floor_server.go).
+// floorSystem is the REST suite's bare net/http server answering with
+// Tabula's sizes (floor_server.go).
 const floorSystem = "floor"
 
 // writeFloorTable compares every system's server CPU per entity with the
@@ -264,7 +264,7 @@ func (rep *svcReport) writeFloorTable(b *strings.Builder) {
 			others = append(others, sys)
 		}
 	}
-	fmt.Fprintf(b, "\n### Server CPU per entity against the floor (a bare server on Tabula's HTTP transport: the transport's own cost)\n\n")
+	fmt.Fprintf(b, "\n### Server CPU per entity against the floor (a bare net/http server sending answers of Tabula's length: the transport's own cost)\n\n")
 	fmt.Fprintf(b, "| workload | floor CPU ms / 1k entities |")
 	for _, sys := range others {
 		fmt.Fprintf(b, " %s ÷ floor |", sys)

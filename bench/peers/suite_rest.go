@@ -34,7 +34,7 @@ type restFlags struct {
 
 func (f *restFlags) register(fs *flag.FlagSet) {
 	f.common.register(fs)
-	fs.StringVar(&f.systems, "systems", "tabula,azurite,floor", "servers to compare, in the order each repeat runs them: tabula, azurite, floor (a bare server on Tabula's HTTP transport: the transport's cost), floor-nethttp (the same on net/http's server), base (the tabula binary -base-bin names); ratios are the first against the second")
+	fs.StringVar(&f.systems, "systems", "tabula,azurite,floor", "servers to compare, in the order each repeat runs them: tabula, azurite, floor (a bare net/http server sending answers of Tabula's size: the transport's cost), base (the tabula binary -base-bin names); ratios are the first against the second")
 	fs.StringVar(&f.baseBin, "base-bin", "", "a tabula binary built from another commit, run as system \"base\" beside this checkout's (e.g. -systems tabula,base to measure a change)")
 	fs.StringVar(&f.workloads, "workloads", strings.Join(restWorkloadNames(), ","), "workloads to run")
 	fs.IntVar(&f.conns, "conns", 16, "keep-alive connections (concurrent clients)")
@@ -249,14 +249,13 @@ func runRESTSuite(args []string, log io.Writer) error {
 			}
 			kinds[sys] = azuriteKind(entry)
 			rep.Notes = append(rep.Notes, "azurite: npm package `azurite`, table service, `--disableTelemetry --skipApiVersionCheck --silent`, LokiJS persistence in a temporary `--location`")
-		case "floor":
-			kinds[sys] = floorKind(env.run.exe, sys, "http1")
-			rep.Notes = append(rep.Notes, "floor: not a Table service: a bare server on Tabula's HTTP transport (server/http1) answering with responses of Tabula's shape and size, without authentication, parsing or storage; the transport's own cost (no scan, no durability test)")
+		case floorSystem:
+			kinds[sys] = floorKind(env.run.exe)
+			rep.Notes = append(rep.Notes, "floor: not a Table service: a bare server on Go's net/http answering each request with a status line, header block and body of exactly the length of Tabula's answer to it (TestFloorMatchesTabula compares them off the socket), without authentication, parsing or storage; the transport's own cost (no scan, no durability test)")
 		case "floor-nethttp":
-			kinds[sys] = floorKind(env.run.exe, sys, "nethttp")
-			rep.Notes = append(rep.Notes, "floor-nethttp: the floor on Go's net/http server instead")
+			return errors.New("system floor-nethttp is now floor: the floor runs on net/http only")
 		default:
-			return fmt.Errorf("unknown system %q: want tabula, base, azurite, floor or floor-nethttp", sys)
+			return fmt.Errorf("unknown system %q: want tabula, base, azurite or floor", sys)
 		}
 	}
 	byName := map[string]restWorkload{}
