@@ -114,6 +114,23 @@ func batchBody(endpoint, table, pk string, rks []string, n int) (contentType str
 	return "multipart/mixed; boundary=batch_bench", b.Bytes()
 }
 
+// answered turns do's results into an operation's outcome: ok for a
+// success, else an error naming the transport failure or the status and
+// the start of the body.
+func answered(r response, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	if !r.ok() {
+		body := r.body
+		if len(body) > 200 {
+			body = body[:200]
+		}
+		return false, fmt.Errorf("HTTP %d: %s", r.status, bytes.TrimSpace(body))
+	}
+	return true, nil
+}
+
 // ok reports whether a status is a success, and a $batch's 202 only when
 // no operation in it failed.
 func (r response) ok() bool {

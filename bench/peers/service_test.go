@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
 	"flag"
 	"io"
@@ -32,27 +33,41 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-// fixedReport is a report with known runs: two systems, two workloads,
-// two repeats, one failed run and a durability test.
+// fixedReport is a report with known runs: three systems, three
+// workloads, two repeats, a run in which every operation failed (get), one
+// with a few failed operations (update) and a durability test.
 func fixedReport() *svcReport {
 	rep := &svcReport{Suite: "rest", Command: "go -C bench/peers run . rest -repeats 2", Started: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC),
 		Elapsed: 125, Machine: machine{CPU: "Test CPU", Cores: 2, MemTotal: 24 << 30, Kernel: "6.1", GoVersion: "go1.26", DataFS: "ext4"},
-		Params: map[string]string{"conns": "16", "dur": "3s"}, Repeats: 2, Systems: []string{"tabula", "azurite", "floor"}, Workloads: []string{"insert", "get"},
+		Params: map[string]string{"conns": "16", "dur": "3s"}, Repeats: 2, Systems: []string{"tabula", "azurite", "floor"}, Workloads: []string{"insert", "get", "update"},
 		Notes: []string{"a note"}}
 	add := func(sys, wl string, rep0 int, ents int64, secs, cpu float64, errs int64, failure string) {
-		rep.Runs = append(rep.Runs, svcRun{System: sys, Workload: wl, Repeat: rep0, Ops: ents, Entities: ents, Errors: errs, Seconds: secs,
-			P50: 1, P95: 2, P99: 4, CPUSeconds: cpu, PeakRSS: 100 << 20, Error: failure})
+		run := svcRun{System: sys, Workload: wl, Repeat: rep0, Ops: ents + errs, Entities: ents, Errors: errs, Seconds: secs,
+			P50: 1, P95: 2, P99: 4, CPUSeconds: cpu, PeakRSS: 100 << 20, Error: failure}
+		if errs > 0 {
+			run.FirstError = "HTTP 412: UpdateConditionNotSatisfied"
+			if failure != "" {
+				run.FirstError = failure
+			}
+		}
+		rep.Runs = append(rep.Runs, run)
 	}
 	add("tabula", "insert", 0, 30000, 3, 3, 0, "")
 	add("azurite", "insert", 0, 3000, 3, 3, 0, "")
 	add("tabula", "insert", 1, 36000, 3, 3.6, 0, "")
-	add("azurite", "insert", 1, 3000, 3, 3, 2, "")
+	add("azurite", "insert", 1, 3000, 3, 3, 0, "")
 	add("tabula", "get", 0, 90000, 3, 1.8, 0, "")
-	add("azurite", "get", 0, 0, 0, 0, 1, "connection refused")
+	add("azurite", "get", 0, 0, 0, 0, 1, "every operation failed: connection refused")
 	add("tabula", "get", 1, 90000, 3, 1.8, 0, "")
 	add("azurite", "get", 1, 4500, 3, 4.5, 0, "")
+	add("tabula", "update", 0, 30000, 3, 3, 0, "")
+	add("azurite", "update", 0, 3000, 3, 3, 0, "")
+	add("tabula", "update", 1, 29998, 3, 3, 2, "")
+	add("azurite", "update", 1, 3000, 3, 3, 0, "")
 	add("floor", "insert", 0, 60000, 3, 3, 0, "") // 50 ms per 1,000; no get runs
 	add("floor", "insert", 1, 60000, 3, 3, 0, "")
+	add("floor", "update", 0, 60000, 3, 3, 0, "")
+	add("floor", "update", 1, 60000, 3, 3, 1, "")
 	rep.Durability = []durabilityRun{{System: "tabula", Acknowledged: 100, Survived: 100}, {System: "azurite", Acknowledged: 100, Survived: 40}}
 	rep.summarize()
 	return rep
@@ -68,12 +83,22 @@ func TestServiceSummary(t *testing.T) {
 	if ins.Systems[0].CPUPer1000 != 100 || ins.Systems[1].CPUPer1000 != 1000 || ins.CPURatio != 10 {
 		t.Fatalf("insert CPU: %v %v %v", ins.Systems[0].CPUPer1000, ins.Systems[1].CPUPer1000, ins.CPURatio)
 	}
-	if ins.Systems[1].Errors != 2 {
-		t.Fatalf("errors not counted: %d", ins.Systems[1].Errors)
+	if ins.Systems[0].Invalid || ins.Systems[1].Invalid || ins.Systems[2].Invalid {
+		t.Fatalf("clean rows marked invalid: %+v", ins)
 	}
+	// A run in which every operation failed drops out of the medians, and
+	// its system's row is invalid: no ratio.
 	get := rep.Summary[1]
-	if get.Systems[1].Runs != 1 || !math.IsNaN(float64(get.PerRepeatRatio[0])) || get.PerRepeatRatio[1] != 20 {
-		t.Fatalf("a failed repeat must drop out: %+v", get)
+	if get.Systems[1].Runs != 1 || !get.Systems[1].Invalid || get.Systems[0].Invalid || !math.IsNaN(float64(get.ThroughputRatio)) ||
+		!math.IsNaN(float64(get.CPURatio)) || len(get.PerRepeatRatio) != 0 {
+		t.Fatalf("a failed repeat must make its row invalid: %+v", get)
+	}
+	// A few failed operations: the run counts in the medians, its errors
+	// are counted, its row is invalid.
+	upd := rep.Summary[2]
+	if upd.Systems[0].Runs != 2 || upd.Systems[0].Errors != 2 || !upd.Systems[0].Invalid || upd.Systems[1].Invalid ||
+		!math.IsNaN(float64(upd.ThroughputRatio)) || !upd.Systems[2].Invalid {
+		t.Fatalf("failed operations must make the row invalid: %+v", upd)
 	}
 }
 
@@ -189,8 +214,8 @@ func checkSuiteOutput(t *testing.T, dir, suite string, systems []string) {
 			t.Errorf("report.md has no row for %s", sys)
 		}
 	}
-	if strings.Contains(string(md), "Failed runs") {
-		t.Errorf("runs failed:\n%s", md)
+	if strings.Contains(string(md), ": invalid**") || strings.Contains(string(md), "invalid:") || strings.Contains(string(md), "### Errors") {
+		t.Errorf("the report has invalid rows:\n%s", md)
 	}
 	for _, name := range []string{suite + ".json", "throughput.svg", "latency.svg", "cpu.svg"} {
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -200,6 +225,39 @@ func checkSuiteOutput(t *testing.T, dir, suite string, systems []string) {
 		if strings.HasSuffix(name, ".svg") {
 			wellFormedSVG(t, name, string(data))
 		}
+	}
+	// Every system ran every workload (the floor all but the scan) in
+	// every repeat, and not one operation failed.
+	data, err := os.ReadFile(filepath.Join(dir, suite+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep svcReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, wl := range rep.Workloads {
+		for _, sys := range systems {
+			if isFloor(sys) && !floorWorkloads[wl] {
+				continue
+			}
+			runs := 0
+			for _, r := range rep.Runs {
+				if r.System != sys || r.Workload != wl {
+					continue
+				}
+				runs++
+				if r.Errors != 0 || r.Error != "" || r.Ops <= 0 || r.Entities <= 0 {
+					t.Errorf("%s/%s repeat %d: %d errors of %d ops, %d entities: %s %s", sys, wl, r.Repeat, r.Errors, r.Ops, r.Entities, r.Error, r.FirstError)
+				}
+			}
+			if runs != rep.Repeats {
+				t.Errorf("%s/%s: %d runs, want %d", sys, wl, runs, rep.Repeats)
+			}
+		}
+	}
+	if len(rep.Workloads) == 0 || len(rep.Runs) == 0 {
+		t.Errorf("no workloads or runs in %s.json", suite)
 	}
 }
 

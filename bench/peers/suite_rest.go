@@ -74,8 +74,8 @@ func restWorkloads() []restWorkload {
 		return func(rc *restCtx) loadOp {
 			return func(w, i int) (int, bool, error) {
 				n := rc.seq.Add(1)
-				r, err := rc.c.do("POST", "/"+table, "application/json", benchEntityJSON(pk(rc, w, i, n), fmt.Sprintf("r%09d", n), int(n)), "Prefer", "return-no-content")
-				return 1, err == nil && r.ok(), err
+				ok, err := answered(rc.c.do("POST", "/"+table, "application/json", benchEntityJSON(pk(rc, w, i, n), fmt.Sprintf("r%09d", n), int(n)), "Prefer", "return-no-content"))
+				return 1, ok, err
 			}
 		}
 	}
@@ -85,13 +85,13 @@ func restWorkloads() []restWorkload {
 	}
 	get := func(rc *restCtx, w, i int) (int, bool, error) {
 		pk, rk := randomData(rc, w, i)
-		r, err := rc.c.do("GET", entityPath("data", pk, rk), "", nil)
-		return 1, err == nil && r.ok(), err
+		ok, err := answered(rc.c.do("GET", entityPath("data", pk, rk), "", nil))
+		return 1, ok, err
 	}
 	update := func(rc *restCtx, w, i int) (int, bool, error) {
 		pk, rk := randomData(rc, w, i)
-		r, err := rc.c.do("PUT", entityPath("data", pk, rk), "application/json", benchEntityJSON(pk, rk, i), "If-Match", "*")
-		return 1, err == nil && r.ok(), err
+		ok, err := answered(rc.c.do("PUT", entityPath("data", pk, rk), "application/json", benchEntityJSON(pk, rk, i), "If-Match", "*"))
+		return 1, ok, err
 	}
 	return []restWorkload{
 		{"insert", insertInto("ins", func(rc *restCtx, w, i int, n int64) string { return fmt.Sprintf("w%02d", w) })},
@@ -125,8 +125,8 @@ func restWorkloads() []restWorkload {
 					rks[j] = fmt.Sprintf("r%03d", j)
 				}
 				ct, body := batchBody(rc.c.endpoint, "batch", fmt.Sprintf("b%09d", n), rks, int(n))
-				r, err := rc.c.do("POST", "/$batch", ct, body)
-				return 100, err == nil && r.ok(), err
+				ok, err := answered(rc.c.do("POST", "/$batch", ct, body))
+				return 100, ok, err
 			}
 		}},
 		{"hotpartition", insertInto("hot", func(rc *restCtx, w, i int, n int64) string { return "hot" })},
@@ -154,7 +154,7 @@ func (rc *restCtx) walk(table, filter string) (int, bool, error) {
 	for {
 		path := "/" + table + "()?$filter=" + url.QueryEscape(filter) + next
 		r, err := rc.c.do("GET", path, "", nil)
-		if err != nil || !r.ok() {
+		if ok, err := answered(r, err); !ok {
 			return count, false, err
 		}
 		var feed struct{ Value []json.RawMessage }
@@ -192,8 +192,8 @@ func (rc *restCtx) setup(conns int) error {
 				rks = append(rks, fmt.Sprintf("r%03d", j))
 			}
 			ct, body := batchBody(rc.c.endpoint, table, fmt.Sprintf("p%04d", p), rks, p*perPartition+h*100)
-			r, err := rc.c.do("POST", "/$batch", ct, body)
-			return len(rks), err == nil && r.ok(), err
+			ok, err := answered(rc.c.do("POST", "/$batch", ct, body))
+			return len(rks), ok, err
 		})
 		if res.errors > 0 || res.entities != int64(n) {
 			return fmt.Errorf("loading %s: %d of %d entities, %d errors (%v)", table, res.entities, n, res.errors, res.firstErr)
@@ -294,7 +294,7 @@ func runRESTSuite(args []string, log io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(log, "rest suite: %s\n", path)
-	return nil
+	return rep.errorsErr()
 }
 
 func (f *restFlags) check() error {
@@ -336,12 +336,8 @@ func runRESTRepeat(kind serverKind, tmp string, repeat int, f *restFlags, worklo
 		}
 		res := drive(workers, f.dur, f.ops, byName[name].op(rc))
 		cpu1, _ := srv.cpuSeconds()
-		run := svcRun{System: kind.name, Workload: name, Repeat: repeat, Ops: res.ops, Entities: res.entities,
-			Errors: res.errors, Seconds: res.seconds, P50: num(res.p50), P95: num(res.p95), P99: num(res.p99),
-			CPUSeconds: cpu1 - cpu0, PeakRSS: srv.peakRSS()}
-		if res.firstErr != nil {
-			run.Error = res.firstErr.Error()
-		}
+		run := res.run(kind.name, name, repeat)
+		run.CPUSeconds, run.PeakRSS = cpu1-cpu0, srv.peakRSS()
 		runs = append(runs, run)
 	}
 	return runs, nil
