@@ -90,7 +90,10 @@ type svcReport struct {
 	Systems    []string          `json:"systems"`
 	Workloads  []string          `json:"workloads"`
 	Runs       []svcRun          `json:"runs"`
-	Durability []durabilityRun   `json:"durability,omitempty"`
+	Durability []durabilityRun   `json:"durability,omitempty"` // kill -9
+	PowerLoss  []powerLossRun    `json:"power_loss,omitempty"`
+	Acks       []ackMeaning      `json:"acknowledgements,omitempty"`
+	Versions   []string          `json:"versions,omitempty"` // of the peers, as the report states them
 	Summary    []svcSummary      `json:"summary"`
 }
 
@@ -116,6 +119,7 @@ func (rep *svcReport) summarize() {
 		}
 		rep.Summary = append(rep.Summary, s)
 	}
+	rep.computePowerLoss()
 }
 
 func (rep *svcReport) summarizeSystem(sys, wl string) svcSystem {
@@ -210,6 +214,9 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 		ps = append(ps, k+"="+rep.Params[k])
 	}
 	fmt.Fprintf(&b, "- Parameters: %s\n", strings.Join(ps, ", "))
+	if len(rep.Versions) > 0 {
+		fmt.Fprintf(&b, "- Versions: %s\n", strings.Join(rep.Versions, ", "))
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
@@ -242,16 +249,7 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 		fmt.Fprintf(&b, "| %s | **%s** | %s | **%s** |\n", s.Workload, fmtRatio(s.ThroughputRatio), fmtRatios(s.PerRepeatRatio), fmtRatio(s.CPURatio))
 	}
 	rep.writeFloorTable(&b)
-	if len(rep.Durability) > 0 {
-		fmt.Fprintf(&b, "\n### Durability: acknowledged single inserts, then kill -9 and restart\n\n| system | acknowledged | survived | lost |\n|---|---:|---:|---:|\n")
-		for _, d := range rep.Durability {
-			if d.Error != "" {
-				fmt.Fprintf(&b, "| %s | — | — | failed: %s |\n", d.System, d.Error)
-				continue
-			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", d.System, d.Acknowledged, d.Survived, d.Acknowledged-d.Survived)
-		}
-	}
+	rep.writeDurability(&b)
 	if failed := rep.failures(); len(failed) > 0 {
 		fmt.Fprintf(&b, "\n### Errors (their rows are invalid)\n\n- %s\n", strings.Join(failed, "\n- "))
 	}

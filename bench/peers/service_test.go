@@ -39,7 +39,7 @@ func TestPercentile(t *testing.T) {
 func fixedReport() *svcReport {
 	rep := &svcReport{Suite: "rest", Command: "go -C bench/peers run . rest -repeats 2", Started: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC),
 		Elapsed: 125, Machine: machine{CPU: "Test CPU", Cores: 2, MemTotal: 24 << 30, Kernel: "6.1", GoVersion: "go1.26", DataFS: "ext4"},
-		Params: map[string]string{"conns": "16", "dur": "3s"}, Repeats: 2, Systems: []string{"tabula", "azurite", "floor"}, Workloads: []string{"insert", "get", "update"},
+		Params: map[string]string{"conns": "16", "dur": "3s", "durability-n": "2000"}, Repeats: 2, Systems: []string{"tabula", "azurite", "floor"}, Workloads: []string{"insert", "get", "update"},
 		Notes: []string{"a note"}}
 	add := func(sys, wl string, rep0 int, ents int64, secs, cpu float64, errs int64, failure string) {
 		run := svcRun{System: sys, Workload: wl, Repeat: rep0, Ops: ents + errs, Entities: ents, Errors: errs, Seconds: secs,
@@ -69,6 +69,11 @@ func fixedReport() *svcReport {
 	add("floor", "update", 0, 60000, 3, 3, 0, "")
 	add("floor", "update", 1, 60000, 3, 3, 1, "")
 	rep.Durability = []durabilityRun{{System: "tabula", Acknowledged: 100, Survived: 100}, {System: "azurite", Acknowledged: 100, Survived: 40}}
+	rep.PowerLoss = []powerLossRun{{System: "tabula", Method: "crash clone", Acknowledged: 2000, Survived: 2000, InFlight: 3},
+		{System: "azurite", Method: "computed", IntervalMS: 5000}}
+	az := &azuriteInstall{version: "3.35.0", lokijs: "1.5.12", autosaveMS: 5000, autosaveFile: "azurite/dist/src/table/persistence/LokiTableMetadataStore.js"}
+	rep.Acks = []ackMeaning{{"tabula", tabulaAck}, {"azurite", az.ackMeaning()}}
+	rep.Versions = []string{"azurite 3.35.0 (npm, pinned)", "LokiJS 1.5.12", "Node.js v20.20.2"}
 	rep.summarize()
 	return rep
 }
@@ -193,8 +198,11 @@ func TestRESTSuiteSmoke(t *testing.T) {
 	}
 	checkSuiteOutput(t, filepath.Join(out, "rest"), "rest", strings.Split(systems, ","))
 	md, _ := os.ReadFile(filepath.Join(out, "rest", "report.md"))
-	if !strings.Contains(string(md), "| tabula | 50 | 50 | 0 |") {
-		t.Errorf("Tabula lost acknowledged inserts in the durability test:\n%s", md)
+	if !strings.Contains(string(md), "| 50 / 50 / **0** |") {
+		t.Errorf("Tabula lost acknowledged inserts in the kill -9 test:\n%s", md)
+	}
+	if !regexp.MustCompile(`\| ([0-9]+) / ([0-9]+) / \*\*0\*\*, measured on a crash clone`).Match(md) {
+		t.Errorf("Tabula lost acknowledged inserts in the power-loss test:\n%s", md)
 	}
 	// The floor answers every workload but the scan, without an error.
 	if !regexp.MustCompile(`\| get \| floor \| [0-9.]+k? \|.* \| 0 \|`).Match(md) ||

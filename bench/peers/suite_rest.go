@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -236,19 +237,24 @@ func runRESTSuite(args []string, log io.Writer) error {
 			}
 			kinds[sys] = tabulaKind(sys, bin, strings.Fields(f.tabulaArgs))
 			rep.Notes = append(rep.Notes, "tabula: `tabula serve` built from this checkout, synced writes (every acknowledged write is on disk)")
+			rep.Acks = append(rep.Acks, ackMeaning{sys, tabulaAck})
 		case "base":
 			if f.baseBin == "" {
 				return errors.New("system base needs -base-bin")
 			}
 			kinds[sys] = tabulaKind(sys, f.baseBin, strings.Fields(f.tabulaArgs))
 			rep.Notes = append(rep.Notes, "base: `tabula serve` from "+f.baseBin+", synced writes")
+			rep.Acks = append(rep.Acks, ackMeaning{sys, tabulaAck + " (another build: its power loss is not simulated)"})
 		case "azurite":
-			entry, err := installAzurite(filepath.Join(f.cache, "azurite"), log)
+			az, err := installAzurite(f.cache, log)
 			if err != nil {
 				return err
 			}
-			kinds[sys] = azuriteKind(entry)
-			rep.Notes = append(rep.Notes, "azurite: npm package `azurite`, table service, `--disableTelemetry --skipApiVersionCheck --silent`, LokiJS persistence in a temporary `--location`")
+			kinds[sys] = azuriteKind(az.entry)
+			rep.Versions = append(rep.Versions, "azurite "+az.version+" (npm, pinned)", "LokiJS "+az.lokijs, "Node.js "+az.node)
+			rep.Notes = append(rep.Notes, "azurite: npm package `azurite@"+az.version+"`, table service, `--disableTelemetry --skipApiVersionCheck --silent`, LokiJS persistence in a temporary `--location`")
+			rep.Acks = append(rep.Acks, ackMeaning{sys, az.ackMeaning()})
+			rep.PowerLoss = append(rep.PowerLoss, powerLossRun{System: sys, Method: "computed", IntervalMS: az.autosaveMS})
 		case floorSystem:
 			kinds[sys] = floorKind(env.run.exe)
 			rep.Notes = append(rep.Notes, "floor: not a Table service: a bare server on Go's net/http answering each request with a status line, header block and body of exactly the length of Tabula's answer to it (TestFloorMatchesTabula compares them off the socket), without authentication, parsing or storage; the transport's own cost (no scan, no durability test)")
@@ -267,7 +273,18 @@ func runRESTSuite(args []string, log io.Writer) error {
 			return fmt.Errorf("unknown workload %q", w)
 		}
 	}
-	prog := newProgress(f.repeats * len(rep.Systems))
+	steps := f.repeats * len(rep.Systems)
+	if f.durabilityN > 0 {
+		for _, sys := range rep.Systems {
+			if !isFloor(sys) {
+				steps++ // kill -9
+			}
+			if sys == "tabula" {
+				steps++ // power loss
+			}
+		}
+	}
+	prog := newProgress(steps)
 	for r := range f.repeats {
 		for _, sys := range rep.Systems {
 			prog.start(fmt.Sprintf("repeat %d, %s", r+1, sys))
@@ -284,7 +301,14 @@ func runRESTSuite(args []string, log io.Writer) error {
 			if isFloor(sys) {
 				continue // it stores nothing
 			}
+			prog.start("kill -9 test, " + sys)
 			rep.Durability = append(rep.Durability, durability(kinds[sys], env.run.tmpRoot, f.durabilityN, f.conns))
+			prog.finish()
+		}
+		if slices.Contains(rep.Systems, "tabula") {
+			prog.start("power loss on a crash clone, tabula")
+			rep.PowerLoss = append(rep.PowerLoss, powerLossTabula(f.durabilityN, f.conns, 1))
+			prog.finish()
 		}
 	}
 	rep.Elapsed = time.Since(rep.Started).Seconds()
@@ -343,51 +367,16 @@ func runRESTRepeat(kind serverKind, tmp string, repeat int, f *restFlags, worklo
 	return runs, nil
 }
 
-// durability acknowledges n single inserts, kills the server with
-// SIGKILL right after the last acknowledgement, restarts it on the same
-// data and counts what survived.
-func durability(kind serverKind, tmp string, n, conns int) durabilityRun {
-	out := durabilityRun{System: kind.name}
-	dir, err := os.MkdirTemp(tmp, "durability-"+kind.name+"-")
-	if err != nil {
-		out.Error = err.Error()
-		return out
+// tabulaAck is what Tabula's acknowledgement of a write means.
+const tabulaAck = "fsynced: `tabula serve` opens its store with synced writes, so a write is acknowledged once its WAL record is on disk (concurrent writes share an fsync)"
+
+// ackMeaning says what the emulator's acknowledgement means, from its
+// installed files.
+func (az *azuriteInstall) ackMeaning() string {
+	save := "writing a temporary file and renaming it over the database, with no fsync (LokiJS " + az.lokijs + "'s file adapter never calls fsync)"
+	if az.lokiFsync {
+		save = "writing the database file (LokiJS " + az.lokijs + " mentions fsync: check whether its file adapter uses it)"
 	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(kind, dir)
-	if err != nil {
-		out.Error = err.Error()
-		return out
-	}
-	c := newTableClient(srv.endpoint, conns)
-	if r, err := c.do("POST", "/Tables", "application/json", []byte(`{"TableName":"durable"}`)); err != nil || !r.ok() {
-		srv.kill()
-		out.Error = fmt.Sprintf("create table: %v %d", err, r.status)
-		return out
-	}
-	acked := make([]atomic.Bool, n)
-	drive(conns, 0, n, func(w, i int) (int, bool, error) {
-		r, err := c.do("POST", "/durable", "application/json", benchEntityJSON("p", fmt.Sprintf("r%07d", i), i), "Prefer", "return-no-content")
-		ok := err == nil && r.ok()
-		acked[i].Store(ok)
-		return 1, ok, err
-	})
-	srv.kill()
-	srv, err = startServer(kind, dir)
-	if err != nil {
-		out.Error = "restart: " + err.Error()
-		return out
-	}
-	defer srv.stop()
-	c = newTableClient(srv.endpoint, conns)
-	for i := range acked {
-		if !acked[i].Load() {
-			continue
-		}
-		out.Acknowledged++
-		if r, err := c.do("GET", entityPath("durable", "p", fmt.Sprintf("r%07d", i)), "", nil); err == nil && r.ok() {
-			out.Survived++
-		}
-	}
-	return out
+	return fmt.Sprintf("in memory, not on disk: Azurite %s keeps tables in a LokiJS database that it autosaves every %s (`autosaveInterval: %d` in `node_modules/%s`), %s",
+		az.version, fmtMS(az.autosaveMS), az.autosaveMS, filepath.ToSlash(az.autosaveFile), save)
 }
