@@ -179,16 +179,22 @@ func TestTableSuiteSmoke(t *testing.T) {
 	checkSuiteOutput(t, filepath.Join(out, "table"), "table", []string{"table", "lsm"})
 }
 
-// TestRESTSuiteSmoke runs the REST suite with tiny sizes: Tabula and the
-// floor always, Azurite where Node.js is present (installing it into a
-// cache folder).
+// TestRESTSuiteSmoke runs the REST suite with tiny sizes on all three
+// systems, installing the pinned Azurite into the default cache folder
+// when it is not there. Without Node.js and npm, or when the install
+// fails, it fails: .ci/run installs Node.js, so the comparison with the
+// emulator is part of every CI run. -short skips it, saying so.
 func TestRESTSuiteSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the REST smoke run builds Tabula, installs Azurite with npm and runs every REST workload")
+	}
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: the REST suite compares Tabula with the Azurite emulator, which needs Node.js and npm (.ci/run installs them; go test -short skips this test)", tool)
+		}
+	}
 	t.Setenv("PEERS_TEST_AS_COMMAND", "1") // the floor server is this binary re-executed
 	systems := "tabula,azurite,floor"
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Log("Node.js not found: the smoke run compares Tabula with the floor only (CI installs Node.js)")
-		systems = "tabula,floor"
-	}
 	out := t.TempDir()
 	var log bytes.Buffer
 	args := []string{"rest", "-systems", systems, "-repeats", "1", "-dur", "200ms", "-data-n", "200", "-scan-n", "500",
@@ -198,6 +204,11 @@ func TestRESTSuiteSmoke(t *testing.T) {
 	}
 	checkSuiteOutput(t, filepath.Join(out, "rest"), "rest", strings.Split(systems, ","))
 	md, _ := os.ReadFile(filepath.Join(out, "rest", "report.md"))
+	for _, want := range []string{"azurite " + azuriteVersion + " (npm, pinned)", "`autosaveInterval: ", "computed, not measured: up to **"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
 	if !strings.Contains(string(md), "| 50 / 50 / **0** |") {
 		t.Errorf("Tabula lost acknowledged inserts in the kill -9 test:\n%s", md)
 	}
