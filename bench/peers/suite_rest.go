@@ -43,8 +43,8 @@ func (f *restFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.ops, "ops", 0, "operations per phase (0: until -dur)")
 	fs.IntVar(&f.dataN, "data-n", 10_000, "entities read and updated by get, update, mixed and partquery (in partitions of 100)")
 	fs.IntVar(&f.scanN, "scan-n", 100_000, "entities the cross-partition filtered scan reads")
-	fs.IntVar(&f.durabilityN, "durability-n", 2000, "acknowledged inserts before the kill -9 of the durability test (0: no test)")
-	fs.StringVar(&f.cache, "cache", defaultCache(), "folder for the azurite npm install and the tabula build")
+	fs.IntVar(&f.durabilityN, "durability-n", 2000, "acknowledged inserts before the kill -9 test and before the cut of the power-loss test (0: neither)")
+	fs.StringVar(&f.cache, "cache", defaultCache(), "folder for the pinned azurite npm install (azurite-<version>) and the tabula build")
 	fs.StringVar(&f.results, "results", "", "also write the report to this file, e.g. ../RESULTS-rest.md")
 	fs.StringVar(&f.tabulaArgs, "tabula-args", "", "extra arguments for `tabula serve`, space-separated, e.g. \"--pprof 127.0.0.1:6060\" to profile it under load")
 }
