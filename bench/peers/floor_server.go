@@ -29,7 +29,10 @@ import (
 //
 // It answers the workloads whose responses it can rebuild from the request
 // alone; the filtered scan (whose pages depend on the data) is skipped,
-// and it has no durability to test. TestFloorMatchesTabula sends every
+// and it has no durability to test. Gets and queries return the shared
+// data set as loaded: once the update workload has rewritten an entity
+// (its Count, Big, Score, Active and Tag follow the op's index), Tabula's
+// answer to a get of it differs from the floor's by a few bytes. TestFloorMatchesTabula sends every
 // request of those workloads to a real Tabula and to the floor and
 // compares the raw responses.
 
