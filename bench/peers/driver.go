@@ -1,14 +1,17 @@
 package main
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // loadOp is one operation of a load: it returns how many entities it
-// moved and whether the service answered with success. err is a failure
-// to talk to the service at all.
+// moved and whether the service answered with success; err says why not
+// (a failure to talk to the service, or its refusal). A failed operation
+// (not ok, or err) moved nothing: drive counts it as an error and not its
+// entities.
 type loadOp func(worker, i int) (entities int, ok bool, err error)
 
 // loadResult is what drive measured.
@@ -16,7 +19,26 @@ type loadResult struct {
 	ops, entities, errors int64
 	seconds               float64
 	p50, p95, p99         float64 // milliseconds
-	firstErr              error
+	firstErr              error   // the first failure's description
+}
+
+// run is the svcRun of a measured phase. Its Error is set only when no
+// operation succeeded (nothing was measured); FirstError describes the
+// first failure of a phase that had some.
+func (r loadResult) run(system, workload string, repeat int) svcRun {
+	run := svcRun{System: system, Workload: workload, Repeat: repeat, Ops: r.ops, Entities: r.entities, Errors: r.errors,
+		Seconds: r.seconds, P50: num(r.p50), P95: num(r.p95), P99: num(r.p99)}
+	if r.errors > 0 {
+		msg := "an operation failed"
+		if r.firstErr != nil {
+			msg = r.firstErr.Error()
+		}
+		run.FirstError = msg
+		if r.errors >= r.ops {
+			run.Error = "every operation failed: " + msg
+		}
+	}
+	return run
 }
 
 // drive runs op from workers goroutines until maxOps operations in all
@@ -45,16 +67,18 @@ func drive(workers int, dur time.Duration, maxOps int, op loadOp) loadResult {
 				t0 := time.Now()
 				e, ok, err := op(w, i)
 				mine = append(mine, float64(time.Since(t0))/float64(time.Millisecond))
-				entities.Add(int64(e))
-				if err != nil || !ok {
+				if err == nil && ok {
+					entities.Add(int64(e))
+				} else {
 					errs.Add(1)
-					if err != nil {
-						mu.Lock()
-						if firstErr == nil {
-							firstErr = err
-						}
-						mu.Unlock()
+					if err == nil {
+						err = fmt.Errorf("operation %d failed", i)
 					}
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
 				}
 			}
 			mu.Lock()

@@ -19,13 +19,16 @@ func (rep *engineReport) resultsDoc() string {
 	b.WriteString("\n")
 	b.WriteString(rep.markdown())
 	b.WriteString("\n")
-	b.WriteString(rep.configDoc())
+	b.WriteString(rep.configDoc("##"))
 	b.WriteString(methodDoc)
 	return b.String()
 }
 
-// configDoc is the table of how each engine is configured.
-func (rep *engineReport) configDoc() string {
+// configDoc is the table of how each engine is configured, and the
+// caveats that go with it, under a heading of the given level ("##" in
+// RESULTS.md of the engine suite, "###" within a suite's section of the
+// all report): every full report carries them.
+func (rep *engineReport) configDoc(heading string) string {
 	c := rep.Config
 	mib := func(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
 	rows := [][4]string{
@@ -44,7 +47,7 @@ func (rep *engineReport) configDoc() string {
 		{"settle before reads", "`Compact(nil, nil)` (flushes first)", "`Flush()` + `Compact(0x00, 0xff, parallelize)`", "`CompactRange(util.Range{})` (compacts the memtable first)"},
 	}
 	var b strings.Builder
-	b.WriteString("## How the engines are configured\n\n")
+	b.WriteString(heading + " How the engines are configured\n\n")
 	b.WriteString("| setting | tabula | pebble | goleveldb |\n|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r[0], r[1], r[2], r[3])
@@ -58,8 +61,22 @@ func (rep *engineReport) configDoc() string {
 		"(Tabula's `Split`, Pebble's `Comparer.Split` beyond the default), so all bloom filters are on whole keys. " +
 		"Compression differs on purpose: S2 is Tabula's default and Snappy the peers'; they are closely related " +
 		"(S2 is a Snappy extension), and on these values both reach about 2:1.\n\n")
+	b.WriteString(pebbleL6Note)
 	return b.String()
 }
+
+// pebbleL6Note is the caveat on readmissing's ratio to Pebble.
+const pebbleL6Note = `**Pebble and bloom filters on reads.** Pebble's ` + "`Get`" + ` does not consult the bloom filters of L6 tables, by
+design (they are large, and in the bottom level most lookups are expected to hit); after the settling
+compaction all data is in L6, so Pebble's readmissing reads data blocks while Tabula and goleveldb stop at
+the filter. That makes readmissing's tabula/pebble ratio flatter Tabula. For a filter-for-filter
+comparison, ` + "`-engines tabula,pebble,pebble-l6filters,goleveldb -workloads readrandom,readmissing`" + ` adds a
+Pebble variant whose get is an iterator with ` + "`UseL6Filters`" + ` and ` + "`SeekPrefixGE`" + `, Pebble's way to opt in. In
+one such run (N = 1,000,000, 1 repeat) readmissing gave tabula 1.83M, pebble 68k, pebble-l6filters 582k,
+goleveldb 175k ops/s (tabula ÷ pebble-l6filters = 3.1), and readrandom was the same for both Pebble
+variants (104k ops/s).
+
+`
 
 const methodDoc = `## How each figure is measured
 
@@ -149,16 +166,6 @@ throughput bound by compaction needs a much larger ` + "`-n`" + ` (and a much lo
 the other hand, run on about 150 MB of compressed tables, more than twice the 64 MiB block cache, so
 they exercise block reads (from the OS page cache: the machine has RAM to spare and the benchmark does
 not drop caches, which would disturb other users) and decompression.
-
-**Pebble and bloom filters on reads.** Pebble's ` + "`Get`" + ` does not consult the bloom filters of L6 tables, by
-design (they are large, and in the bottom level most lookups are expected to hit); after the settling
-compaction all data is in L6, so Pebble's readmissing reads data blocks while Tabula and goleveldb stop at
-the filter. That makes readmissing's tabula/pebble ratio flatter Tabula. For a filter-for-filter
-comparison, ` + "`-engines tabula,pebble,pebble-l6filters,goleveldb -workloads readrandom,readmissing`" + ` adds a
-Pebble variant whose get is an iterator with ` + "`UseL6Filters`" + ` and ` + "`SeekPrefixGE`" + `, Pebble's way to opt in. In
-one such run (N = 1,000,000, 1 repeat) readmissing gave tabula 1.83M, pebble 68k, pebble-l6filters 582k,
-goleveldb 175k ops/s (tabula ÷ pebble-l6filters = 3.1), and readrandom was the same for both Pebble
-variants (104k ops/s).
 
 **CPU profiles.** With ` + "`-profile auto`" + ` (default) the parent reruns, after the measured runs, tabula and pebble
 once more on every workload where Tabula is below its bar, with the child's CPU profile on for the

@@ -37,9 +37,27 @@ type response struct {
 // do sends method on path (below the account, already escaped) and
 // returns the answer. A transport failure is an error; any status is not.
 func (c *tableClient) do(method, path, contentType string, body []byte, header ...string) (response, error) {
-	req, err := http.NewRequest(method, c.endpoint+path, bytes.NewReader(body))
+	req, err := c.request(method, path, contentType, body, header...)
 	if err != nil {
 		return response{}, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, err
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: data}, nil
+}
+
+// request builds and signs the request do sends.
+func (c *tableClient) request(method, path, contentType string, body []byte, header ...string) (*http.Request, error) {
+	req, err := http.NewRequest(method, c.endpoint+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	h := req.Header
 	h.Set("x-ms-date", time.Now().UTC().Format(http.TimeFormat))
@@ -53,16 +71,7 @@ func (c *tableClient) do(method, path, contentType string, body []byte, header .
 		h.Set(header[i], header[i+1])
 	}
 	c.sign(req)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return response{}, err
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: data}, nil
+	return req, nil
 }
 
 // sign adds the Table service's Shared Key signature: HMAC-SHA256 of
@@ -103,6 +112,23 @@ func batchBody(endpoint, table, pk string, rks []string, n int) (contentType str
 	}
 	b.WriteString("--changeset_bench--\r\n--batch_bench--\r\n")
 	return "multipart/mixed; boundary=batch_bench", b.Bytes()
+}
+
+// answered turns do's results into an operation's outcome: ok for a
+// success, else an error naming the transport failure or the status and
+// the start of the body.
+func answered(r response, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	if !r.ok() {
+		body := r.body
+		if len(body) > 200 {
+			body = body[:200]
+		}
+		return false, fmt.Errorf("HTTP %d: %s", r.status, bytes.TrimSpace(body))
+	}
+	return true, nil
 }
 
 // ok reports whether a status is a success, and a $batch's 202 only when

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,30 +73,95 @@ func buildTabula(repo, dir string) (string, error) {
 	return out, nil
 }
 
-// installAzurite installs the azurite npm package into cache (once) and
-// returns the table service's entry script.
-func installAzurite(cache string, log io.Writer) (string, error) {
-	entry := filepath.Join(cache, "node_modules", "azurite", "dist", "src", "table", "main.js") // package.json bin "azurite-table"
-	if _, err := os.Stat(entry); err == nil {
-		return entry, nil
-	}
+// azuriteVersion is the emulator the suite installs, pinned: the newest
+// release whose package.json accepts Node.js 20 (3.36.0 asks for >= 21,
+// 3.37.0 for >= 22), which is what CI's distribution package provides.
+const azuriteVersion = "3.35.0"
+
+// azuriteInstall is an installed emulator and what the report states
+// about it, read from the installed files.
+type azuriteInstall struct {
+	entry   string // the table service's entry script
+	version string // node_modules/azurite/package.json
+	lokijs  string // node_modules/lokijs/package.json
+	node    string // node --version
+	// autosaveMS is the LokiJS autosaveInterval of the table store, read
+	// from autosaveFile (relative to node_modules); lokiFsync tells
+	// whether LokiJS's file adapter calls fsync anywhere.
+	autosaveMS   int
+	autosaveFile string
+	lokiFsync    bool
+}
+
+// installAzurite installs azurite@azuriteVersion into cache/azurite-<version>
+// (once) and reads what the report needs from the installed files.
+func installAzurite(cache string, log io.Writer) (*azuriteInstall, error) {
+	dir := filepath.Join(cache, "azurite-"+azuriteVersion)
+	modules := filepath.Join(dir, "node_modules")
+	in := &azuriteInstall{entry: filepath.Join(modules, "azurite", "dist", "src", "table", "main.js")} // package.json bin "azurite-table"
 	if _, err := exec.LookPath("node"); err != nil {
-		return "", errors.New("node (Node.js) not found: the Azurite comparison needs it")
+		return nil, errors.New("node (Node.js) not found: the Azurite comparison needs it")
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
+	if _, err := os.Stat(in.entry); err != nil {
+		if _, err := exec.LookPath("npm"); err != nil {
+			return nil, errors.New("npm not found: the Azurite comparison installs the emulator with it")
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(log, "installing azurite@%s into %s\n", azuriteVersion, dir)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error", "--save-exact", "azurite@"+azuriteVersion)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("npm install azurite@%s: %v: %s", azuriteVersion, err, msg)
+		}
+		if _, err := os.Stat(in.entry); err != nil {
+			return nil, fmt.Errorf("azurite installed but %s is missing", in.entry)
+		}
+	}
+	var err error
+	if in.version, err = packageVersion(filepath.Join(modules, "azurite")); err != nil {
+		return nil, err
+	}
+	if in.version != azuriteVersion {
+		return nil, fmt.Errorf("%s holds azurite %s, not the pinned %s", dir, in.version, azuriteVersion)
+	}
+	if in.lokijs, err = packageVersion(filepath.Join(modules, "lokijs")); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command("node", "--version").Output(); err == nil {
+		in.node = strings.TrimSpace(string(out))
+	}
+	in.autosaveFile = filepath.Join("azurite", "dist", "src", "table", "persistence", "LokiTableMetadataStore.js")
+	src, err := os.ReadFile(filepath.Join(modules, in.autosaveFile))
+	if err != nil {
+		return nil, err
+	}
+	m := regexp.MustCompile(`autosaveInterval:\s*(\d+)`).FindSubmatch(src)
+	if m == nil {
+		return nil, fmt.Errorf("no autosaveInterval in %s", in.autosaveFile)
+	}
+	in.autosaveMS, _ = strconv.Atoi(string(m[1]))
+	loki, err := os.ReadFile(filepath.Join(modules, "lokijs", "src", "lokijs.js"))
+	if err != nil {
+		return nil, err
+	}
+	in.lokiFsync = strings.Contains(string(loki), "fsync")
+	return in, nil
+}
+
+// packageVersion reads the version of the npm package in dir.
+func packageVersion(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err != nil {
 		return "", err
 	}
-	fmt.Fprintf(log, "installing azurite into %s\n", cache)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", cache, "--no-audit", "--no-fund", "--loglevel=error", "azurite")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("npm install azurite: %v: %s", err, msg)
+	var pkg struct{ Version string }
+	if err := json.Unmarshal(data, &pkg); err != nil {
+		return "", fmt.Errorf("%s/package.json: %w", dir, err)
 	}
-	if _, err := os.Stat(entry); err != nil {
-		return "", fmt.Errorf("azurite installed but %s is missing", entry)
-	}
-	return entry, nil
+	return pkg.Version, nil
 }
 
 // freePort asks the kernel for an unused loopback port.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -30,7 +31,10 @@ type svcRun struct {
 	// its own process's).
 	CPUSeconds float64 `json:"cpu_seconds"`
 	PeakRSS    int64   `json:"peak_rss"` // the server's VmHWM at the end of the phase
-	Error      string  `json:"error,omitempty"`
+	// FirstError describes the phase's first failed operation; Error is
+	// set when none succeeded, and the run then has no figures.
+	FirstError string `json:"first_error,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // svcSystem is one system's medians over the repeats of a workload.
@@ -45,13 +49,17 @@ type svcSystem struct {
 	CPUPer1000     num    `json:"cpu_ms_per_1000_entities"` // server CPU milliseconds per 1,000 entities
 	PeakRSS        num    `json:"peak_rss"`
 	Errors         int64  `json:"errors"`
-	PerRepeat      []num  `json:"per_repeat_entities_per_sec"`
+	// Invalid is set when any operation of any repeat failed: the
+	// figures are shown, but no ratio is computed from them.
+	Invalid   bool  `json:"invalid"`
+	PerRepeat []num `json:"per_repeat_entities_per_sec"`
 }
 
 // svcSummary compares the systems on a workload. The ratios are the first
 // system's against the second's: entities/s first/second (higher is
 // better for the first), CPU per entity second/first (how many times
-// less CPU the first spends).
+// less CPU the first spends). They are NaN (no figure) when either side
+// is invalid.
 type svcSummary struct {
 	Workload        string      `json:"workload"`
 	Systems         []svcSystem `json:"systems"`
@@ -82,7 +90,10 @@ type svcReport struct {
 	Systems    []string          `json:"systems"`
 	Workloads  []string          `json:"workloads"`
 	Runs       []svcRun          `json:"runs"`
-	Durability []durabilityRun   `json:"durability,omitempty"`
+	Durability []durabilityRun   `json:"durability,omitempty"` // kill -9
+	PowerLoss  []powerLossRun    `json:"power_loss,omitempty"`
+	Acks       []ackMeaning      `json:"acknowledgements,omitempty"`
+	Versions   []string          `json:"versions,omitempty"` // of the peers, as the report states them
 	Summary    []svcSummary      `json:"summary"`
 }
 
@@ -94,7 +105,7 @@ func (rep *svcReport) summarize() {
 		for _, sys := range rep.Systems {
 			s.Systems = append(s.Systems, rep.summarizeSystem(sys, wl))
 		}
-		if len(s.Systems) >= 2 {
+		if len(s.Systems) >= 2 && !s.Systems[0].Invalid && !s.Systems[1].Invalid {
 			a, b := s.Systems[0], s.Systems[1]
 			s.ThroughputRatio = num(ratio(float64(a.EntitiesPerSec), float64(b.EntitiesPerSec)))
 			for i := range a.PerRepeat {
@@ -108,6 +119,7 @@ func (rep *svcReport) summarize() {
 		}
 		rep.Summary = append(rep.Summary, s)
 	}
+	rep.computePowerLoss()
 }
 
 func (rep *svcReport) summarizeSystem(sys, wl string) svcSystem {
@@ -122,6 +134,9 @@ func (rep *svcReport) summarizeSystem(sys, wl string) svcSystem {
 			continue
 		}
 		out.Errors += r.Errors
+		if r.Errors > 0 || r.Error != "" {
+			out.Invalid = true
+		}
 		if r.Error != "" || r.Seconds <= 0 {
 			continue
 		}
@@ -199,6 +214,9 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 		ps = append(ps, k+"="+rep.Params[k])
 	}
 	fmt.Fprintf(&b, "- Parameters: %s\n", strings.Join(ps, ", "))
+	if len(rep.Versions) > 0 {
+		fmt.Fprintf(&b, "- Versions: %s\n", strings.Join(rep.Versions, ", "))
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
@@ -207,46 +225,75 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 		a, bsys = rep.Systems[0], rep.Systems[1]
 	}
 	fmt.Fprintf(&b, "\n### Throughput and latency (medians over repeats)\n\n")
+	fmt.Fprintf(&b, "A failed operation (a non-2xx answer or a transport error) adds no entities; a row with any is **invalid**: shown, but no ratio is computed from it.\n\n")
 	fmt.Fprintf(&b, "| workload | system | entities/s | ops/s | p50 ms | p95 ms | p99 ms | CPU ms / 1k entities | peak RSS MiB | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range rep.Summary {
 		for _, sys := range s.Systems {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", s.Workload, sys.System,
+			errs := strconv.FormatInt(sys.Errors, 10)
+			if sys.Invalid {
+				errs = "**" + errs + ": invalid**"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Workload, sys.System,
 				fmtOps(float64(sys.EntitiesPerSec)), fmtOps(float64(sys.OpsPerSec)), fmtFloat(float64(sys.P50), 3),
 				fmtFloat(float64(sys.P95), 3), fmtFloat(float64(sys.P99), 3), fmtFloat(float64(sys.CPUPer1000), 1),
-				fmtFloat(float64(sys.PeakRSS)/(1<<20), 0), sys.Errors)
+				fmtFloat(float64(sys.PeakRSS)/(1<<20), 0), errs)
 		}
 	}
 	fmt.Fprintf(&b, "\n### Ratios, %s against %s\n\n", a, bsys)
 	fmt.Fprintf(&b, "| workload | entities/s %s÷%s | per repeat | CPU per entity %s÷%s (× less CPU) |\n|---|---:|---|---:|\n", a, bsys, bsys, a)
 	for _, s := range rep.Summary {
+		if inv := invalidSystems(s.Systems[:min(2, len(s.Systems))]); inv != "" {
+			fmt.Fprintf(&b, "| %s | — | invalid: %s had errors | — |\n", s.Workload, inv)
+			continue
+		}
 		fmt.Fprintf(&b, "| %s | **%s** | %s | **%s** |\n", s.Workload, fmtRatio(s.ThroughputRatio), fmtRatios(s.PerRepeatRatio), fmtRatio(s.CPURatio))
 	}
 	rep.writeFloorTable(&b)
-	if len(rep.Durability) > 0 {
-		fmt.Fprintf(&b, "\n### Durability: acknowledged single inserts, then kill -9 and restart\n\n| system | acknowledged | survived | lost |\n|---|---:|---:|---:|\n")
-		for _, d := range rep.Durability {
-			if d.Error != "" {
-				fmt.Fprintf(&b, "| %s | — | — | failed: %s |\n", d.System, d.Error)
-				continue
-			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", d.System, d.Acknowledged, d.Survived, d.Acknowledged-d.Survived)
-		}
-	}
-	var failed []string
-	for _, r := range rep.Runs {
-		if r.Error != "" {
-			failed = append(failed, fmt.Sprintf("%s/%s repeat %d: %s", r.System, r.Workload, r.Repeat, r.Error))
-		}
-	}
-	if len(failed) > 0 {
-		fmt.Fprintf(&b, "\n### Failed runs\n\n- %s\n", strings.Join(failed, "\n- "))
+	rep.writeDurability(&b)
+	if failed := rep.failures(); len(failed) > 0 {
+		fmt.Fprintf(&b, "\n### Errors (their rows are invalid)\n\n- %s\n", strings.Join(failed, "\n- "))
 	}
 	fmt.Fprintf(&b, "\n![throughput](%sthroughput.svg)\n\n![latency](%slatency.svg)\n\n![CPU per entity](%scpu.svg)\n", chartPrefix, chartPrefix, chartPrefix)
 	return b.String()
 }
 
-// floorSystem is the REST suite's bare server on Tabula's transport
-// (floor_server.go).
+// invalidSystems names the invalid systems among ss, "" if none.
+func invalidSystems(ss []svcSystem) string {
+	var out []string
+	for _, s := range ss {
+		if s.Invalid {
+			out = append(out, s.System)
+		}
+	}
+	return strings.Join(out, " and ")
+}
+
+// errorsErr is the suite's verdict once its report is written: an error
+// when any measured operation failed, so that a run with invalid rows
+// does not pass for a good one.
+func (rep *svcReport) errorsErr() error {
+	if failed := rep.failures(); len(failed) > 0 {
+		return fmt.Errorf("%d measured phases had failed operations (their rows are marked invalid in the report): %s", len(failed), strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// failures lists every measured phase that had a failed operation.
+func (rep *svcReport) failures() []string {
+	var out []string
+	for _, r := range rep.Runs {
+		switch {
+		case r.Error != "":
+			out = append(out, fmt.Sprintf("%s/%s repeat %d: %s", r.System, r.Workload, r.Repeat, r.Error))
+		case r.Errors > 0:
+			out = append(out, fmt.Sprintf("%s/%s repeat %d: %d of %d operations failed; the first: %s", r.System, r.Workload, r.Repeat, r.Errors, r.Ops, r.FirstError))
+		}
+	}
+	return out
+}
+
+// floorSystem is the REST suite's bare net/http server answering with
+// Tabula's sizes (floor_server.go).
 const floorSystem = "floor"
 
 // writeFloorTable compares every system's server CPU per entity with the
@@ -264,7 +311,7 @@ func (rep *svcReport) writeFloorTable(b *strings.Builder) {
 			others = append(others, sys)
 		}
 	}
-	fmt.Fprintf(b, "\n### Server CPU per entity against the floor (a bare server on Tabula's HTTP transport: the transport's own cost)\n\n")
+	fmt.Fprintf(b, "\n### Server CPU per entity against the floor (a bare net/http server sending answers of Tabula's length: the transport's own cost)\n\n")
 	fmt.Fprintf(b, "| workload | floor CPU ms / 1k entities |")
 	for _, sys := range others {
 		fmt.Fprintf(b, " %s ÷ floor |", sys)
@@ -275,9 +322,17 @@ func (rep *svcReport) writeFloorTable(b *strings.Builder) {
 		if f.Runs == 0 {
 			continue
 		}
+		if f.Invalid {
+			fmt.Fprintf(b, "| %s | invalid: the floor had errors |%s\n", s.Workload, strings.Repeat(" — |", len(others)))
+			continue
+		}
 		fmt.Fprintf(b, "| %s | %s |", s.Workload, fmtFloat(float64(f.CPUPer1000), 1))
 		for _, sys := range s.Systems {
-			if sys.System != floorSystem {
+			switch {
+			case sys.System == floorSystem:
+			case sys.Invalid:
+				fmt.Fprintf(b, " invalid |")
+			default:
 				fmt.Fprintf(b, " **%s** |", fmtRatio(num(ratio(float64(sys.CPUPer1000), float64(f.CPUPer1000)))))
 			}
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
 	"flag"
 	"io"
@@ -32,28 +33,47 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-// fixedReport is a report with known runs: two systems, two workloads,
-// two repeats, one failed run and a durability test.
+// fixedReport is a report with known runs: three systems, three
+// workloads, two repeats, a run in which every operation failed (get), one
+// with a few failed operations (update) and a durability test.
 func fixedReport() *svcReport {
 	rep := &svcReport{Suite: "rest", Command: "go -C bench/peers run . rest -repeats 2", Started: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC),
 		Elapsed: 125, Machine: machine{CPU: "Test CPU", Cores: 2, MemTotal: 24 << 30, Kernel: "6.1", GoVersion: "go1.26", DataFS: "ext4"},
-		Params: map[string]string{"conns": "16", "dur": "3s"}, Repeats: 2, Systems: []string{"tabula", "azurite", "floor"}, Workloads: []string{"insert", "get"},
+		Params: map[string]string{"conns": "16", "dur": "3s", "durability-n": "2000"}, Repeats: 2, Systems: []string{"tabula", "azurite", "floor"}, Workloads: []string{"insert", "get", "update"},
 		Notes: []string{"a note"}}
 	add := func(sys, wl string, rep0 int, ents int64, secs, cpu float64, errs int64, failure string) {
-		rep.Runs = append(rep.Runs, svcRun{System: sys, Workload: wl, Repeat: rep0, Ops: ents, Entities: ents, Errors: errs, Seconds: secs,
-			P50: 1, P95: 2, P99: 4, CPUSeconds: cpu, PeakRSS: 100 << 20, Error: failure})
+		run := svcRun{System: sys, Workload: wl, Repeat: rep0, Ops: ents + errs, Entities: ents, Errors: errs, Seconds: secs,
+			P50: 1, P95: 2, P99: 4, CPUSeconds: cpu, PeakRSS: 100 << 20, Error: failure}
+		if errs > 0 {
+			run.FirstError = "HTTP 412: UpdateConditionNotSatisfied"
+			if failure != "" {
+				run.FirstError = failure
+			}
+		}
+		rep.Runs = append(rep.Runs, run)
 	}
 	add("tabula", "insert", 0, 30000, 3, 3, 0, "")
 	add("azurite", "insert", 0, 3000, 3, 3, 0, "")
 	add("tabula", "insert", 1, 36000, 3, 3.6, 0, "")
-	add("azurite", "insert", 1, 3000, 3, 3, 2, "")
+	add("azurite", "insert", 1, 3000, 3, 3, 0, "")
 	add("tabula", "get", 0, 90000, 3, 1.8, 0, "")
-	add("azurite", "get", 0, 0, 0, 0, 1, "connection refused")
+	add("azurite", "get", 0, 0, 0, 0, 1, "every operation failed: connection refused")
 	add("tabula", "get", 1, 90000, 3, 1.8, 0, "")
 	add("azurite", "get", 1, 4500, 3, 4.5, 0, "")
+	add("tabula", "update", 0, 30000, 3, 3, 0, "")
+	add("azurite", "update", 0, 3000, 3, 3, 0, "")
+	add("tabula", "update", 1, 29998, 3, 3, 2, "")
+	add("azurite", "update", 1, 3000, 3, 3, 0, "")
 	add("floor", "insert", 0, 60000, 3, 3, 0, "") // 50 ms per 1,000; no get runs
 	add("floor", "insert", 1, 60000, 3, 3, 0, "")
+	add("floor", "update", 0, 60000, 3, 3, 0, "")
+	add("floor", "update", 1, 60000, 3, 3, 1, "")
 	rep.Durability = []durabilityRun{{System: "tabula", Acknowledged: 100, Survived: 100}, {System: "azurite", Acknowledged: 100, Survived: 40}}
+	rep.PowerLoss = []powerLossRun{{System: "tabula", Method: "crash clone", Acknowledged: 2000, Survived: 2000, InFlight: 3},
+		{System: "azurite", Method: "computed", IntervalMS: 5000}}
+	az := &azuriteInstall{version: "3.35.0", lokijs: "1.5.12", autosaveMS: 5000, autosaveFile: "azurite/dist/src/table/persistence/LokiTableMetadataStore.js"}
+	rep.Acks = []ackMeaning{{"tabula", tabulaAck}, {"azurite", az.ackMeaning()}}
+	rep.Versions = []string{"azurite 3.35.0 (npm, pinned)", "LokiJS 1.5.12", "Node.js v20.20.2"}
 	rep.summarize()
 	return rep
 }
@@ -68,12 +88,22 @@ func TestServiceSummary(t *testing.T) {
 	if ins.Systems[0].CPUPer1000 != 100 || ins.Systems[1].CPUPer1000 != 1000 || ins.CPURatio != 10 {
 		t.Fatalf("insert CPU: %v %v %v", ins.Systems[0].CPUPer1000, ins.Systems[1].CPUPer1000, ins.CPURatio)
 	}
-	if ins.Systems[1].Errors != 2 {
-		t.Fatalf("errors not counted: %d", ins.Systems[1].Errors)
+	if ins.Systems[0].Invalid || ins.Systems[1].Invalid || ins.Systems[2].Invalid {
+		t.Fatalf("clean rows marked invalid: %+v", ins)
 	}
+	// A run in which every operation failed drops out of the medians, and
+	// its system's row is invalid: no ratio.
 	get := rep.Summary[1]
-	if get.Systems[1].Runs != 1 || !math.IsNaN(float64(get.PerRepeatRatio[0])) || get.PerRepeatRatio[1] != 20 {
-		t.Fatalf("a failed repeat must drop out: %+v", get)
+	if get.Systems[1].Runs != 1 || !get.Systems[1].Invalid || get.Systems[0].Invalid || !math.IsNaN(float64(get.ThroughputRatio)) ||
+		!math.IsNaN(float64(get.CPURatio)) || len(get.PerRepeatRatio) != 0 {
+		t.Fatalf("a failed repeat must make its row invalid: %+v", get)
+	}
+	// A few failed operations: the run counts in the medians, its errors
+	// are counted, its row is invalid.
+	upd := rep.Summary[2]
+	if upd.Systems[0].Runs != 2 || upd.Systems[0].Errors != 2 || !upd.Systems[0].Invalid || upd.Systems[1].Invalid ||
+		!math.IsNaN(float64(upd.ThroughputRatio)) || !upd.Systems[2].Invalid {
+		t.Fatalf("failed operations must make the row invalid: %+v", upd)
 	}
 }
 
@@ -149,16 +179,22 @@ func TestTableSuiteSmoke(t *testing.T) {
 	checkSuiteOutput(t, filepath.Join(out, "table"), "table", []string{"table", "lsm"})
 }
 
-// TestRESTSuiteSmoke runs the REST suite with tiny sizes: Tabula and the
-// floor always, Azurite where Node.js is present (installing it into a
-// cache folder).
+// TestRESTSuiteSmoke runs the REST suite with tiny sizes on all three
+// systems, installing the pinned Azurite into the default cache folder
+// when it is not there. Without Node.js and npm, or when the install
+// fails, it fails: .ci/run installs Node.js, so the comparison with the
+// emulator is part of every CI run. -short skips it, saying so.
 func TestRESTSuiteSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the REST smoke run builds Tabula, installs Azurite with npm and runs every REST workload")
+	}
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: the REST suite compares Tabula with the Azurite emulator, which needs Node.js and npm (.ci/run installs them; go test -short skips this test)", tool)
+		}
+	}
 	t.Setenv("PEERS_TEST_AS_COMMAND", "1") // the floor server is this binary re-executed
 	systems := "tabula,azurite,floor"
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Log("Node.js not found: the smoke run compares Tabula with the floor only (CI installs Node.js)")
-		systems = "tabula,floor"
-	}
 	out := t.TempDir()
 	var log bytes.Buffer
 	args := []string{"rest", "-systems", systems, "-repeats", "1", "-dur", "200ms", "-data-n", "200", "-scan-n", "500",
@@ -168,8 +204,16 @@ func TestRESTSuiteSmoke(t *testing.T) {
 	}
 	checkSuiteOutput(t, filepath.Join(out, "rest"), "rest", strings.Split(systems, ","))
 	md, _ := os.ReadFile(filepath.Join(out, "rest", "report.md"))
-	if !strings.Contains(string(md), "| tabula | 50 | 50 | 0 |") {
-		t.Errorf("Tabula lost acknowledged inserts in the durability test:\n%s", md)
+	for _, want := range []string{"azurite " + azuriteVersion + " (npm, pinned)", "`autosaveInterval: ", "computed, not measured: up to **"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+	if !strings.Contains(string(md), "| 50 / 50 / **0** |") {
+		t.Errorf("Tabula lost acknowledged inserts in the kill -9 test:\n%s", md)
+	}
+	if !regexp.MustCompile(`\| ([0-9]+) / ([0-9]+) / \*\*0\*\*, measured on a crash clone`).Match(md) {
+		t.Errorf("Tabula lost acknowledged inserts in the power-loss test:\n%s", md)
 	}
 	// The floor answers every workload but the scan, without an error.
 	if !regexp.MustCompile(`\| get \| floor \| [0-9.]+k? \|.* \| 0 \|`).Match(md) ||
@@ -189,8 +233,8 @@ func checkSuiteOutput(t *testing.T, dir, suite string, systems []string) {
 			t.Errorf("report.md has no row for %s", sys)
 		}
 	}
-	if strings.Contains(string(md), "Failed runs") {
-		t.Errorf("runs failed:\n%s", md)
+	if strings.Contains(string(md), ": invalid**") || strings.Contains(string(md), "invalid:") || strings.Contains(string(md), "### Errors") {
+		t.Errorf("the report has invalid rows:\n%s", md)
 	}
 	for _, name := range []string{suite + ".json", "throughput.svg", "latency.svg", "cpu.svg"} {
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -200,6 +244,39 @@ func checkSuiteOutput(t *testing.T, dir, suite string, systems []string) {
 		if strings.HasSuffix(name, ".svg") {
 			wellFormedSVG(t, name, string(data))
 		}
+	}
+	// Every system ran every workload (the floor all but the scan) in
+	// every repeat, and not one operation failed.
+	data, err := os.ReadFile(filepath.Join(dir, suite+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep svcReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, wl := range rep.Workloads {
+		for _, sys := range systems {
+			if isFloor(sys) && !floorWorkloads[wl] {
+				continue
+			}
+			runs := 0
+			for _, r := range rep.Runs {
+				if r.System != sys || r.Workload != wl {
+					continue
+				}
+				runs++
+				if r.Errors != 0 || r.Error != "" || r.Ops <= 0 || r.Entities <= 0 {
+					t.Errorf("%s/%s repeat %d: %d errors of %d ops, %d entities: %s %s", sys, wl, r.Repeat, r.Errors, r.Ops, r.Entities, r.Error, r.FirstError)
+				}
+			}
+			if runs != rep.Repeats {
+				t.Errorf("%s/%s: %d runs, want %d", sys, wl, runs, rep.Repeats)
+			}
+		}
+	}
+	if len(rep.Workloads) == 0 || len(rep.Runs) == 0 {
+		t.Errorf("no workloads or runs in %s.json", suite)
 	}
 }
 

@@ -28,7 +28,7 @@ func smokeParams() params {
 // process, through runChild: the results must be sane and every read right.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs 27 small benchmarks")
+		t.Skip("-short: runs every engine workload on every engine, 27 small benchmarks")
 	}
 	p := smokeParams()
 	for _, w := range allWorkloads() {

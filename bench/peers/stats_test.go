@@ -2,6 +2,8 @@ package main
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -113,6 +115,49 @@ func TestSummarize(t *testing.T) {
 	for _, bad := range []string{"NaN", "%!"} {
 		if strings.Contains(md, bad) {
 			t.Errorf("markdown contains %q:\n%s", bad, md)
+		}
+	}
+}
+
+// TestReportsKeepCaveats: the engines' configuration and the note on
+// Pebble's L6 filters are in the engine suite's RESULTS.md and in the all
+// report (built from engine.md), once each; the all report also carries
+// the REST suite's durability table and the emulator's version.
+func TestReportsKeepCaveats(t *testing.T) {
+	rep := &engineReport{Suite: "engine", Command: "go -C bench/peers run . engine", Repeats: 1, Config: defaultEngineConfig(),
+		Params: params{N: 1000, Seed: 1}, Engines: []string{"tabula", "pebble", "goleveldb"}, Workloads: []string{"readmissing"},
+		Versions: map[string]string{"tabula": "git x", "pebble": "v2 y", "goleveldb": "z"}}
+	for _, e := range rep.Engines {
+		rep.Results = append(rep.Results, result{Engine: e, Workload: "readmissing", Repeat: 1, OpsPerSec: 1000})
+	}
+	summarize(rep)
+	out := t.TempDir()
+	if err := os.WriteFile(filepath.Join(out, "engine.md"), []byte(rep.engineMD()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fixedReport().write(out, ""); err != nil {
+		t.Fatal(err)
+	}
+	all := filepath.Join(t.TempDir(), "RESULTS.md")
+	if err := writeAllResults(out, all, "go -C bench/peers run . all"); err != nil {
+		t.Fatal(err)
+	}
+	allMD, err := os.ReadFile(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caveats := []string{"How the engines are configured", "| compression | **S2** (Tabula's default)", "| bloom filter |",
+		"| block cache |", "| memtable / write buffer |", "Pebble's `Get` does not consult the bloom filters of L6 tables"}
+	for name, doc := range map[string]string{"all": string(allMD), "engine RESULTS.md": rep.resultsDoc()} {
+		for _, c := range caveats {
+			if n := strings.Count(doc, c); n != 1 {
+				t.Errorf("%s report: %q appears %d times, want once", name, c, n)
+			}
+		}
+	}
+	for _, c := range []string{"### Durability: what an acknowledgement means", "azurite 3.35.0 (npm, pinned)", "**Crash clone = a power loss**"} {
+		if !strings.Contains(string(allMD), c) {
+			t.Errorf("all report lacks %q", c)
 		}
 	}
 }

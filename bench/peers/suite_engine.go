@@ -188,7 +188,7 @@ func (rep *engineReport) write(out, resultsPath string) error {
 	if err := os.WriteFile(filepath.Join(out, "engine-throughput.svg"), []byte(rep.throughputChart().svg()), 0o644); err != nil {
 		return err
 	}
-	md := rep.header() + "\n" + rep.markdown() + "\n![engine throughput](engine-throughput.svg)\n"
+	md := rep.engineMD()
 	if err := os.WriteFile(filepath.Join(out, "engine.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
@@ -197,6 +197,13 @@ func (rep *engineReport) write(out, resultsPath string) error {
 		return os.WriteFile(resultsPath, []byte(rep.resultsDoc()), 0o644)
 	}
 	return nil
+}
+
+// engineMD is engine.md, the engine suite's section of the all report:
+// the run, its tables, the engines' configuration and its caveats, the
+// chart.
+func (rep *engineReport) engineMD() string {
+	return rep.header() + "\n" + rep.markdown() + "\n" + rep.configDoc("###") + "![engine throughput](engine-throughput.svg)\n"
 }
 
 // throughputChart is the engines' median ops/s per workload.

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -34,7 +35,7 @@ type restFlags struct {
 
 func (f *restFlags) register(fs *flag.FlagSet) {
 	f.common.register(fs)
-	fs.StringVar(&f.systems, "systems", "tabula,azurite,floor", "servers to compare, in the order each repeat runs them: tabula, azurite, floor (a bare server on Tabula's HTTP transport: the transport's cost), floor-nethttp (the same on net/http's server), base (the tabula binary -base-bin names); ratios are the first against the second")
+	fs.StringVar(&f.systems, "systems", "tabula,azurite,floor", "servers to compare, in the order each repeat runs them: tabula, azurite, floor (a bare net/http server sending answers of Tabula's size: the transport's cost), base (the tabula binary -base-bin names); ratios are the first against the second")
 	fs.StringVar(&f.baseBin, "base-bin", "", "a tabula binary built from another commit, run as system \"base\" beside this checkout's (e.g. -systems tabula,base to measure a change)")
 	fs.StringVar(&f.workloads, "workloads", strings.Join(restWorkloadNames(), ","), "workloads to run")
 	fs.IntVar(&f.conns, "conns", 16, "keep-alive connections (concurrent clients)")
@@ -42,8 +43,8 @@ func (f *restFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.ops, "ops", 0, "operations per phase (0: until -dur)")
 	fs.IntVar(&f.dataN, "data-n", 10_000, "entities read and updated by get, update, mixed and partquery (in partitions of 100)")
 	fs.IntVar(&f.scanN, "scan-n", 100_000, "entities the cross-partition filtered scan reads")
-	fs.IntVar(&f.durabilityN, "durability-n", 2000, "acknowledged inserts before the kill -9 of the durability test (0: no test)")
-	fs.StringVar(&f.cache, "cache", defaultCache(), "folder for the azurite npm install and the tabula build")
+	fs.IntVar(&f.durabilityN, "durability-n", 2000, "acknowledged inserts before the kill -9 test and before the cut of the power-loss test (0: neither)")
+	fs.StringVar(&f.cache, "cache", defaultCache(), "folder for the pinned azurite npm install (azurite-<version>) and the tabula build")
 	fs.StringVar(&f.results, "results", "", "also write the report to this file, e.g. ../RESULTS-rest.md")
 	fs.StringVar(&f.tabulaArgs, "tabula-args", "", "extra arguments for `tabula serve`, space-separated, e.g. \"--pprof 127.0.0.1:6060\" to profile it under load")
 }
@@ -74,8 +75,8 @@ func restWorkloads() []restWorkload {
 		return func(rc *restCtx) loadOp {
 			return func(w, i int) (int, bool, error) {
 				n := rc.seq.Add(1)
-				r, err := rc.c.do("POST", "/"+table, "application/json", benchEntityJSON(pk(rc, w, i, n), fmt.Sprintf("r%09d", n), int(n)), "Prefer", "return-no-content")
-				return 1, err == nil && r.ok(), err
+				ok, err := answered(rc.c.do("POST", "/"+table, "application/json", benchEntityJSON(pk(rc, w, i, n), fmt.Sprintf("r%09d", n), int(n)), "Prefer", "return-no-content"))
+				return 1, ok, err
 			}
 		}
 	}
@@ -85,13 +86,13 @@ func restWorkloads() []restWorkload {
 	}
 	get := func(rc *restCtx, w, i int) (int, bool, error) {
 		pk, rk := randomData(rc, w, i)
-		r, err := rc.c.do("GET", entityPath("data", pk, rk), "", nil)
-		return 1, err == nil && r.ok(), err
+		ok, err := answered(rc.c.do("GET", entityPath("data", pk, rk), "", nil))
+		return 1, ok, err
 	}
 	update := func(rc *restCtx, w, i int) (int, bool, error) {
 		pk, rk := randomData(rc, w, i)
-		r, err := rc.c.do("PUT", entityPath("data", pk, rk), "application/json", benchEntityJSON(pk, rk, i), "If-Match", "*")
-		return 1, err == nil && r.ok(), err
+		ok, err := answered(rc.c.do("PUT", entityPath("data", pk, rk), "application/json", benchEntityJSON(pk, rk, i), "If-Match", "*"))
+		return 1, ok, err
 	}
 	return []restWorkload{
 		{"insert", insertInto("ins", func(rc *restCtx, w, i int, n int64) string { return fmt.Sprintf("w%02d", w) })},
@@ -125,8 +126,8 @@ func restWorkloads() []restWorkload {
 					rks[j] = fmt.Sprintf("r%03d", j)
 				}
 				ct, body := batchBody(rc.c.endpoint, "batch", fmt.Sprintf("b%09d", n), rks, int(n))
-				r, err := rc.c.do("POST", "/$batch", ct, body)
-				return 100, err == nil && r.ok(), err
+				ok, err := answered(rc.c.do("POST", "/$batch", ct, body))
+				return 100, ok, err
 			}
 		}},
 		{"hotpartition", insertInto("hot", func(rc *restCtx, w, i int, n int64) string { return "hot" })},
@@ -154,7 +155,7 @@ func (rc *restCtx) walk(table, filter string) (int, bool, error) {
 	for {
 		path := "/" + table + "()?$filter=" + url.QueryEscape(filter) + next
 		r, err := rc.c.do("GET", path, "", nil)
-		if err != nil || !r.ok() {
+		if ok, err := answered(r, err); !ok {
 			return count, false, err
 		}
 		var feed struct{ Value []json.RawMessage }
@@ -192,8 +193,8 @@ func (rc *restCtx) setup(conns int) error {
 				rks = append(rks, fmt.Sprintf("r%03d", j))
 			}
 			ct, body := batchBody(rc.c.endpoint, table, fmt.Sprintf("p%04d", p), rks, p*perPartition+h*100)
-			r, err := rc.c.do("POST", "/$batch", ct, body)
-			return len(rks), err == nil && r.ok(), err
+			ok, err := answered(rc.c.do("POST", "/$batch", ct, body))
+			return len(rks), ok, err
 		})
 		if res.errors > 0 || res.entities != int64(n) {
 			return fmt.Errorf("loading %s: %d of %d entities, %d errors (%v)", table, res.entities, n, res.errors, res.firstErr)
@@ -236,27 +237,31 @@ func runRESTSuite(args []string, log io.Writer) error {
 			}
 			kinds[sys] = tabulaKind(sys, bin, strings.Fields(f.tabulaArgs))
 			rep.Notes = append(rep.Notes, "tabula: `tabula serve` built from this checkout, synced writes (every acknowledged write is on disk)")
+			rep.Acks = append(rep.Acks, ackMeaning{sys, tabulaAck})
 		case "base":
 			if f.baseBin == "" {
 				return errors.New("system base needs -base-bin")
 			}
 			kinds[sys] = tabulaKind(sys, f.baseBin, strings.Fields(f.tabulaArgs))
 			rep.Notes = append(rep.Notes, "base: `tabula serve` from "+f.baseBin+", synced writes")
+			rep.Acks = append(rep.Acks, ackMeaning{sys, tabulaAck + " (another build: its power loss is not simulated)"})
 		case "azurite":
-			entry, err := installAzurite(filepath.Join(f.cache, "azurite"), log)
+			az, err := installAzurite(f.cache, log)
 			if err != nil {
 				return err
 			}
-			kinds[sys] = azuriteKind(entry)
-			rep.Notes = append(rep.Notes, "azurite: npm package `azurite`, table service, `--disableTelemetry --skipApiVersionCheck --silent`, LokiJS persistence in a temporary `--location`")
-		case "floor":
-			kinds[sys] = floorKind(env.run.exe, sys, "http1")
-			rep.Notes = append(rep.Notes, "floor: not a Table service: a bare server on Tabula's HTTP transport (server/http1) answering with responses of Tabula's shape and size, without authentication, parsing or storage; the transport's own cost (no scan, no durability test)")
+			kinds[sys] = azuriteKind(az.entry)
+			rep.Versions = append(rep.Versions, "azurite "+az.version+" (npm, pinned)", "LokiJS "+az.lokijs, "Node.js "+az.node)
+			rep.Notes = append(rep.Notes, "azurite: npm package `azurite@"+az.version+"`, table service, `--disableTelemetry --skipApiVersionCheck --silent`, LokiJS persistence in a temporary `--location`")
+			rep.Acks = append(rep.Acks, ackMeaning{sys, az.ackMeaning()})
+			rep.PowerLoss = append(rep.PowerLoss, powerLossRun{System: sys, Method: "computed", IntervalMS: az.autosaveMS})
+		case floorSystem:
+			kinds[sys] = floorKind(env.run.exe)
+			rep.Notes = append(rep.Notes, "floor: not a Table service: a bare server on Go's net/http answering each request with a status line, header block and body of exactly the length of Tabula's answer to it (TestFloorMatchesTabula compares them off the socket), without authentication, parsing or storage; the transport's own cost (no scan, no durability test)")
 		case "floor-nethttp":
-			kinds[sys] = floorKind(env.run.exe, sys, "nethttp")
-			rep.Notes = append(rep.Notes, "floor-nethttp: the floor on Go's net/http server instead")
+			return errors.New("system floor-nethttp is now floor: the floor runs on net/http only")
 		default:
-			return fmt.Errorf("unknown system %q: want tabula, base, azurite, floor or floor-nethttp", sys)
+			return fmt.Errorf("unknown system %q: want tabula, base, azurite or floor", sys)
 		}
 	}
 	byName := map[string]restWorkload{}
@@ -268,7 +273,18 @@ func runRESTSuite(args []string, log io.Writer) error {
 			return fmt.Errorf("unknown workload %q", w)
 		}
 	}
-	prog := newProgress(f.repeats * len(rep.Systems))
+	steps := f.repeats * len(rep.Systems)
+	if f.durabilityN > 0 {
+		for _, sys := range rep.Systems {
+			if !isFloor(sys) {
+				steps++ // kill -9
+			}
+			if sys == "tabula" {
+				steps++ // power loss
+			}
+		}
+	}
+	prog := newProgress(steps)
 	for r := range f.repeats {
 		for _, sys := range rep.Systems {
 			prog.start(fmt.Sprintf("repeat %d, %s", r+1, sys))
@@ -285,7 +301,14 @@ func runRESTSuite(args []string, log io.Writer) error {
 			if isFloor(sys) {
 				continue // it stores nothing
 			}
+			prog.start("kill -9 test, " + sys)
 			rep.Durability = append(rep.Durability, durability(kinds[sys], env.run.tmpRoot, f.durabilityN, f.conns))
+			prog.finish()
+		}
+		if slices.Contains(rep.Systems, "tabula") {
+			prog.start("power loss on a crash clone, tabula")
+			rep.PowerLoss = append(rep.PowerLoss, powerLossTabula(f.durabilityN, f.conns, 1))
+			prog.finish()
 		}
 	}
 	rep.Elapsed = time.Since(rep.Started).Seconds()
@@ -295,7 +318,7 @@ func runRESTSuite(args []string, log io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(log, "rest suite: %s\n", path)
-	return nil
+	return rep.errorsErr()
 }
 
 func (f *restFlags) check() error {
@@ -337,62 +360,23 @@ func runRESTRepeat(kind serverKind, tmp string, repeat int, f *restFlags, worklo
 		}
 		res := drive(workers, f.dur, f.ops, byName[name].op(rc))
 		cpu1, _ := srv.cpuSeconds()
-		run := svcRun{System: kind.name, Workload: name, Repeat: repeat, Ops: res.ops, Entities: res.entities,
-			Errors: res.errors, Seconds: res.seconds, P50: num(res.p50), P95: num(res.p95), P99: num(res.p99),
-			CPUSeconds: cpu1 - cpu0, PeakRSS: srv.peakRSS()}
-		if res.firstErr != nil {
-			run.Error = res.firstErr.Error()
-		}
+		run := res.run(kind.name, name, repeat)
+		run.CPUSeconds, run.PeakRSS = cpu1-cpu0, srv.peakRSS()
 		runs = append(runs, run)
 	}
 	return runs, nil
 }
 
-// durability acknowledges n single inserts, kills the server with
-// SIGKILL right after the last acknowledgement, restarts it on the same
-// data and counts what survived.
-func durability(kind serverKind, tmp string, n, conns int) durabilityRun {
-	out := durabilityRun{System: kind.name}
-	dir, err := os.MkdirTemp(tmp, "durability-"+kind.name+"-")
-	if err != nil {
-		out.Error = err.Error()
-		return out
+// tabulaAck is what Tabula's acknowledgement of a write means.
+const tabulaAck = "fsynced: `tabula serve` opens its store with synced writes, so a write is acknowledged once its WAL record is on disk (concurrent writes share an fsync)"
+
+// ackMeaning says what the emulator's acknowledgement means, from its
+// installed files.
+func (az *azuriteInstall) ackMeaning() string {
+	save := "writing a temporary file and renaming it over the database, with no fsync (LokiJS " + az.lokijs + "'s file adapter never calls fsync)"
+	if az.lokiFsync {
+		save = "writing the database file (LokiJS " + az.lokijs + " mentions fsync: check whether its file adapter uses it)"
 	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(kind, dir)
-	if err != nil {
-		out.Error = err.Error()
-		return out
-	}
-	c := newTableClient(srv.endpoint, conns)
-	if r, err := c.do("POST", "/Tables", "application/json", []byte(`{"TableName":"durable"}`)); err != nil || !r.ok() {
-		srv.kill()
-		out.Error = fmt.Sprintf("create table: %v %d", err, r.status)
-		return out
-	}
-	acked := make([]atomic.Bool, n)
-	drive(conns, 0, n, func(w, i int) (int, bool, error) {
-		r, err := c.do("POST", "/durable", "application/json", benchEntityJSON("p", fmt.Sprintf("r%07d", i), i), "Prefer", "return-no-content")
-		ok := err == nil && r.ok()
-		acked[i].Store(ok)
-		return 1, ok, err
-	})
-	srv.kill()
-	srv, err = startServer(kind, dir)
-	if err != nil {
-		out.Error = "restart: " + err.Error()
-		return out
-	}
-	defer srv.stop()
-	c = newTableClient(srv.endpoint, conns)
-	for i := range acked {
-		if !acked[i].Load() {
-			continue
-		}
-		out.Acknowledged++
-		if r, err := c.do("GET", entityPath("durable", "p", fmt.Sprintf("r%07d", i)), "", nil); err == nil && r.ok() {
-			out.Survived++
-		}
-	}
-	return out
+	return fmt.Sprintf("in memory, not on disk: Azurite %s keeps tables in a LokiJS database that it autosaves every %s (`autosaveInterval: %d` in `node_modules/%s`), %s",
+		az.version, fmtMS(az.autosaveMS), az.autosaveMS, filepath.ToSlash(az.autosaveFile), save)
 }

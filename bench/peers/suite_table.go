@@ -210,7 +210,10 @@ func runTableRepeat(name, tmp string, repeat, workers int, dur time.Duration, op
 		"partquery": func(w, i int) (int, bool, error) {
 			pk, _ := random()
 			n, err := sys.scan(pk, "")
-			return n, err == nil && n == 100, err
+			if err == nil && n != 100 {
+				err = fmt.Errorf("partition %s: %d entities, want 100", pk, n)
+			}
+			return n, err == nil, err
 		},
 		"scan": func(w, i int) (int, bool, error) {
 			// Every loaded entity is read to apply the filter.
@@ -230,13 +233,10 @@ func runTableRepeat(name, tmp string, repeat, workers int, dur time.Duration, op
 		}
 		cpu0 := processCPU()
 		res := drive(w, dur, ops, op)
-		run := svcRun{System: name, Workload: wl, Repeat: repeat, Ops: res.ops, Entities: res.entities, Errors: res.errors,
-			Seconds: res.seconds, P50: num(res.p50), P95: num(res.p95), P99: num(res.p99), CPUSeconds: processCPU() - cpu0}
+		run := res.run(name, wl, repeat)
+		run.CPUSeconds = processCPU() - cpu0
 		if hwm, _, err := memStatus(); err == nil {
 			run.PeakRSS = hwm
-		}
-		if res.firstErr != nil {
-			run.Error = res.firstErr.Error()
 		}
 		runs = append(runs, run)
 	}
@@ -294,5 +294,5 @@ func runTableSuite(args []string, log io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(log, "table suite: %s\n", path)
-	return nil
+	return rep.errorsErr()
 }
