@@ -137,6 +137,12 @@ func decodeVersionEdit(b []byte) (*versionEdit, error) {
 		switch tag := d.uint("tag"); tag {
 		case tagFormatVersion:
 			e.formatVersion = d.uint("format version")
+			// Checked before the rest is decoded: a newer build may also
+			// write fields this one does not know, and the refusal should
+			// name the version, not the first unknown field.
+			if d.err == nil && e.formatVersion > manifestFormatVersion {
+				d.err = fmt.Errorf("version edit: format version %d is newer than this build's %d: %w", e.formatVersion, manifestFormatVersion, ErrCorruption)
+			}
 		case tagLogNum:
 			e.logNum = d.uint("log number")
 		case tagNextFileNum:
@@ -167,9 +173,6 @@ func decodeVersionEdit(b []byte) (*versionEdit, error) {
 	}
 	if d.err != nil {
 		return nil, d.err
-	}
-	if e.formatVersion > manifestFormatVersion {
-		return nil, fmt.Errorf("version edit: format version %d is newer than this build's %d: %w", e.formatVersion, manifestFormatVersion, ErrCorruption)
 	}
 	return e, nil
 }
