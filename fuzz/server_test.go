@@ -3,7 +3,9 @@ package fuzz
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"hash/fnv"
 	"net/http"
 	"net/url"
 	"strings"
@@ -140,6 +142,8 @@ func FuzzSAS(f *testing.F) {
 		"sv=2021-06-08&ss=t&srt=sco&sp=rwdlacu&se=2024-03-27T00%3A00%3A00Z&spr=https%2Chttp&ses=scope&sig=x",
 		"sv=2019-02-02&ss=bq&srt=s&sp=r&se=2024-03-27T00%3A00%3A00Z&sip=10.0.0.1&sig=x",
 		"sig=%zz&sv",
+		// Valid from exactly srvNow, for one second.
+		"sv=2019-02-02&tn=mytable&sp=r&st=2024-03-26T08%3A12%3A52Z&se=2024-03-26T08%3A12%3A53Z&sig=x",
 	} {
 		f.Add(q)
 	}
@@ -167,43 +171,182 @@ func FuzzSAS(f *testing.F) {
 		if resigned, ok := srvResign(rawQuery); ok {
 			try(resigned)
 		}
+
+		// A valid token built from the query's fields and correctly signed
+		// is accepted; with one byte of its signature changed, refused.
+		q, ok := srvValidSAS(rawQuery)
+		if !ok {
+			return
+		}
+		mac, err := auth.SignString(auth.DevAccountKey, srvStringToSign(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig, err := base64.StdEncoding.DecodeString(mac)
+		if err != nil {
+			t.Fatal(err)
+		}
+		authenticate := func(sig []byte) (*auth.Principal, error) {
+			q.Set("sig", base64.StdEncoding.EncodeToString(sig))
+			r := srvRequest("GET", "/devstoreaccount1/mytable()")
+			r.URL.RawQuery = q.Encode()
+			p, err := accounts.Authenticate(context.Background(), r, auth.DevAccountName, srvNow, lookup)
+			srvCheckAuthResult(t, p, err)
+			return p, err
+		}
+		p, err := authenticate(sig)
+		if err != nil {
+			t.Fatalf("valid, correctly signed SAS %s refused: %v", q.Encode(), err)
+		}
+		wantKind := auth.KindServiceSAS
+		if q.Has("ss") {
+			wantKind = auth.KindAccountSAS
+		}
+		if p.Kind != wantKind || p.Version != q.Get("sv") {
+			t.Fatalf("SAS %s gave principal %v", q.Encode(), p)
+		}
+		h := fnv.New32a()
+		h.Write([]byte(rawQuery))
+		n := h.Sum32()
+		sig[n%uint32(len(sig))] ^= byte(1 << (n / 64 % 8))
+		if _, err := authenticate(sig); err == nil {
+			t.Fatalf("SAS %s accepted with a changed signature", q.Encode())
+		}
 	})
 }
 
 // srvResign replaces the signature of a SAS query with the development
-// key's signature over its fields, spelling out the strings to sign of
-// create-service-sas and create-account-sas.
+// key's signature over its fields.
 func srvResign(rawQuery string) (string, bool) {
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
 		return "", false
 	}
-	g := q.Get
-	var sts string
-	if g("ss") != "" || g("srt") != "" {
-		sts = auth.DevAccountName + "\n" + g("sp") + "\n" + g("ss") + "\n" + g("srt") + "\n" + g("st") + "\n" +
-			g("se") + "\n" + g("sip") + "\n" + g("spr") + "\n" + g("sv") + "\n"
-		if g("sv") >= "2020-12-06" {
-			sts += g("ses") + "\n"
-		}
-	} else {
-		canonical := "/" + auth.DevAccountName + "/" + strings.ToLower(g("tn"))
-		if g("sv") >= "2015-02-21" {
-			canonical = "/table" + canonical
-		}
-		fields := []string{g("sp"), g("st"), g("se"), canonical, g("si")}
-		if g("sv") >= "2015-04-05" {
-			fields = append(fields, g("sip"), g("spr"))
-		}
-		fields = append(fields, g("sv"), g("spk"), g("srk"), g("epk"), g("erk"))
-		sts = strings.Join(fields, "\n")
-	}
-	sig, err := auth.SignString(auth.DevAccountKey, sts)
+	sig, err := auth.SignString(auth.DevAccountKey, srvStringToSign(q))
 	if err != nil {
 		return "", false
 	}
 	q.Set("sig", sig)
 	return q.Encode(), true
+}
+
+// srvStringToSign spells out the strings to sign of create-service-sas
+// and create-account-sas for the SAS fields in q.
+func srvStringToSign(q url.Values) string {
+	g := q.Get
+	if g("ss") != "" || g("srt") != "" {
+		sts := auth.DevAccountName + "\n" + g("sp") + "\n" + g("ss") + "\n" + g("srt") + "\n" + g("st") + "\n" +
+			g("se") + "\n" + g("sip") + "\n" + g("spr") + "\n" + g("sv") + "\n"
+		if g("sv") >= "2020-12-06" {
+			sts += g("ses") + "\n"
+		}
+		return sts
+	}
+	canonical := "/" + auth.DevAccountName + "/" + strings.ToLower(g("tn"))
+	if g("sv") >= "2015-02-21" {
+		canonical = "/table" + canonical
+	}
+	fields := []string{g("sp"), g("st"), g("se"), canonical, g("si")}
+	if g("sv") >= "2015-04-05" {
+		fields = append(fields, g("sip"), g("spr"))
+	}
+	fields = append(fields, g("sv"), g("spk"), g("srk"), g("epk"), g("erk"))
+	return strings.Join(fields, "\n")
+}
+
+// srvValidSAS builds from the fields of a fuzzed query a SAS that the
+// service must accept at srvNow for a request from srvRequest, following
+// create-service-sas and create-account-sas: each field is kept where it
+// is valid and otherwise dropped or replaced. It is unsigned. A query that
+// does not parse gives nothing.
+func srvValidSAS(rawQuery string) (url.Values, bool) {
+	in, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, false
+	}
+	g := in.Get
+	// letters keeps the first occurrence of each allowed letter of s.
+	letters := func(s, allowed, fallback string) string {
+		var out []byte
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; strings.IndexByte(allowed, c) >= 0 && !bytes.ContainsRune(out, rune(c)) {
+				out = append(out, c)
+			}
+		}
+		if len(out) == 0 {
+			return fallback
+		}
+		return string(out)
+	}
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	account := g("ss") != "" || g("srt") != ""
+	minVersion := "2012-02-12"
+	if account {
+		minVersion = "2015-04-05"
+	}
+	if sv := g("sv"); sv >= minVersion {
+		set("sv", sv)
+	} else {
+		set("sv", "2019-02-02")
+	}
+	// The times: a start that is not after now (or none), an expiry
+	// after now and after the start.
+	var start time.Time
+	if st, err := time.Parse(time.RFC3339, g("st")); err == nil && !st.After(srvNow) {
+		start = st
+		set("st", g("st"))
+	}
+	if se, err := time.Parse(time.RFC3339, g("se")); err == nil && se.After(srvNow) && (start.IsZero() || se.After(start)) {
+		set("se", g("se"))
+	} else {
+		set("se", srvNow.Add(time.Hour).Format(time.RFC3339))
+	}
+	if g("sip") != "" {
+		set("sip", "192.0.2.0-192.0.2.255") // holds srvRequest's address
+	}
+	if spr := g("spr"); spr == "https,http" || spr == "http,https" {
+		set("spr", spr) // https alone refuses the plain-http request
+	}
+	if account {
+		set("ss", letters(g("ss"), "bqtf", "t"))
+		set("srt", letters(g("srt"), "sco", "o"))
+		set("sp", letters(g("sp"), "rwdylacuptfix", "r"))
+		set("ses", g("ses"))
+		return q, true
+	}
+	tn := g("tn")
+	if tn == "" {
+		tn = "mytable"
+	}
+	set("tn", tn)
+	set("sp", letters(g("sp"), "raud", "r"))
+	// A field comes from the SAS or its stored policy, never both: see
+	// FuzzSAS's lookup for what each policy gives.
+	switch si := g("si"); si {
+	case "policy1":
+		set("si", si)
+		q.Del("sp")
+		q.Del("st")
+		q.Del("se")
+	case "expiry":
+		set("si", si)
+		q.Del("se")
+	}
+	// A row key bound needs its partition key bound.
+	set("spk", g("spk"))
+	set("epk", g("epk"))
+	if g("spk") != "" {
+		set("srk", g("srk"))
+	}
+	if g("epk") != "" {
+		set("erk", g("erk"))
+	}
+	return q, true
 }
 
 // FuzzBatchRequest parses arbitrary $batch bodies: the result is a request

@@ -21,7 +21,7 @@ import (
 // Checksums stop nearly every mutation at the first block it touches, so
 // each input is also tried with the footer's and meta blocks' checksums
 // recomputed (see sstFixChecksums): then mutations reach the footer, index,
-// properties and filter decoders. sstable.FuzzBlock covers the block
+// properties and filter decoders. FuzzBlock covers the block
 // decoders directly.
 func FuzzSSTableReader(f *testing.F) {
 	for _, seed := range sstableSeeds(f) {

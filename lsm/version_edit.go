@@ -3,6 +3,7 @@ package lsm
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	"github.com/tabuladb/tabula/internal/base"
 )
@@ -137,6 +138,12 @@ func decodeVersionEdit(b []byte) (*versionEdit, error) {
 		switch tag := d.uint("tag"); tag {
 		case tagFormatVersion:
 			e.formatVersion = d.uint("format version")
+			// Checked before the rest is decoded: a newer build may also
+			// write fields this one does not know, and the refusal should
+			// name the version, not the first unknown field.
+			if d.err == nil && e.formatVersion > manifestFormatVersion {
+				d.err = fmt.Errorf("version edit: format version %d is newer than this build's %d: %w", e.formatVersion, manifestFormatVersion, ErrCorruption)
+			}
 		case tagLogNum:
 			e.logNum = d.uint("log number")
 		case tagNextFileNum:
@@ -168,8 +175,34 @@ func decodeVersionEdit(b []byte) (*versionEdit, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	if e.formatVersion > manifestFormatVersion {
-		return nil, fmt.Errorf("version edit: format version %d is newer than this build's %d: %w", e.formatVersion, manifestFormatVersion, ErrCorruption)
-	}
 	return e, nil
+}
+
+// ReencodeVersionEdit decodes record as one MANIFEST record (a version
+// edit), as Open does, and returns the edit encoded again with a
+// description of every field decoded, which is the same for two records
+// exactly when they decode to the same edit. It exists for the fuzz tests,
+// which live in another package and check that encoding and decoding
+// agree; the engine does not use it.
+func ReencodeVersionEdit(record []byte) (encoded []byte, fields string, err error) {
+	e, err := decodeVersionEdit(record)
+	if err != nil {
+		return nil, "", err
+	}
+	return e.encode(), e.describe(), nil
+}
+
+// describe spells out every field of e, keys and trailers in full.
+func (e *versionEdit) describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "format %d, log %d, next file %d, last seq %d", e.formatVersion, e.logNum, e.nextFileNum, e.lastSeq)
+	for _, d := range e.deleted {
+		fmt.Fprintf(&b, "; delete L%d %d", d.level, d.fileNum)
+	}
+	for _, a := range e.added {
+		m := a.meta
+		fmt.Fprintf(&b, "; add L%d %d size %d keys %q#%x..%q#%x seqs %d..%d", a.level, m.fileNum, m.size,
+			m.smallest.UserKey, uint64(m.smallest.Trailer), m.largest.UserKey, uint64(m.largest.Trailer), m.smallestSeq, m.largestSeq)
+	}
+	return b.String()
 }

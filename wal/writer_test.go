@@ -213,40 +213,86 @@ func TestConcurrentSyncTo(t *testing.T) {
 	}
 }
 
-// TestGroupCommitSharesFsyncs checks that committers waiting at the same
-// time share fsyncs, including the ones released by the previous fsync.
+// gatedSyncFile is a memFile whose first Sync waits until release is
+// closed, so a test can line committers up behind an fsync in progress
+// instead of hoping the scheduler does.
+type gatedSyncFile struct {
+	*memFile
+	once sync.Once
+	// entered is closed when the first Sync starts.
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newGatedSyncFile() *gatedSyncFile {
+	return &gatedSyncFile{memFile: &memFile{}, entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (f *gatedSyncFile) Sync() error {
+	first := false
+	f.once.Do(func() {
+		first = true
+		close(f.entered)
+	})
+	if first {
+		<-f.release
+	}
+	return f.memFile.Sync()
+}
+
+// TestGroupCommitSharesFsyncs checks that committers who ask for
+// durability while an fsync runs are all covered by the next one. The
+// first fsync is held until every committer waits in SyncTo, so the count
+// does not depend on timing: one fsync for whatever it started with, one
+// for everyone else.
 func TestGroupCommitSharesFsyncs(t *testing.T) {
-	const writers, perWriter = 8, 30
-	f := &memFile{syncDelay: 2 * time.Millisecond}
+	const writers = 16
+	f := newGatedSyncFile()
 	w := NewWriter(f, WriterOptions{})
 	var commit sync.Mutex
 	var wg sync.WaitGroup
-	for range writers {
+	for g := range writers {
 		wg.Go(func() {
-			for range perWriter {
-				commit.Lock()
-				end, err := w.WriteRecord(make([]byte, 100))
-				commit.Unlock()
-				if err == nil {
-					err = w.SyncTo(end)
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
+			commit.Lock()
+			end, err := w.WriteRecord(record(g, 100))
+			commit.Unlock()
+			if err == nil {
+				err = w.SyncTo(end)
+			}
+			if err != nil {
+				t.Error(err)
 			}
 		})
 	}
+	<-f.entered
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.mu.Lock()
+		waiting := w.waiting
+		w.mu.Unlock()
+		if waiting == writers {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(f.release)
+			t.Fatalf("only %d of %d committers reached SyncTo", waiting, writers)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	close(f.release)
 	wg.Wait()
+	f.mu.Lock()
+	syncs, synced := f.syncs, f.synced
+	f.mu.Unlock()
+	if size := w.Size(); int64(synced) != size {
+		t.Fatalf("%d of %d bytes durable after every SyncTo returned", synced, size)
+	}
+	if syncs > 2 {
+		t.Fatalf("%d fsyncs for %d committers that all waited together; want at most 2", syncs, writers)
+	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Ideally perWriter fsyncs; without gathering, committers split into
-	// alternating groups and need twice that.
-	if f.syncs > perWriter*3/2 {
-		t.Fatalf("%d fsyncs for %d records from %d committers", f.syncs, writers*perWriter, writers)
-	}
-	t.Logf("%d fsyncs for %d records", f.syncs, writers*perWriter)
 }
 
 // TestUnsyncedRecordsReachFile checks that records nobody syncs are still
