@@ -190,7 +190,7 @@ func FuzzSAS(f *testing.F) {
 			q.Set("sig", base64.StdEncoding.EncodeToString(sig))
 			r := srvRequest("GET", "/devstoreaccount1/mytable()")
 			r.URL.RawQuery = q.Encode()
-			p, err := accounts.Authenticate(context.Background(), r, auth.DevAccountName, srvNow, lookup)
+			p, err := accounts.Authenticate(context.Background(), r, auth.Address{Account: auth.DevAccountName}, srvNow, lookup)
 			srvCheckAuthResult(t, p, err)
 			return p, err
 		}

@@ -4,9 +4,11 @@
 //
 // URLs are path-style, as the emulator serves them: the account is the
 // first path segment (/devstoreaccount1/Tables, /devstoreaccount1/t(...)),
-// optionally with the "-secondary" suffix of the read-access geo endpoint.
+// optionally with the "-secondary" suffix of the read-access geo endpoint;
+// or production-style, the account named by the Host's first label
+// (devstoreaccount1.table.localhost).
 // Each request is authenticated (Shared Key, Shared Key Lite, account or
-// service SAS; server/auth), checked against the operation it performs,
+// service SAS, Entra ID bearer tokens; server/auth), checked against the operation it performs,
 // and answered with the service's headers and, on failure, its status,
 // x-ms-error-code header and error body: JSON for the OData operations, XML
 // for ACLs and service properties. Entity group transactions are parsed
@@ -16,6 +18,7 @@
 // The handler never panics to a client: a panic becomes a logged 500
 // InternalError. Request bodies are capped (4 MiB, the service's batch
 // limit; entities are further limited to 1 MiB by the store), and Serve
-// runs on server/http1 with header, read, write and idle timeouts so a
-// slow client cannot hold a connection.
+// runs on net/http, over TLS when configured, with header, read, write and
+// idle timeouts and a connection cap, so a slow or numerous client cannot
+// hold the server (docs/http.md).
 package server

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"time"
 )
 
 // memFile is an in-memory SyncFile that remembers how much of it was
@@ -25,8 +24,6 @@ type memFile struct {
 	syncErr        error
 	// gate, when set, makes Write wait until it can receive from it.
 	gate chan struct{}
-	// syncDelay makes Sync take time, like a disk.
-	syncDelay time.Duration
 }
 
 func (f *memFile) Write(p []byte) (int, error) {
@@ -45,7 +42,6 @@ func (f *memFile) Write(p []byte) (int, error) {
 }
 
 func (f *memFile) Sync() error {
-	time.Sleep(f.syncDelay)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.syncErr != nil {
