@@ -33,6 +33,9 @@ type testServer struct {
 	// CertPath is the PEM certificate clients trust, for a TLS server
 	// started by startServerFor.
 	CertPath string
+	// storageFailed, set by a test that broke the store's disk, lets the
+	// store's Close report the failure without failing the test.
+	storageFailed bool
 }
 
 // startServer starts a server for the test; it is shut down and its store
@@ -64,6 +67,7 @@ func serveStore(t testing.TB, store *partition.Store, opts *server.Options) *tes
 	srv := server.New(store, opts)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
+	ts := &testServer{Store: store, Server: srv, Addr: ln.Addr().String()}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -73,7 +77,7 @@ func serveStore(t testing.TB, store *partition.Store, opts *server.Options) *tes
 		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("serve: %v", err)
 		}
-		if err := store.Close(); err != nil {
+		if err := store.Close(); err != nil && !ts.storageFailed {
 			t.Errorf("closing the store: %v", err)
 		}
 	})
@@ -81,8 +85,9 @@ func serveStore(t testing.TB, store *partition.Store, opts *server.Options) *tes
 	if opts != nil && opts.TLSConfig != nil {
 		scheme = "https"
 	}
-	endpoint := scheme + "://" + ln.Addr().String()
-	return &testServer{Store: store, Server: srv, Endpoint: endpoint, Addr: ln.Addr().String(), ServiceURL: endpoint + "/" + auth.DevAccountName}
+	ts.Endpoint = scheme + "://" + ts.Addr
+	ts.ServiceURL = ts.Endpoint + "/" + auth.DevAccountName
+	return ts
 }
 
 // rawRequest builds a request to ts's account (path below it, e.g.
