@@ -222,7 +222,7 @@ func (s *Server) replyBatchFailure(rq *request, w *batch.ResponseWriter, index i
 	}
 	// The service names the failure on the 202 too; the Go SDK reads the
 	// code of a failed transaction from there.
-	rq.w.Header().Set("X-Ms-Error-Code", code)
+	rq.setHeader("X-Ms-Error-Code", code)
 	return s.replyBatch(rq, w, []batch.SubResponse{batch.FailureResponse(index, contentID, status, code, message, rq.id, rq.now)})
 }
 
@@ -231,7 +231,7 @@ func (s *Server) replyBatch(rq *request, w *batch.ResponseWriter, parts []batch.
 	if err := w.WriteChangeset(&buf, parts); err != nil {
 		return err
 	}
-	rq.w.Header().Set(hdrDataServiceVersion, "3.0;")
+	rq.setHeader(hdrDataServiceVersion, "3.0;")
 	rq.reply(http.StatusAccepted, w.ContentType(), buf.Bytes())
 	return nil
 }

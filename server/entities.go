@@ -34,9 +34,8 @@ func (s *Server) getEntity(rq *request) error {
 	if err != nil {
 		return err
 	}
-	h := rq.w.Header()
-	h.Set(hdrETag, etag)
-	h.Set(hdrDataServiceVersion, "3.0;")
+	rq.setHeader(hdrETag, etag)
+	rq.setHeader(hdrDataServiceVersion, "3.0;")
 	rq.reply(http.StatusOK, jsonContentType(m), body)
 	return nil
 }
@@ -66,7 +65,7 @@ func (s *Server) insertEntity(rq *request) error {
 		return err
 	}
 	etag := e.ETag()
-	rq.w.Header().Set(hdrETag, etag)
+	rq.setHeader(hdrETag, etag)
 	return rq.replyCreated(entityURL(rq.baseURL(), rq.target.Table, e.PartitionKey, e.RowKey), m, func() ([]byte, error) {
 		return rq.encoder(m, nil).AppendEntityResponse(nil, []byte(e.PartitionKey), []byte(e.RowKey), etag, e.Value)
 	})
@@ -81,33 +80,31 @@ func (rq *request) readEntity() (odata.DecodedEntity, error) {
 	return odata.DecodeEntityJSON(body)
 }
 
-// writeEntity returns the handler of PUT, MERGE and PATCH on an entity:
-// kind is the update or merge when the request has If-Match, else the
-// upsert. The keys are the URL's; keys in the body are ignored.
-func (s *Server) writeEntity(kind partition.OpKind) handler {
-	return func(rq *request) error {
-		ifMatch, err := ifMatch(rq.r.Header)
-		if err != nil {
-			return err
-		}
-		d, err := rq.readEntity()
-		if err != nil {
-			return err
-		}
-		t := rq.target
-		if err := rq.principal.CheckKey(t.PartitionKey, t.RowKey); err != nil {
-			return err
-		}
-		d.PartitionKey, d.RowKey = t.PartitionKey, t.RowKey
-		e, err := s.store.Apply(rq.ctx, rq.account, t.Table, partition.Op{Kind: kind, Entity: &d.Entity, IfMatch: ifMatch})
-		if err != nil {
-			return err
-		}
-		rq.w.Header().Set(hdrETag, e.ETag())
-		rq.w.Header().Set(hdrDataServiceVersion, "1.0;")
-		rq.reply(http.StatusNoContent, "", nil)
-		return nil
+// writeEntity answers PUT, MERGE and PATCH on an entity: rq.writeKind is
+// the update or merge when the request has If-Match, else the upsert. The
+// keys are the URL's; keys in the body are ignored.
+func (s *Server) writeEntity(rq *request) error {
+	ifMatch, err := ifMatch(rq.r.Header)
+	if err != nil {
+		return err
 	}
+	d, err := rq.readEntity()
+	if err != nil {
+		return err
+	}
+	t := rq.target
+	if err := rq.principal.CheckKey(t.PartitionKey, t.RowKey); err != nil {
+		return err
+	}
+	d.PartitionKey, d.RowKey = t.PartitionKey, t.RowKey
+	e, err := s.store.Apply(rq.ctx, rq.account, t.Table, partition.Op{Kind: rq.writeKind, Entity: &d.Entity, IfMatch: ifMatch})
+	if err != nil {
+		return err
+	}
+	rq.setHeader(hdrETag, e.ETag())
+	rq.setHeader(hdrDataServiceVersion, "1.0;")
+	rq.reply(http.StatusNoContent, "", nil)
+	return nil
 }
 
 // deleteEntity answers DELETE /t(PartitionKey='p',RowKey='r'), which
@@ -127,7 +124,7 @@ func (s *Server) deleteEntity(rq *request) error {
 	if err := s.store.DeleteEntity(rq.ctx, rq.account, t.Table, t.PartitionKey, t.RowKey, ifMatch); err != nil {
 		return err
 	}
-	rq.w.Header().Set(hdrDataServiceVersion, "1.0;")
+	rq.setHeader(hdrDataServiceVersion, "1.0;")
 	rq.reply(http.StatusNoContent, "", nil)
 	return nil
 }

@@ -108,21 +108,20 @@ func (rq *request) fail(err error) {
 	if !ok && rq.ctx.Err() == nil { // a cancelled request is logged by ServeHTTP
 		rq.s.log.Error("internal error", "request_id", rq.id, "method", rq.r.Method, "path", rq.r.URL.Path, "err", err)
 	}
-	h := rq.w.Header()
 	var se *svcerr.Error
 	if errors.As(err, &se) {
 		if se.Detail != "" {
 			rq.s.log.Debug("request refused", "request_id", rq.id, "code", se.Code, "detail", se.Detail)
 		}
 		if se.Challenge != "" {
-			h.Set("Www-Authenticate", se.Challenge)
+			rq.setHeader("Www-Authenticate", se.Challenge)
 		}
 	}
-	h.Set("X-Ms-Error-Code", code)
+	rq.setHeader("X-Ms-Error-Code", code)
 	if rq.xmlErrors {
 		rq.reply(status, "application/xml", storagexml.ErrorDocument(code, message, rq.id, rq.now))
 		return
 	}
-	h.Set(hdrDataServiceVersion, "3.0;")
+	rq.setHeader(hdrDataServiceVersion, "3.0;")
 	rq.reply(status, batch.ErrorContentType, batch.ErrorBody(-1, code, message, rq.id, rq.now))
 }

@@ -78,14 +78,13 @@ func (s *Server) queryEntities(rq *request) error {
 	if err := feed.Close(); err != nil {
 		return err
 	}
-	h := rq.w.Header()
 	if !next.IsZero() {
-		h.Set("x-ms-continuation-NextPartitionKey", next.NextPartitionKey)
+		rq.setHeader("X-Ms-Continuation-Nextpartitionkey", next.NextPartitionKey)
 		if next.NextRowKey != "" {
-			h.Set("x-ms-continuation-NextRowKey", next.NextRowKey)
+			rq.setHeader("X-Ms-Continuation-Nextrowkey", next.NextRowKey)
 		}
 	}
-	h.Set(hdrDataServiceVersion, "3.0;")
+	rq.setHeader(hdrDataServiceVersion, "3.0;")
 	rq.reply(http.StatusOK, jsonContentType(m), feed.Bytes())
 	return nil
 }

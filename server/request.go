@@ -6,12 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/server/auth"
 	"github.com/tabuladb/tabula/server/batch"
 	"github.com/tabuladb/tabula/server/storagexml"
@@ -33,21 +33,44 @@ type request struct {
 	target    batch.Target // what the path addresses
 	query     url.Values
 	principal *auth.Principal
-	xmlErrors bool // the operation speaks XML (ACLs, service properties)
-	status    int  // 0 until the response header is written
+	writeKind partition.OpKind // the write a PUT, MERGE or PATCH on an entity performs
+	xmlErrors bool             // the operation speaks XML (ACLs, service properties)
+	status    int              // 0 until the response header is written
+
+	// headerValues backs the one-value slices of the response headers
+	// the server sets, so setting one costs no allocation (see setHeader).
+	headerValues [12]string
+	headersSet   int
 }
 
+// newRequest starts answering r with the headers every response carries.
+// net/http adds Date itself, straight into the response rather than
+// through the header map.
 func (s *Server) newRequest(w http.ResponseWriter, r *http.Request) *request {
 	rq := &request{s: s, w: w, r: r, ctx: r.Context(), id: newRequestID(), start: time.Now(), now: s.opts.Now()}
-	h := w.Header()
-	h.Set("X-Ms-Request-Id", rq.id)
-	h.Set("X-Ms-Version", s.responseVersion(r.Header.Get("X-Ms-Version")))
-	h.Set("Date", s.httpDate(rq.now))
-	h.Set("Server", "Tabula")
+	rq.setHeader("X-Ms-Request-Id", rq.id)
+	rq.setHeader("X-Ms-Version", s.responseVersion(r.Header.Get("X-Ms-Version")))
+	rq.setHeader("Server", "Tabula")
 	if id := r.Header.Get("X-Ms-Client-Request-Id"); id != "" && len(id) <= 1024 {
-		h.Set("X-Ms-Client-Request-Id", id)
+		rq.setHeader("X-Ms-Client-Request-Id", id)
 	}
 	return rq
+}
+
+// setHeader sets a response header; key must be in canonical form.
+// http.Header.Set allocates a slice for each value; these slices share
+// the request's array instead (capped at one element, so an Add to the
+// key reallocates rather than writing into a neighbour).
+func (rq *request) setHeader(key, value string) {
+	h := rq.w.Header()
+	if rq.headersSet == len(rq.headerValues) {
+		h[key] = []string{value}
+		return
+	}
+	i := rq.headersSet
+	rq.headerValues[i] = value
+	rq.headersSet++
+	h[key] = rq.headerValues[i : i+1 : i+1]
 }
 
 // writeHeader sends the status line and the headers set so far, adding the
@@ -68,11 +91,10 @@ func (rq *request) writeHeader(status int) {
 // reply sends a complete response: status, the headers set so far, and body
 // (with its content type) unless body is nil.
 func (rq *request) reply(status int, contentType string, body []byte) {
-	h := rq.w.Header()
 	if body != nil {
-		h.Set("Content-Type", contentType)
+		rq.setHeader("Content-Type", contentType)
 		// A known length spares the client chunked decoding.
-		h.Set("Content-Length", strconv.Itoa(len(body)))
+		rq.setHeader("Content-Length", strconv.Itoa(len(body)))
 	}
 	rq.writeHeader(status)
 	if body != nil && rq.r.Method != http.MethodHead {
@@ -84,13 +106,12 @@ func (rq *request) reply(status int, contentType string, body []byte) {
 // and DataServiceId name the new resource, and the body render makes is
 // sent with 201 unless the client prefers no content (204).
 func (rq *request) replyCreated(location string, m odata.Metadata, render func() ([]byte, error)) error {
-	h := rq.w.Header()
-	h.Set("Location", location)
-	h.Set(hdrDataServiceID, location)
-	h.Set(hdrDataServiceVersion, "3.0;")
+	rq.setHeader("Location", location)
+	rq.setHeader(hdrDataServiceID, location)
+	rq.setHeader(hdrDataServiceVersion, "3.0;")
 	pref := rq.preference()
 	if pref != "" {
-		h.Set("Preference-Applied", pref)
+		rq.setHeader("Preference-Applied", pref)
 	}
 	if pref == "return-no-content" {
 		rq.reply(http.StatusNoContent, "", nil)
@@ -124,7 +145,19 @@ func (rq *request) readBody() ([]byte, error) {
 	if rq.r.ContentLength > limit {
 		return nil, errBodyTooLarge
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(rq.w, rq.r.Body, limit))
+	var body []byte
+	var err error
+	if n := rq.r.ContentLength; n >= 0 {
+		// The usual case: the length is declared, so the body is read
+		// into one buffer of its size rather than a growing one.
+		body = make([]byte, n)
+		_, err = io.ReadFull(rq.r.Body, body)
+		if err == io.ErrUnexpectedEOF {
+			err = errors.New("the body is shorter than its Content-Length")
+		}
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(rq.w, rq.r.Body, limit))
+	}
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -266,6 +299,15 @@ var knownVersions = []string{
 	"2026-02-06", "2026-04-06", "2026-06-06",
 }
 
+// isKnownVersion reports whether v is one of knownVersions.
+var isKnownVersion = func() map[string]bool {
+	m := make(map[string]bool, len(knownVersions))
+	for _, v := range knownVersions {
+		m[v] = true
+	}
+	return m
+}()
+
 // defaultVersion is the version the server answers with when the client
 // names none: the one the current SDKs send.
 const defaultVersion = "2019-02-02"
@@ -273,7 +315,7 @@ const defaultVersion = "2019-02-02"
 // responseVersion is the x-ms-version of a response: the client's when it
 // is one the server accepted, else the default.
 func (s *Server) responseVersion(requested string) string {
-	if slices.Contains(knownVersions, requested) || (s.opts.SkipAPIVersionCheck && wellFormedVersion(requested)) {
+	if isKnownVersion[requested] || (s.opts.SkipAPIVersionCheck && wellFormedVersion(requested)) {
 		return requested
 	}
 	return defaultVersion
@@ -294,7 +336,7 @@ func (rq *request) checkVersion() error {
 	if v == "" {
 		return nil
 	}
-	known := slices.Contains(knownVersions, v) || (rq.s.opts.SkipAPIVersionCheck && wellFormedVersion(v))
+	known := isKnownVersion[v] || (rq.s.opts.SkipAPIVersionCheck && wellFormedVersion(v))
 	if !known {
 		return &apiError{status: http.StatusBadRequest, code: codeInvalidHeaderValue,
 			message: msgInvalidHeaderValue + " The x-ms-version " + quoteForMessage(v) + " is not supported."}

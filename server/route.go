@@ -14,7 +14,9 @@ import (
 
 // handler answers one kind of request once it is routed and authorized.
 // It writes the success response itself and returns the failure, if any.
-type handler func(rq *request) error
+// Handlers are method expressions ((*Server).getEntity), not method
+// values, so picking one allocates nothing.
+type handler func(s *Server, rq *request) error
 
 // route finds what the request addresses and which operation it is,
 // authenticates and authorizes it, and runs the operation's handler.
@@ -43,7 +45,7 @@ func (s *Server) route(rq *request) {
 		err = s.authorize(rq, op)
 	}
 	if err == nil {
-		err = h(rq)
+		err = h(s, rq)
 	}
 	if err != nil {
 		rq.fail(resourceNotFound(rq.target.Kind, err))
@@ -74,11 +76,13 @@ func (s *Server) prepare(rq *request) error {
 		rq.account = strings.TrimSuffix(first, "-secondary")
 		pathAccount = rq.account
 	}
-	q, err := url.ParseQuery(rq.r.URL.RawQuery)
-	if err != nil {
-		return invalidQueryParameter("The query string is not correctly encoded.")
+	if raw := rq.r.URL.RawQuery; raw != "" { // most requests have none: no map for them
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return invalidQueryParameter("The query string is not correctly encoded.")
+		}
+		rq.query = q
 	}
-	rq.query = q
 	t, err := batch.ParseTarget(path, pathAccount)
 	if err != nil {
 		return err
@@ -125,29 +129,29 @@ func (s *Server) pick(rq *request, method string) (handler, auth.Operation, erro
 		}
 		switch comp := rq.query.Get("comp"); {
 		case comp == "properties" && method == http.MethodGet:
-			return s.getServiceProperties, auth.OpGetServiceProperties, nil
+			return (*Server).getServiceProperties, auth.OpGetServiceProperties, nil
 		case comp == "properties" && method == http.MethodPut:
-			return s.setServiceProperties, auth.OpSetServiceProperties, nil
+			return (*Server).setServiceProperties, auth.OpSetServiceProperties, nil
 		case comp == "stats" && method == http.MethodGet:
-			return s.getServiceStats, auth.OpGetServiceStats, nil
+			return (*Server).getServiceStats, auth.OpGetServiceStats, nil
 		case comp != "properties" && comp != "stats":
 			return nil, 0, invalidQueryParameter("comp must be 'properties' or 'stats'.")
 		}
 	case batch.TargetTables:
 		switch method {
 		case http.MethodGet:
-			return s.queryTables, auth.OpQueryTables, nil
+			return (*Server).queryTables, auth.OpQueryTables, nil
 		case http.MethodPost:
-			return s.createTable, auth.OpCreateTable, nil
+			return (*Server).createTable, auth.OpCreateTable, nil
 		}
 		return nil, 0, &apiError{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed,
 			message: "The requested method is not allowed on the specified resource."}
 	case batch.TargetTable:
 		switch method {
 		case http.MethodGet:
-			return s.getTable, auth.OpQueryTables, nil
+			return (*Server).getTable, auth.OpQueryTables, nil
 		case http.MethodDelete:
-			return s.deleteTable, auth.OpDeleteTable, nil
+			return (*Server).deleteTable, auth.OpDeleteTable, nil
 		}
 	case batch.TargetEntitySet:
 		if comp, ok := rq.query["comp"]; ok {
@@ -157,32 +161,33 @@ func (s *Server) pick(rq *request, method string) (handler, auth.Operation, erro
 			}
 			switch method {
 			case http.MethodGet, http.MethodHead:
-				return s.getTableACL, auth.OpGetTableACL, nil
+				return (*Server).getTableACL, auth.OpGetTableACL, nil
 			case http.MethodPut:
-				return s.setTableACL, auth.OpSetTableACL, nil
+				return (*Server).setTableACL, auth.OpSetTableACL, nil
 			}
 			break
 		}
 		switch method {
 		case http.MethodGet:
-			return s.queryEntities, auth.OpQueryEntities, nil
+			return (*Server).queryEntities, auth.OpQueryEntities, nil
 		case http.MethodPost:
-			return s.insertEntity, auth.OpInsertEntity, nil
+			return (*Server).insertEntity, auth.OpInsertEntity, nil
 		}
 	case batch.TargetEntity:
 		if method == http.MethodGet {
-			return s.getEntity, auth.OpGetEntity, nil
+			return (*Server).getEntity, auth.OpGetEntity, nil
 		}
 		kind, op, ok := entityWrite(method, rq.r.Header.Get("If-Match") != "")
 		switch {
 		case ok && kind == partition.OpDelete:
-			return s.deleteEntity, op, nil
+			return (*Server).deleteEntity, op, nil
 		case ok:
-			return s.writeEntity(kind), op, nil
+			rq.writeKind = kind
+			return (*Server).writeEntity, op, nil
 		}
 	case batch.TargetBatch:
 		if method == http.MethodPost {
-			return s.batch, auth.OpBatch, nil
+			return (*Server).batch, auth.OpBatch, nil
 		}
 	}
 	return nil, 0, unsupportedVerb()

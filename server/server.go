@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tabuladb/tabula/partition"
@@ -116,7 +115,6 @@ type Server struct {
 	// a page of a hundred entities is tens of kilobytes, and growing a
 	// fresh buffer to that size was most of a page's allocation.
 	pages sync.Pool
-	date  atomic.Pointer[cachedDate] // see httpDate
 
 	// running is read-locked by every handler for as long as it runs;
 	// Shutdown write-locks it, so it returns only once no handler is
@@ -271,22 +269,4 @@ func newRequestID() string {
 	hex.Encode(id[24:36], raw[10:16])
 	id[8], id[13], id[18], id[23] = '-', '-', '-', '-'
 	return string(id[:])
-}
-
-// httpDate formats t for the Date header. Every response carries one and
-// a busy server answers thousands a second, so the text is kept for the
-// second it names.
-func (s *Server) httpDate(t time.Time) string {
-	sec := t.Unix()
-	if d := s.date.Load(); d != nil && d.sec == sec {
-		return d.text
-	}
-	d := &cachedDate{sec: sec, text: t.UTC().Format(http.TimeFormat)}
-	s.date.Store(d)
-	return d.text
-}
-
-type cachedDate struct {
-	sec  int64
-	text string
 }

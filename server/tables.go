@@ -37,9 +37,9 @@ func (s *Server) queryTables(rq *request) error {
 		return err
 	}
 	if page.NextTableName != "" {
-		rq.w.Header().Set("x-ms-continuation-NextTableName", page.NextTableName)
+		rq.setHeader("X-Ms-Continuation-Nexttablename", page.NextTableName)
 	}
-	rq.w.Header().Set(hdrDataServiceVersion, "3.0;")
+	rq.setHeader(hdrDataServiceVersion, "3.0;")
 	rq.reply(http.StatusOK, jsonContentType(m), body.Bytes())
 	return nil
 }
@@ -77,7 +77,7 @@ func (s *Server) getTable(rq *request) error {
 	if err != nil {
 		return err
 	}
-	rq.w.Header().Set(hdrDataServiceVersion, "3.0;")
+	rq.setHeader(hdrDataServiceVersion, "3.0;")
 	rq.reply(http.StatusOK, jsonContentType(m), rq.encoder(m, nil).AppendTableResponse(nil, t.Name))
 	return nil
 }
