@@ -14,6 +14,8 @@ require (
 
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.11.1 // indirect
+	go.etcd.io/raft/v3 v3.7.0 // indirect
 	golang.org/x/net v0.41.0 // indirect
 	golang.org/x/text v0.26.0 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
 )
