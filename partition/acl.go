@@ -75,12 +75,13 @@ func (s *Store) SetTableACL(ctx context.Context, account, table string, ids []Si
 		return err
 	}
 	key := idKey(nsACL, t.id)
+	b := s.db.NewBatch()
 	if len(ids) == 0 {
-		err = s.db.Delete(key, s.syncWO)
+		b.Delete(key)
 	} else {
-		err = s.db.Set(key, encodeACL(ids), s.syncWO)
+		b.Set(key, encodeACL(ids))
 	}
-	if err != nil {
+	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return fmt.Errorf("partition: write ACL of %s: %w", table, err)
 	}
 	return nil
@@ -203,7 +204,9 @@ func (s *Store) SetServiceProperties(ctx context.Context, account string, props 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.db.Set(propsKey(account), props, s.syncWO); err != nil {
+	b := s.db.NewBatch()
+	b.Set(propsKey(account), props)
+	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return fmt.Errorf("partition: write service properties: %w", err)
 	}
 	return nil

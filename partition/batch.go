@@ -116,7 +116,7 @@ func (s *Store) enqueueBatch(ctx context.Context, t *table, account, pk string, 
 		if err := ctx.Err(); err != nil {
 			return lsm.PendingCommit{}, err
 		}
-		ts, err := s.clock.next(len(ws), floor)
+		ts, err := s.commitTimestamps(ctx, len(ws), floor)
 		if err != nil {
 			return lsm.PendingCommit{}, err
 		}
@@ -133,7 +133,7 @@ func (s *Store) enqueueBatch(ctx context.Context, t *table, account, pk string, 
 				return lsm.PendingCommit{}, &BatchError{Index: i, Err: serviceError(CodeRequestBodyTooLarge, msgBodyTooLarge)}
 			}
 		}
-		p, err := s.db.Enqueue(b, s.syncWO)
+		p, err := s.db.Enqueue(b, s.writeOptions(ctx, b))
 		if err != nil {
 			return p, fmt.Errorf("partition: batch of %d on partition %q: %w", len(ws), pk, err)
 		}

@@ -54,6 +54,16 @@ func (c *clock) next(n int, floor odata.DateTime) (odata.DateTime, error) {
 	return t, nil
 }
 
+// observe records a timestamp issued elsewhere (a replicated command's
+// proposer): the clock never issues one at or before it.
+func (c *clock) observe(t odata.DateTime) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t > c.last {
+		c.last = t
+	}
+}
+
 // lastIssued returns the newest timestamp issued, for Close to persist.
 func (c *clock) lastIssued() odata.DateTime {
 	c.mu.Lock()

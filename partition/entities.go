@@ -318,7 +318,7 @@ func (s *Store) Apply(ctx context.Context, account, tableName string, op Op) (St
 	// recorded (see recordWrite), across the durability wait.
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	w, p, err := s.enqueueOp(t, account, key, &op)
+	w, p, err := s.enqueueOp(ctx, t, account, key, &op)
 	if err != nil {
 		return StoredEntity{}, err
 	}
@@ -336,7 +336,7 @@ func (s *Store) Apply(ctx context.Context, account, tableName string, op Op) (St
 // enqueueOp is the part of Apply under the partition's latch: read, check,
 // stamp and enqueue. The caller holds t.mu shared and must Wait on the
 // result.
-func (s *Store) enqueueOp(t *table, account string, key []byte, op *Op) (w staged, p lsm.PendingCommit, err error) {
+func (s *Store) enqueueOp(ctx context.Context, t *table, account string, key []byte, op *Op) (w staged, p lsm.PendingCommit, err error) {
 	p, err = s.underLatch(s.latch.forPartition(account, t.id, op.Entity.PartitionKey), func() (lsm.PendingCommit, error) {
 		old, err := s.getLatched(key)
 		if err != nil {
@@ -345,7 +345,7 @@ func (s *Store) enqueueOp(t *table, account string, key []byte, op *Op) (w stage
 		if w, err = prepare(op, key, old); err != nil {
 			return lsm.PendingCommit{}, err
 		}
-		ts, err := s.clock.next(1, w.floor)
+		ts, err := s.commitTimestamps(ctx, 1, w.floor)
 		if err != nil {
 			return lsm.PendingCommit{}, err
 		}
@@ -356,7 +356,7 @@ func (s *Store) enqueueOp(t *table, account string, key []byte, op *Op) (w stage
 		} else {
 			b.Set(key, w.value)
 		}
-		p, err := s.db.Enqueue(&b, s.syncWO)
+		p, err := s.db.Enqueue(&b, s.writeOptions(ctx, &b))
 		if err != nil {
 			return p, fmt.Errorf("partition: %s (%q, %q): %w", op.Kind, w.pk, w.rk, err)
 		}

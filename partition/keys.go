@@ -31,6 +31,7 @@ const (
 	metaNextID  = 0x02 // 8-byte big-endian next table id
 	metaClock   = 0x03 // 8-byte big-endian clock lease (ticks)
 	metaRunning = 0x04 // present while a Store has the directory open
+	metaApplied = 0x05 // 8-byte big-endian index of the last replicated command applied
 )
 
 // idLen is the width of a table id in keys: fixed, big-endian, so that ids

@@ -75,7 +75,7 @@ func (s *Store) CreateTable(ctx context.Context, account, name string) (Table, e
 	b.Set(catalogKey(account, key.lower), encodeCatalogValue(id, name))
 	b.Set(metaKey(metaNextID), appendUint64(nil, id+1))
 	b.Set(idKey(nsRanges, id), encodeRangeMap(rs))
-	if err := s.db.Apply(b, s.syncWO); err != nil {
+	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return Table{}, fmt.Errorf("partition: create table %q: %w", name, err)
 	}
 	s.nextID = id + 1
@@ -102,7 +102,7 @@ func (s *Store) DeleteTable(ctx context.Context, account, name string) error {
 	b.Delete(idKey(nsRanges, t.id))
 	b.Delete(idKey(nsACL, t.id))
 	b.Set(idKey(nsDeleted, t.id), encodeDeletedValue(deletedPending, account))
-	if err := s.db.Apply(b, s.syncWO); err != nil {
+	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return fmt.Errorf("partition: delete table %q: %w", name, err)
 	}
 	// Only now that the drop is durable may DropKey discard the keys.

@@ -1,0 +1,98 @@
+package partition
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/tabuladb/tabula/lsm"
+	"github.com/tabuladb/tabula/odata"
+)
+
+// Stamp places a write in a replicated log (package cluster): the store
+// applies the write as the command at Index of that log. Its commit
+// timestamps are Timestamp, Timestamp+1, ... (one per entity written),
+// chosen by the command's proposer rather than by this store's clock, so
+// every replica stamps the same write alike. Index is recorded with the
+// write's data in one engine batch, and the batch is not synced: the log
+// holds the write durably, and a replica restarted after a crash replays
+// it from AppliedIndex on.
+type Stamp struct {
+	Index     uint64
+	Timestamp odata.DateTime // 0 for writes without timestamps: tables, ACLs, service properties
+}
+
+type stampKey struct{}
+
+// WithStamp returns a context under which the store's writes apply as
+// the stamped command. The context must not be cancelled while the write
+// runs: a replica applies every command of the log, whatever its client
+// does.
+func WithStamp(ctx context.Context, st Stamp) context.Context {
+	return context.WithValue(ctx, stampKey{}, st)
+}
+
+func stampOf(ctx context.Context) (Stamp, bool) {
+	st, ok := ctx.Value(stampKey{}).(Stamp)
+	return st, ok
+}
+
+// unsyncedWO is the write options of stamped writes.
+var unsyncedWO = &lsm.WriteOptions{Sync: false}
+
+// writeOptions returns how a write under ctx is committed: synced, or,
+// stamped, unsynced and recording its log index in b.
+func (s *Store) writeOptions(ctx context.Context, b *lsm.Batch) *lsm.WriteOptions {
+	st, ok := stampOf(ctx)
+	if !ok {
+		return s.syncWO
+	}
+	b.Set(metaKey(metaApplied), appendUint64(nil, st.Index))
+	return unsyncedWO
+}
+
+// commitTimestamps returns the first of n commit timestamps for a write
+// under ctx of entities whose newest timestamp is floor: the store's clock
+// for an ordinary write, the stamp's for a replicated one, which must lie
+// past floor (its proposer stamps commands above everything applied).
+func (s *Store) commitTimestamps(ctx context.Context, n int, floor odata.DateTime) (odata.DateTime, error) {
+	st, ok := stampOf(ctx)
+	if !ok {
+		return s.clock.next(n, floor)
+	}
+	if st.Timestamp <= floor {
+		return 0, fmt.Errorf("partition: command %d stamped %d, not after its entity's %d", st.Index, st.Timestamp, floor)
+	}
+	s.clock.observe(st.Timestamp + odata.DateTime(n) - 1)
+	return st.Timestamp, nil
+}
+
+// AppliedIndex returns the index of the last stamped write whose data the
+// engine holds (0 when none): the point a replica replays its log from.
+// Stamped writes are not synced, so after a crash it may be behind the
+// last one applied before it.
+func (s *Store) AppliedIndex() (uint64, error) {
+	v, err := s.db.Get(metaKey(metaApplied))
+	switch {
+	case errors.Is(err, lsm.ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("partition: read applied index: %w", err)
+	case len(v) != 8:
+		return 0, fmt.Errorf("partition: applied index of %d bytes: %w", len(v), lsm.ErrCorruption)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// SyncApplied records index as applied, synced, which makes every write
+// applied before it durable: the log up to index may then be discarded.
+// It must be called from the goroutine that applies the stamped writes,
+// with the index of the last command that goroutine applied (whether it
+// wrote anything or not).
+func (s *Store) SyncApplied(index uint64) error {
+	if err := s.db.Set(metaKey(metaApplied), appendUint64(nil, index), s.syncWO); err != nil {
+		return fmt.Errorf("partition: sync applied index: %w", err)
+	}
+	return nil
+}
