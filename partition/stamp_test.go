@@ -48,8 +48,12 @@ func testLog() stampedLog {
 		func(ctx context.Context, s *Store) error {
 			return s.SetTableACL(ctx, acct, "stamped", []SignedIdentifier{{ID: "policy", Permission: "r"}})
 		},
-		func(ctx context.Context, s *Store) error { return s.SetServiceProperties(ctx, acct, []byte("<props/>")) },
-		func(ctx context.Context, s *Store) error { return s.DeleteEntity(ctx, acct, "stamped", "p", "r03", "*") },
+		func(ctx context.Context, s *Store) error {
+			return s.SetServiceProperties(ctx, acct, []byte("<props/>"))
+		},
+		func(ctx context.Context, s *Store) error {
+			return s.DeleteEntity(ctx, acct, "stamped", "p", "r03", "*")
+		},
 	)
 	return l
 }
