@@ -60,7 +60,7 @@ func (s *Server) insertEntity(rq *request) error {
 	if err := rq.principal.CheckKey(d.PartitionKey, d.RowKey); err != nil {
 		return err
 	}
-	e, err := s.store.InsertEntity(rq.ctx, rq.account, rq.target.Table, &d.Entity)
+	e, err := s.store.Apply(rq.ctx, rq.account, rq.target.Table, partition.Op{Kind: partition.OpInsert, Entity: &d.Entity})
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,8 @@ func (s *Server) deleteEntity(rq *request) error {
 	if err := rq.principal.CheckKey(t.PartitionKey, t.RowKey); err != nil {
 		return err
 	}
-	if err := s.store.DeleteEntity(rq.ctx, rq.account, t.Table, t.PartitionKey, t.RowKey, ifMatch); err != nil {
+	op := partition.Op{Kind: partition.OpDelete, Entity: &odata.Entity{PartitionKey: t.PartitionKey, RowKey: t.RowKey}, IfMatch: ifMatch}
+	if _, err := s.store.Apply(rq.ctx, rq.account, t.Table, op); err != nil {
 		return err
 	}
 	rq.setHeader(hdrDataServiceVersion, "1.0;")

@@ -19,6 +19,26 @@ import (
 	"github.com/tabuladb/tabula/server/storagexml"
 )
 
+// Store is the table service a Server answers for: a partition.Store, or
+// a cluster node's replicated one. Its errors carry the service's codes
+// (partition.ErrorCode).
+type Store interface {
+	CreateTable(ctx context.Context, account, name string) (partition.Table, error)
+	DeleteTable(ctx context.Context, account, name string) error
+	GetTable(ctx context.Context, account, name string) (partition.Table, error)
+	QueryTables(ctx context.Context, account string, q partition.TableQuery) (partition.TablePage, error)
+	Apply(ctx context.Context, account, table string, op partition.Op) (partition.StoredEntity, error)
+	ExecuteBatch(ctx context.Context, account, table string, ops []partition.Op) ([]partition.StoredEntity, error)
+	GetEntity(ctx context.Context, account, table, pk, rk string) (partition.StoredEntity, error)
+	QueryEntities(ctx context.Context, account, table string, q partition.EntityQuery, fn func(*partition.StoredEntity) error) (partition.Continuation, error)
+	GetTableACL(ctx context.Context, account, table string) ([]partition.SignedIdentifier, error)
+	SetTableACL(ctx context.Context, account, table string, ids []partition.SignedIdentifier) error
+	GetServiceProperties(ctx context.Context, account string) ([]byte, error)
+	SetServiceProperties(ctx context.Context, account string, props []byte) error
+}
+
+var _ Store = (*partition.Store)(nil)
+
 // Options configures a Server. The zero value of every field means its
 // default.
 type Options struct {
@@ -102,7 +122,7 @@ func (o *Options) withDefaults() Options {
 // http.Handler; Serve runs it on a listener, over net/http, with the
 // configured timeouts and connection cap.
 type Server struct {
-	store *partition.Store
+	store Store
 	opts  Options
 	log   *slog.Logger
 
@@ -128,7 +148,7 @@ type Server struct {
 
 // New returns a server for store. A nil opts means defaults. The server
 // does not own the store: closing it is the caller's job, after Shutdown.
-func New(store *partition.Store, opts *Options) *Server {
+func New(store Store, opts *Options) *Server {
 	o := opts.withDefaults()
 	base, cancel := context.WithCancel(context.Background())
 	return &Server{
