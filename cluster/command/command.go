@@ -1,0 +1,307 @@
+// Package command holds the table service's writes as the commands a
+// cluster replicates through raft, and their encoding
+// (docs/command.md): one command is one write a client asked for, which
+// every replica applies to its own partition.Store.
+package command
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// Kind is what a command does.
+type Kind uint8
+
+// The kinds of command.
+const (
+	KindApply         Kind = iota + 1 // one entity write: Ops[0]
+	KindBatch                         // an entity group transaction: Ops
+	KindCreateTable                   // Table
+	KindDeleteTable                   // Table
+	KindSetACL                        // Table's stored access policies: ACL
+	KindSetProperties                 // the account's service properties: Properties
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindApply:
+		return "apply"
+	case KindBatch:
+		return "batch"
+	case KindCreateTable:
+		return "create-table"
+	case KindDeleteTable:
+		return "delete-table"
+	case KindSetACL:
+		return "set-acl"
+	case KindSetProperties:
+		return "set-properties"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Command is one replicated write.
+type Command struct {
+	Kind Kind
+	// ID identifies the proposal, so the node that proposed it finds its
+	// result when it applies it; 0 when nobody waits.
+	ID uint64
+	// Timestamp is the first commit timestamp of the entities the command
+	// writes, chosen by the leader as the command enters the log (see
+	// SetTimestamp); 0 for kinds that write no entity.
+	Timestamp  odata.DateTime
+	Account    string
+	Table      string
+	Ops        []partition.Op
+	ACL        []partition.SignedIdentifier
+	Properties []byte
+}
+
+// version is the first byte of every encoded command.
+const version = 1
+
+// timestampOffset is where the 8-byte timestamp sits in an encoding, fixed
+// so the leader can stamp an encoded command without re-encoding it.
+const timestampOffset = 2
+
+// Limits a decoder holds an encoding to, beyond which it is corrupt: the
+// service's own bounds, with room.
+const (
+	maxOps    = partition.MaxBatchOps
+	maxACL    = partition.MaxSignedIdentifiers
+	maxString = 4 << 20 // no account, table, key, ETag or property set is near this
+)
+
+// ErrCorrupt is wrapped by every decoding failure.
+var ErrCorrupt = errors.New("command: corrupt encoding")
+
+// Append appends c's encoding to dst.
+func (c *Command) Append(dst []byte) []byte {
+	dst = append(dst, version, byte(c.Kind))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(c.Timestamp))
+	dst = binary.AppendUvarint(dst, c.ID)
+	dst = appendString(dst, c.Account)
+	dst = appendString(dst, c.Table)
+	switch c.Kind {
+	case KindApply, KindBatch:
+		dst = binary.AppendUvarint(dst, uint64(len(c.Ops)))
+		for i := range c.Ops {
+			op := &c.Ops[i]
+			dst = append(dst, byte(op.Kind))
+			dst = appendString(dst, op.IfMatch)
+			var e odata.Entity
+			if op.Entity != nil {
+				e = *op.Entity
+			}
+			dst = appendString(dst, e.PartitionKey)
+			dst = appendString(dst, e.RowKey)
+			props := odata.AppendEncoded(nil, 0, e.Properties)
+			dst = appendBytes(dst, props)
+		}
+	case KindSetACL:
+		dst = binary.AppendUvarint(dst, uint64(len(c.ACL)))
+		for _, id := range c.ACL {
+			dst = appendString(dst, id.ID)
+			dst = appendTime(dst, id.Start)
+			dst = appendTime(dst, id.Expiry)
+			dst = appendString(dst, id.Permission)
+		}
+	case KindSetProperties:
+		dst = appendBytes(dst, c.Properties)
+	}
+	return dst
+}
+
+// SetTimestamp writes ts into an encoded command in place.
+func SetTimestamp(encoded []byte, ts odata.DateTime) {
+	binary.LittleEndian.PutUint64(encoded[timestampOffset:], uint64(ts))
+}
+
+// Decode reads an encoded command. Malformed input is an error wrapping
+// ErrCorrupt; it never panics, and allocates in proportion to its input.
+func Decode(b []byte) (Command, error) {
+	r := reader{b: b}
+	var c Command
+	if v := r.byte(); v != version {
+		if r.err != nil {
+			return Command{}, r.err
+		}
+		return Command{}, fmt.Errorf("%w: version %d, this build reads %d", ErrCorrupt, v, version)
+	}
+	c.Kind = Kind(r.byte())
+	c.Timestamp = odata.DateTime(r.uint64())
+	c.ID = r.uvarint()
+	c.Account = r.string()
+	c.Table = r.string()
+	switch c.Kind {
+	case KindApply, KindBatch:
+		n := r.count(maxOps, 5)
+		if r.err == nil && (n == 0 || (c.Kind == KindApply && n != 1)) {
+			r.fail("%d operations in a %s command", n, c.Kind)
+		}
+		c.Ops = make([]partition.Op, 0, n)
+		for i := 0; i < n && r.err == nil; i++ {
+			op := partition.Op{Kind: partition.OpKind(r.byte()), IfMatch: r.string()}
+			e := &odata.Entity{PartitionKey: r.string(), RowKey: r.string()}
+			props := r.bytes()
+			if r.err == nil {
+				ts, ps, err := odata.DecodeEncoded(props)
+				if err != nil || ts != 0 {
+					r.fail("operation %d's properties: %v", i, err)
+				}
+				e.Properties = ps
+			}
+			op.Entity = e
+			c.Ops = append(c.Ops, op)
+		}
+	case KindCreateTable, KindDeleteTable:
+	case KindSetACL:
+		n := r.count(maxACL, 6)
+		c.ACL = make([]partition.SignedIdentifier, 0, n)
+		for i := 0; i < n && r.err == nil; i++ {
+			c.ACL = append(c.ACL, partition.SignedIdentifier{ID: r.string(), Start: r.time(), Expiry: r.time(), Permission: r.string()})
+		}
+	case KindSetProperties:
+		c.Properties = bytes.Clone(r.bytes())
+	default:
+		r.fail("unknown kind %d", c.Kind)
+	}
+	if r.err == nil && len(r.b) != r.off {
+		r.fail("%d bytes past the end", len(r.b)-r.off)
+	}
+	if r.err != nil {
+		return Command{}, r.err
+	}
+	return c, nil
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// appendTime encodes a time as a presence byte, then Unix seconds and
+// nanoseconds in UTC: an ACL's times are compared, never shown in a zone.
+func appendTime(dst []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return append(dst, 0)
+	}
+	dst = append(dst, 1)
+	dst = binary.AppendVarint(dst, t.Unix())
+	return binary.AppendUvarint(dst, uint64(t.Nanosecond()))
+}
+
+// reader decodes; its first failure sticks, and later reads return zero
+// values.
+type reader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: at offset %d: %s", ErrCorrupt, r.off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if r.off >= len(r.b) {
+		r.fail("truncated")
+		return 0
+	}
+	r.off++
+	return r.b[r.off-1]
+}
+
+func (r *reader) uint64() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b)-r.off < 8 {
+		r.fail("truncated")
+		return 0
+	}
+	r.off += 8
+	return binary.LittleEndian.Uint64(r.b[r.off-8:])
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.off:])
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b[r.off:])
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+// count reads a count of items, each taking at least minBytes, at most max.
+func (r *reader) count(max, minBytes int) int {
+	n := r.uvarint()
+	if r.err == nil && (n > uint64(max) || n > uint64((len(r.b)-r.off)/minBytes)) {
+		r.fail("count %d", n)
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > maxString || n > uint64(len(r.b)-r.off) {
+		r.fail("length %d", n)
+		return nil
+	}
+	r.off += int(n)
+	return r.b[r.off-int(n) : r.off : r.off]
+}
+
+func (r *reader) string() string { return string(r.bytes()) }
+
+func (r *reader) time() time.Time {
+	switch r.byte() {
+	case 0:
+		return time.Time{}
+	case 1:
+		sec, nsec := r.varint(), r.uvarint()
+		if r.err == nil && nsec >= 1e9 {
+			r.fail("nanoseconds %d", nsec)
+		}
+		return time.Unix(sec, int64(nsec)).UTC()
+	}
+	r.fail("bad time flag")
+	return time.Time{}
+}
