@@ -81,6 +81,9 @@ type node struct {
 
 type nodeOpt func(*Options, *tuning)
 
+// serverTimeout is the test servers' ReadTimeout and WriteTimeout.
+var serverTimeout = time.Second
+
 func testTuning() tuning {
 	tu := defaultTuning()
 	tu.minBackoff = 10 * time.Millisecond
@@ -132,7 +135,7 @@ func (n *node) serve(t testing.TB, addr string) {
 		hits := n.hits
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits(); mux.ServeHTTP(w, r) })
 	}
-	n.srv = &http.Server{Handler: h, ReadTimeout: time.Second, WriteTimeout: time.Second}
+	n.srv = &http.Server{Handler: h, ReadTimeout: serverTimeout, WriteTimeout: serverTimeout}
 	ConfigureServer(n.srv)
 	n.done = make(chan struct{})
 	go func(srv *http.Server, done chan struct{}) {
@@ -739,4 +742,25 @@ func TestCloseStopsEverything(t *testing.T) {
 		t.Fatalf("%d messages delivered, want 100: Send after Close sent", n)
 	}
 	checkGoroutines(t, base)
+}
+
+// TestOutlivesServerTimeouts checks that a stream lives past the server's
+// ReadTimeout and WriteTimeout.
+func TestOutlivesServerTimeouts(t *testing.T) {
+	serverTimeout = 100 * time.Millisecond
+	defer func() { serverTimeout = time.Second }()
+	a, b := startNode(t, 1), startNode(t, 2)
+	defer a.close()
+	defer b.close()
+	a.tr.SetPeer(2, b.addr)
+	sendRange(a.tr, 1, 2, 1, 10, 10)
+	waitFor(t, 5*time.Second, "10 messages", func() bool { return b.rec.count(1) >= 10 })
+	a.tr.Unreachable()
+	time.Sleep(400 * time.Millisecond)
+	sendRange(a.tr, 1, 2, 11, 20, 10)
+	waitFor(t, 5*time.Second, "20 messages", func() bool { return b.rec.count(1) >= 20 })
+	checkInOrder(t, "1->2", b.rec.indexes(1), 1, 20)
+	if u := a.tr.Unreachable(); u != nil {
+		t.Fatalf("Unreachable() = %v: the stream broke at the server's timeout", u)
+	}
 }
