@@ -188,7 +188,8 @@ func (p *peer) stream() (up bool, err error) {
 		<-readerDone
 	}()
 	p.t.log.Debug("raft stream to peer open", "peer", p.id, "addr", addr)
-	p.signal() // write what was queued while there was no stream
+	// What was queued while there was no stream is written at once: the
+	// wake of its Send is still pending.
 
 	var buf []byte
 	for {

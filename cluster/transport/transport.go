@@ -103,6 +103,8 @@ type Transport struct {
 
 	rt     *http.Transport
 	client *http.Client
+	dialer *net.Dialer
+	conns  map[*trackedConn]struct{} // under mu: every connection rt dialed and has not closed
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -143,6 +145,7 @@ func newTransport(opts Options, tune tuning) *Transport {
 		unreachable: make(map[uint64]struct{}),
 		unknown:     make(map[uint64]bool),
 		inbound:     make(map[uint64]*inbound),
+		conns:       make(map[*trackedConn]struct{}),
 	}
 	if t.deliver == nil {
 		t.deliver = func(uint64, []*raftpb.Message) {}
@@ -161,12 +164,13 @@ func newTransport(opts Options, tune tuning) *Transport {
 	protos.SetUnencryptedHTTP2(true) // http:// URLs: HTTP/2 with prior knowledge
 	t.rt = &http.Transport{
 		Protocols:   &protos,
-		DialContext: (&net.Dialer{Timeout: tune.dialTimeout, KeepAlive: 15 * time.Second}).DialContext,
+		DialContext: t.dial,
 		HTTP2: &http.HTTP2Config{
 			SendPingTimeout: tune.pingAfter,
 			PingTimeout:     tune.pingTimeout,
 		},
 	}
+	t.dialer = &net.Dialer{Timeout: tune.dialTimeout, KeepAlive: 15 * time.Second}
 	t.client = &http.Client{Transport: t.rt}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t
@@ -296,6 +300,51 @@ func (t *Transport) Close() error {
 	t.cancel()
 	t.wg.Wait()
 	t.inWG.Wait()
+	// A connection whose last stream was still being reset is not idle
+	// yet: close every connection, not only the idle ones.
 	t.rt.CloseIdleConnections()
+	t.mu.Lock()
+	conns := make([]*trackedConn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
 	return nil
+}
+
+// trackedConn is a connection to a peer, known to its Transport until closed.
+type trackedConn struct {
+	net.Conn
+	t    *Transport
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.t.mu.Lock()
+		delete(c.t.conns, c)
+		c.t.mu.Unlock()
+	})
+	return err
+}
+
+// dial connects to a peer for rt, refusing once the transport is closed.
+func (t *Transport) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	nc, err := t.dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &trackedConn{Conn: nc, t: t}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		nc.Close()
+		return nil, errClosed
+	}
+	t.conns[c] = struct{}{}
+	return c, nil
 }

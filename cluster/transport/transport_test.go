@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,7 +136,7 @@ func (n *node) serve(t testing.TB, addr string) {
 		hits := n.hits
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits(); mux.ServeHTTP(w, r) })
 	}
-	n.srv = &http.Server{Handler: h, ReadTimeout: serverTimeout, WriteTimeout: serverTimeout}
+	n.srv = &http.Server{Handler: h, ReadTimeout: serverTimeout, WriteTimeout: serverTimeout, IdleTimeout: time.Minute}
 	ConfigureServer(n.srv)
 	n.done = make(chan struct{})
 	go func(srv *http.Server, done chan struct{}) {
@@ -208,6 +209,7 @@ func sendRange(tr *Transport, from, to, first, last uint64, batch int) {
 func TestTwoNodesExchangeInOrder(t *testing.T) {
 	base := runtime.NumGoroutine()
 	a, b := startNode(t, 1), startNode(t, 2)
+	serving := runtime.NumGoroutine() // the servers, no connection yet
 	a.tr.SetPeer(2, b.addr)
 	b.tr.SetPeer(1, a.addr)
 	const n = 5000
@@ -228,8 +230,13 @@ func TestTwoNodesExchangeInOrder(t *testing.T) {
 	if u := a.tr.Unreachable(); u != nil {
 		t.Fatalf("Unreachable() = %v on a healthy stream", u)
 	}
-	a.close()
-	b.close()
+	// Closing the transports closes their connections: the servers'
+	// goroutines for them end too.
+	a.tr.Close()
+	b.tr.Close()
+	checkGoroutines(t, serving)
+	a.stopServer()
+	b.stopServer()
 	checkGoroutines(t, base)
 }
 
@@ -698,6 +705,9 @@ func TestCloseStopsEverything(t *testing.T) {
 		}
 	}
 	a.tr.Send([]*raftpb.Message{msg(1, 4, 1)})
+	waitFor(t, 5*time.Second, "the dead peer reported unreachable", func() bool {
+		return slices.Contains(a.tr.Unreachable(), 4)
+	})
 	waitFor(t, 5*time.Second, "every message", func() bool {
 		return b.rec.count(1) == 100 && c.rec.count(1) == 100 && a.rec.count(2) == 100 && a.rec.count(3) == 100
 	})
@@ -724,6 +734,11 @@ func TestCloseStopsEverything(t *testing.T) {
 	}
 	a.tr.Send([]*raftpb.Message{msg(1, 2, 101)})
 	a.tr.SetPeer(5, dead)
+	a.tr.mu.Lock()
+	if q := a.tr.peers[2].queue; len(q) != 0 || len(a.tr.peers) != 3 {
+		t.Errorf("after Close, Send queued %d messages and SetPeer made %d peers of 3", len(q), len(a.tr.peers))
+	}
+	a.tr.mu.Unlock()
 	if err := a.tr.Close(); err != nil {
 		t.Fatal(err)
 	}
