@@ -99,6 +99,7 @@ func (p *peer) take() []*raftpb.Message {
 func (p *peer) run() {
 	defer p.t.wg.Done()
 	backoff := p.t.tune.minBackoff
+	lastErr := "" // of the last failure to open a stream logged as a warning
 	for {
 		up, err := p.stream()
 		if p.t.ctx.Err() != nil {
@@ -106,10 +107,14 @@ func (p *peer) run() {
 		}
 		p.t.markUnreachable(p.id)
 		if up {
-			backoff = p.t.tune.minBackoff
+			backoff, lastErr = p.t.tune.minBackoff, ""
 			p.t.log.Warn("raft stream to peer broke", "peer", p.id, "err", err)
+		} else if msg := err.Error(); msg != lastErr {
+			// Warn once per reason, not at every retry.
+			lastErr = msg
+			p.t.log.Warn("cannot open raft stream to peer", "peer", p.id, "err", err)
 		} else {
-			p.t.log.Warn("cannot open raft stream to peer", "peer", p.id, "err", err, "retry", backoff)
+			p.t.log.Debug("cannot open raft stream to peer", "peer", p.id, "err", err, "retry", backoff)
 		}
 		// Wait backoff, ±25%.
 		d := backoff*3/4 + rand.N(backoff/2+1)

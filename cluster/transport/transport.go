@@ -225,13 +225,15 @@ func (t *Transport) SetPeer(id uint64, addr string) {
 // caller must not modify them. A message to a peer without an address, or
 // past the peer's queue bound, is dropped.
 func (t *Transport) Send(msgs []*raftpb.Message) {
-	// Resolve the peers under t.mu, then queue each run of messages to
-	// one peer under that peer's lock.
-	type span struct {
+	// Group the messages by peer, in order, resolving the peers under
+	// t.mu; then queue each peer's group under that peer's lock at once,
+	// so that the writer takes it whole: one Send's messages to a peer go
+	// in one frame.
+	type group struct {
 		p    *peer
 		msgs []*raftpb.Message
 	}
-	var spans []span
+	var groups []group
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -243,20 +245,24 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		for j < len(msgs) && msgs[j].GetTo() == to {
 			j++
 		}
-		if p := t.peers[to]; p != nil {
-			spans = append(spans, span{p, msgs[i:j]})
-		} else if !t.unknown[to] {
-			t.unknown[to] = true
-			t.log.Warn("raft messages to a node without a known address are dropped", "to", to)
+		p := t.peers[to]
+		switch k := slices.IndexFunc(groups, func(g group) bool { return g.p == p }); {
+		case p == nil:
+			if !t.unknown[to] {
+				t.unknown[to] = true
+				t.log.Warn("raft messages to a node without a known address are dropped", "to", to)
+			}
+		case k < 0:
+			groups = append(groups, group{p, msgs[i:j:j]})
+		default:
+			groups[k].msgs = append(groups[k].msgs, msgs[i:j]...)
 		}
 		i = j
 	}
 	t.mu.Unlock()
-	for _, s := range spans {
-		s.p.enqueue(s.msgs)
-	}
-	for _, s := range spans {
-		s.p.signal() // after every enqueue, so that one wake takes the whole call
+	for _, g := range groups {
+		g.p.enqueue(g.msgs)
+		g.p.signal()
 	}
 }
 
