@@ -1,0 +1,150 @@
+package transport
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The stream's body is a sequence of frames (docs/transport.md):
+//
+//	frame   = length:uint32 payload            (length = len(payload) <= MaxFrame)
+//	payload = count:uint32 message{count}
+//	message = length:uint32 raftpb.Message     (proto-marshalled)
+//
+// All integers are big-endian.
+const (
+	// MaxFrame caps a frame's payload. A receiver closes a stream that
+	// announces a larger frame; a sender splits a batch that would not fit.
+	MaxFrame = 64 << 20
+	// MaxMessage caps one marshalled message: the largest that fits alone
+	// in a frame. A sender drops (and logs) a larger message.
+	MaxMessage = MaxFrame - 8
+)
+
+// errMalformed is wrapped by every error that means the peer sent bytes that
+// are not a valid stream.
+var errMalformed = errors.New("malformed raft frame")
+
+// appendFrames appends to dst the frames carrying msgs in order, each with a
+// payload of at most maxFrame bytes, and returns the extended buffer, the
+// number of frames appended and the messages left out because alone they
+// would not fit in a frame (or do not marshal).
+func appendFrames(dst []byte, msgs []*raftpb.Message, maxFrame int) (out []byte, frames int, dropped []*raftpb.Message) {
+	start := -1 // offset of the open frame's header
+	count := 0
+	closeFrame := func(end int) {
+		binary.BigEndian.PutUint32(dst[start:], uint32(end-start-4))
+		binary.BigEndian.PutUint32(dst[start+4:], uint32(count))
+		frames++
+	}
+	for _, m := range msgs {
+		if start < 0 {
+			start, count = len(dst), 0
+			dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
+		}
+		at := len(dst)
+		dst = append(dst, 0, 0, 0, 0)
+		var err error
+		dst, err = proto.MarshalOptions{}.MarshalAppend(dst, m)
+		n := len(dst) - at - 4
+		if err != nil || n > maxFrame-8 {
+			dst = dst[:at]
+			dropped = append(dropped, m)
+			continue
+		}
+		binary.BigEndian.PutUint32(dst[at:], uint32(n))
+		if len(dst)-start-4 > maxFrame {
+			// Close the open frame before m and open a new one for m:
+			// shift m's bytes right by a frame header.
+			dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
+			copy(dst[at+8:], dst[at:len(dst)-8])
+			closeFrame(at)
+			start, count = at, 0
+		}
+		count++
+	}
+	if start >= 0 {
+		if count == 0 {
+			dst = dst[:start] // every message of the last frame was dropped
+		} else {
+			closeFrame(len(dst))
+		}
+	}
+	return dst, frames, dropped
+}
+
+// frameReader reads frames from a stream's body.
+type frameReader struct {
+	r        *bufio.Reader
+	buf      []byte
+	maxFrame int
+}
+
+func newFrameReader(r io.Reader, maxFrame int) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(r, 64<<10), maxFrame: maxFrame}
+}
+
+// next returns the messages of the next frame. It returns io.EOF at a clean
+// end of the stream (between frames), an error wrapping errMalformed if the
+// bytes are not a frame, and the reader's error otherwise.
+func (fr *frameReader) next() ([]*raftpb.Message, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(fr.r, hdr[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return nil, fmt.Errorf("%w: the stream ends inside a frame header", errMalformed)
+		}
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr[:]))
+	if n > fr.maxFrame {
+		return nil, fmt.Errorf("%w: a frame of %d bytes (at most %d)", errMalformed, n, fr.maxFrame)
+	}
+	if n < 4 {
+		return nil, fmt.Errorf("%w: a frame of %d bytes has no count", errMalformed, n)
+	}
+	if cap(fr.buf) < n {
+		fr.buf = make([]byte, n)
+	}
+	p := fr.buf[:n]
+	if _, err := io.ReadFull(fr.r, p); err != nil {
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil, fmt.Errorf("%w: the stream ends inside a frame of %d bytes", errMalformed, n)
+		}
+		return nil, err
+	}
+	if cap(fr.buf) > 1<<20 {
+		fr.buf = nil // do not keep a large frame's buffer for the life of the stream
+	}
+	count := int(binary.BigEndian.Uint32(p))
+	p = p[4:]
+	if count > len(p)/4 {
+		return nil, fmt.Errorf("%w: a frame of %d bytes announces %d messages", errMalformed, n, count)
+	}
+	msgs := make([]*raftpb.Message, count)
+	for i := range msgs {
+		if len(p) < 4 {
+			return nil, fmt.Errorf("%w: message %d of %d is missing", errMalformed, i, count)
+		}
+		l := int(binary.BigEndian.Uint32(p))
+		p = p[4:]
+		if l > len(p) {
+			return nil, fmt.Errorf("%w: message %d of %d has %d bytes, the frame %d left", errMalformed, i, count, l, len(p))
+		}
+		m := new(raftpb.Message)
+		if err := proto.Unmarshal(p[:l], m); err != nil {
+			return nil, fmt.Errorf("%w: message %d of %d: %v", errMalformed, i, count, err)
+		}
+		msgs[i] = m
+		p = p[l:]
+	}
+	if len(p) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last of %d messages", errMalformed, len(p), count)
+	}
+	return msgs, nil
+}
