@@ -80,6 +80,9 @@ func (w *Write) SetConfState(group uint64, cs *pb.ConfState) {
 // retried safely). That includes the refusals of a malformed Write (a
 // gap in a group's log, a hard state committing past the last index).
 //
+// A Write with nothing in it commits nothing and does no I/O, even with
+// sync: it does not make earlier unsynced writes durable.
+//
 // The groups are locked, in id order, for the duration of the write.
 func (w *Write) Commit(sync bool) error {
 	defer clear(w.groups)
