@@ -133,6 +133,7 @@ func compareStorage(t *testing.T, rng *rand.Rand, got *Storage, want *raft.Memor
 	if g, err := got.LastIndex(); g != li || err != nil {
 		t.Fatalf("group %d: LastIndex() = %d, %v; want %d", got.id, g, err, li)
 	}
+	checkCache(t, got)
 	whs, wcs, _ := want.InitialState()
 	ghs, gcs, err := got.InitialState()
 	if err != nil || (whs == nil) != (ghs == nil) || !proto.Equal(whs, ghs) || !proto.Equal(wcs, gcs) {
@@ -187,6 +188,30 @@ func compareEntries(t *testing.T, got *Storage, want *raft.MemoryStorage, lo, hi
 	for i := range w {
 		if !proto.Equal(g[i], w[i]) {
 			t.Fatalf("group %d: Entries(%d, %d, %d)[%d] = %v; want %v", got.id, lo, hi, max, i, g[i], w[i])
+		}
+	}
+}
+
+// checkCache checks the invariants of a group's cache: at most
+// cacheEntries entries, contiguous, ending at the last index, none of
+// them compacted (a compacted entry must not stay in memory).
+func checkCache(t *testing.T, s *Storage) {
+	t.Helper()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c := s.cache
+	if len(c) == 0 {
+		return
+	}
+	if len(c) > s.log.cacheEntries {
+		t.Fatalf("group %d: %d entries cached, more than %d", s.id, len(c), s.log.cacheEntries)
+	}
+	if c[0].GetIndex() <= s.truncIndex || c[len(c)-1].GetIndex() != s.last {
+		t.Fatalf("group %d: cache %d..%d, log %d..%d", s.id, c[0].GetIndex(), c[len(c)-1].GetIndex(), s.truncIndex+1, s.last)
+	}
+	for i, e := range c {
+		if e.GetIndex() != c[0].GetIndex()+uint64(i) {
+			t.Fatalf("group %d: cache not contiguous at %d", s.id, e.GetIndex())
 		}
 	}
 }
