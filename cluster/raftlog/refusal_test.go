@@ -301,8 +301,31 @@ func TestCorruption(t *testing.T) {
 		})
 	}
 
+	// An entry far beyond the others: a gap that only reads find, and that
+	// writes get past in time proportional to the keys there are.
+	far := uint64(1) << 62
+	l, err := corruptLog(t, set(entryKey(1, far), mustMarshal(t, ent(far, 1, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := l.Group(1)
+	if li, _ := g.LastIndex(); li != far {
+		t.Fatalf("LastIndex() = %d", li)
+	}
+	if _, err := g.Entries(1, far+1, 1<<20); !errors.Is(err, lsm.ErrCorruption) {
+		t.Fatalf("Entries over the gap: %v", err)
+	}
+	if err := g.Compact(far - 1); !errors.Is(err, lsm.ErrCorruption) {
+		t.Fatalf("Compact into the gap: %v", err)
+	}
+	commit(t, l, true, func(w *Write) { w.Append(1, []*pb.Entry{ent(3, 2, nil)}) })
+	if li, _ := g.LastIndex(); li != 3 {
+		t.Fatalf("LastIndex() after an append at 3 = %d", li)
+	}
+	l.Close()
+
 	// A newer format, and an engine that is not a raft log.
-	l, err := corruptLog(t, set(formatVersionKey, binary.AppendUvarint(nil, FormatVersion+1)))
+	l, err = corruptLog(t, set(formatVersionKey, binary.AppendUvarint(nil, FormatVersion+1)))
 	if err == nil {
 		l.Close()
 		t.Fatal("Open of a newer format succeeded")

@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"fmt"
+	"math"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -370,8 +371,8 @@ func (s *Storage) Compact(index uint64) error {
 		return err
 	}
 	var b lsm.Batch
-	for i := s.truncIndex + 1; i <= index; i++ {
-		b.Delete(entryKey(s.id, i))
+	if err := s.deleteStored(&b, s.truncIndex+1, index); err != nil {
+		return err
 	}
 	v, err := proto.Marshal(&pb.Entry{Index: proto.Uint64(index), Term: proto.Uint64(term)})
 	if err != nil {
@@ -384,6 +385,25 @@ func (s *Storage) Compact(index uint64) error {
 	s.truncIndex, s.truncTerm = index, term
 	if cf := s.cacheFirst(); index >= cf {
 		s.cache = s.cache[min(index+1-cf, uint64(len(s.cache))):]
+	}
+	return nil
+}
+
+// deleteStored adds to b the deletion of every stored entry from..to. It
+// iterates over the keys there are rather than counting indexes, so that a
+// corrupt index far from the others costs nothing (the keys there are must
+// be read, values included, which a compaction pays for its entries).
+func (s *Storage) deleteStored(b *lsm.Batch, from, to uint64) error {
+	upper := stateKey(s.id, kindEntry+1)
+	if to < math.MaxUint64 {
+		upper = entryKey(s.id, to+1)
+	}
+	it := s.log.db.NewIter(&lsm.IterOptions{LowerBound: entryKey(s.id, from), UpperBound: upper})
+	for ok := it.First(); ok; ok = it.Next() {
+		b.Delete(it.Key())
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("raftlog: %s: group %d: %w", s.log.dir, s.id, err)
 	}
 	return nil
 }

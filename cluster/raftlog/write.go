@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -127,6 +128,9 @@ type groupPlan struct {
 // state, and returns what to install once b is written.
 func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 	p := groupPlan{last: s.last}
+	// The keys this Write sets are setLo..p.last (each append starts at
+	// most at the previous one's end + 1).
+	setLo := uint64(math.MaxUint64)
 	for _, ents := range g.appends {
 		first := ents[0].GetIndex()
 		for k, e := range ents {
@@ -158,9 +162,21 @@ func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 			b.Set(entryKey(s.id, e.GetIndex()), v)
 		}
 		newLast := first + uint64(len(ents)) - 1
-		for i := newLast + 1; i <= p.last; i++ {
-			b.Delete(entryKey(s.id, i))
+		if newLast < p.last {
+			// Delete the tail after the new entries: the keys this
+			// Write set by counting, the stored ones by finding them,
+			// so that a corrupt last index far beyond the stored keys
+			// costs no more than the keys there are.
+			for i := max(newLast+1, setLo); i <= p.last; i++ {
+				b.Delete(entryKey(s.id, i))
+			}
+			if newLast < s.last && newLast+1 < setLo {
+				if err := s.deleteStored(b, newLast+1, min(s.last, setLo-1)); err != nil {
+					return p, err
+				}
+			}
 		}
+		setLo = min(setLo, first)
 		p.last = newLast
 		p.appends = append(p.appends, ents)
 	}
