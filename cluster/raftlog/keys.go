@@ -1,0 +1,69 @@
+package raftlog
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tabuladb/tabula/lsm"
+)
+
+// The key layout (docs/raftlog.md). The first byte of every key is its
+// namespace: 01 for the meta keys of the engine, 02 for the state of the
+// groups. A group's keys are 02 | u64be(group) | kind [| u64be(index)], so
+// every key of a group is contiguous and its entries are in index order
+// after its other state.
+const (
+	nsMeta  = 0x01
+	nsGroup = 0x02
+
+	// metaFormatVersion is the key 01 01; its value is uvarint(version).
+	metaFormatVersion = 0x01
+
+	kindHardState = 0x01 // value: raftpb.HardState
+	kindConfState = 0x02 // value: raftpb.ConfState
+	kindTruncated = 0x03 // value: raftpb.Entry with only Index and Term: the last compacted entry
+	kindEntry     = 0x04 // key ends with u64be(index); value: raftpb.Entry
+
+	groupPrefixLen = 1 + 8
+	stateKeyLen    = groupPrefixLen + 1
+	entryKeyLen    = stateKeyLen + 8
+)
+
+// FormatVersion is the version of the layout this build writes and reads.
+const FormatVersion = 1
+
+var formatVersionKey = []byte{nsMeta, metaFormatVersion}
+
+func groupPrefix(group uint64) []byte {
+	k := make([]byte, groupPrefixLen, entryKeyLen)
+	k[0] = nsGroup
+	binary.BigEndian.PutUint64(k[1:], group)
+	return k
+}
+
+// stateKey is the key of one of a group's single values (hard state, conf
+// state, truncated state), or the prefix of its entries (kindEntry).
+func stateKey(group uint64, kind byte) []byte {
+	return append(groupPrefix(group), kind)
+}
+
+func entryKey(group, index uint64) []byte {
+	return binary.BigEndian.AppendUint64(stateKey(group, kindEntry), index)
+}
+
+// groupUpperBound is the first key after every key of group, or the end
+// of the group namespace for the last possible group.
+func groupUpperBound(group uint64) []byte {
+	if group == ^uint64(0) {
+		return []byte{nsGroup + 1}
+	}
+	return groupPrefix(group + 1)
+}
+
+// entryIndex parses the key of an entry of group.
+func entryIndex(group uint64, key []byte) (uint64, error) {
+	if len(key) != entryKeyLen || key[0] != nsGroup || binary.BigEndian.Uint64(key[1:]) != group || key[groupPrefixLen] != kindEntry {
+		return 0, fmt.Errorf("raftlog: group %d: %w: malformed entry key %x", group, lsm.ErrCorruption, key)
+	}
+	return binary.BigEndian.Uint64(key[stateKeyLen:]), nil
+}

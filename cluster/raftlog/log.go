@@ -1,0 +1,235 @@
+// Package raftlog keeps the raft log, hard state and conf state of every
+// raft group of a node in one lsm.DB of its own (docs/raftlog.md).
+//
+// A Log is the engine; Group returns one group's Storage, which implements
+// raft.Storage for a RawNode. Writes are gathered across groups in a Write
+// and committed as one lsm batch, so one turn of the node loop costs one
+// fsync whatever the number of groups it touched. Each Storage keeps its
+// hard state, conf state, first and last index in memory, and the newest
+// entries in a cache; older entries are read from the engine.
+//
+// Snapshots are not implemented: once a group's log has been compacted,
+// Snapshot returns raft.ErrSnapshotTemporarilyUnavailable, so a follower
+// that needs entries below the first index is not caught up until
+// snapshots exist (docs/raftlog.md, "Limitations").
+package raftlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/tabuladb/tabula/lsm"
+	"github.com/tabuladb/tabula/vfs"
+)
+
+// DefaultCacheEntries is the number of entries per group a Storage keeps
+// in memory when Options.CacheEntries is zero.
+const DefaultCacheEntries = 4096
+
+// ErrClosed is returned by writes to a closed Log.
+var ErrClosed = errors.New("raftlog: closed")
+
+// Options configure a Log. A nil *Options means the defaults.
+type Options struct {
+	// FS is the filesystem; nil means the OS filesystem.
+	FS vfs.FS
+	// CacheEntries is the number of a group's newest entries kept in
+	// memory for Entries and Term: 0 means DefaultCacheEntries, a negative
+	// value none (every read goes to the engine).
+	CacheEntries int
+	// MemTableSize is the engine's memtable size in bytes; 0 means the
+	// lsm default. Tests and fuzzing make it small.
+	MemTableSize int64
+}
+
+// Log is the raft-log engine of a node: the state of every raft group of
+// the node in one lsm.DB. Its methods are safe for concurrent use.
+type Log struct {
+	dir          string
+	db           *lsm.DB
+	cacheEntries int
+
+	mu     sync.Mutex
+	groups map[uint64]*Storage
+	// err is the sticky error of a failed write: once a write failed, no
+	// other is attempted, since what the failed one left on disk is
+	// unknown (an fsync failure cannot be retried safely).
+	err    error
+	closed bool
+}
+
+// Open opens (creating if needed) the log engine in dir and loads the
+// state of every group it holds. A directory written by a newer format
+// version is refused.
+func Open(dir string, opts *Options) (*Log, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.CacheEntries == 0:
+		o.CacheEntries = DefaultCacheEntries
+	case o.CacheEntries < 0:
+		o.CacheEntries = 0
+	}
+	db, err := lsm.Open(dir, &lsm.Options{FS: o.FS, MemTableSize: o.MemTableSize})
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	l := &Log{dir: dir, db: db, cacheEntries: o.CacheEntries, groups: map[uint64]*Storage{}}
+	if err := l.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// load checks the format version (writing it into a new engine) and loads
+// every group.
+func (l *Log) load() error {
+	v, ok, err := l.get(formatVersionKey)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		it := l.db.NewIter(nil)
+		nonEmpty := it.First()
+		if err := it.Close(); err != nil {
+			return fmt.Errorf("raftlog: %s: %w", l.dir, err)
+		}
+		if nonEmpty {
+			return fmt.Errorf("raftlog: %s: %w: no format version key, but the engine holds keys", l.dir, lsm.ErrCorruption)
+		}
+		if err := l.db.Set(formatVersionKey, binary.AppendUvarint(nil, FormatVersion), &lsm.WriteOptions{Sync: true}); err != nil {
+			return fmt.Errorf("raftlog: %s: writing the format version: %w", l.dir, err)
+		}
+		return nil
+	}
+	ver, n := binary.Uvarint(v)
+	switch {
+	case n <= 0 || n != len(v) || ver == 0:
+		return fmt.Errorf("raftlog: %s: %w: format version value %x", l.dir, lsm.ErrCorruption, v)
+	case ver > FormatVersion:
+		return fmt.Errorf("raftlog: %s: format version %d is newer than this build's format version %d", l.dir, ver, FormatVersion)
+	}
+	ids, err := l.Groups()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		s := &Storage{log: l, id: id}
+		if err := s.load(); err != nil {
+			return err
+		}
+		l.groups[id] = s
+	}
+	return nil
+}
+
+// Close closes the engine. Writes after Close fail with ErrClosed; reads
+// that need the engine fail too.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	l.mu.Unlock()
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	return nil
+}
+
+// Groups lists the ids of the groups that have any state on disk, sorted.
+func (l *Log) Groups() ([]uint64, error) {
+	it := l.db.NewIter(&lsm.IterOptions{LowerBound: []byte{nsGroup}, UpperBound: []byte{nsGroup + 1}})
+	var ids []uint64
+	for ok := it.First(); ok; {
+		k := it.Key()
+		if len(k) < groupPrefixLen {
+			it.Close()
+			return nil, fmt.Errorf("raftlog: %s: %w: malformed key %x", l.dir, lsm.ErrCorruption, k)
+		}
+		id := binary.BigEndian.Uint64(k[1:])
+		ids = append(ids, id)
+		if id == ^uint64(0) {
+			break
+		}
+		ok = it.SeekGE(groupPrefix(id + 1))
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("raftlog: %s: %w", l.dir, err)
+	}
+	return ids, nil
+}
+
+// Group returns the storage of group id, created empty (and not written)
+// if the Log has no state for it.
+func (l *Log) Group(id uint64) *Storage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.groups[id]
+	if s == nil {
+		s = &Storage{log: l, id: id}
+		l.groups[id] = s
+	}
+	return s
+}
+
+// writable returns the error that forbids writing, if any.
+func (l *Log) writable() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+		return ErrClosed
+	case l.err != nil:
+		return fmt.Errorf("raftlog: writes stopped by an earlier failure: %w", l.err)
+	}
+	return nil
+}
+
+// fail makes err the sticky error of the Log and returns it.
+func (l *Log) fail(err error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = err
+	}
+	return err
+}
+
+// apply writes b; a failure is sticky.
+func (l *Log) apply(b *lsm.Batch, sync bool) error {
+	if err := l.db.Apply(b, &lsm.WriteOptions{Sync: sync}); err != nil {
+		return l.fail(fmt.Errorf("raftlog: %s: %w", l.dir, err))
+	}
+	return nil
+}
+
+// get returns the value of key, if any.
+func (l *Log) get(key []byte) ([]byte, bool, error) {
+	v, err := l.db.Get(key)
+	switch {
+	case errors.Is(err, lsm.ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("raftlog: %s: %w", l.dir, err)
+	}
+	return v, true, nil
+}
+
+// sortedIDs returns the keys of m in order.
+func sortedIDs[V any](m map[uint64]V) []uint64 {
+	ids := make([]uint64, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,236 @@
+package raftlog
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/lsm"
+)
+
+// A Write gathers the persistence work of one turn of the node loop,
+// across groups, and commits it as one lsm batch: one fsync when synced,
+// whatever the number of groups. It is not safe for concurrent use. After
+// Commit it is empty and may be reused.
+type Write struct {
+	log    *Log
+	groups map[uint64]*groupWrite
+}
+
+// groupWrite is what a Write holds for one group.
+type groupWrite struct {
+	appends [][]*pb.Entry // in call order
+	hs      *pb.HardState
+	cs      *pb.ConfState
+}
+
+// NewWrite returns an empty Write.
+func (l *Log) NewWrite() *Write {
+	return &Write{log: l, groups: map[uint64]*groupWrite{}}
+}
+
+func (w *Write) group(id uint64) *groupWrite {
+	g := w.groups[id]
+	if g == nil {
+		g = &groupWrite{}
+		w.groups[id] = g
+	}
+	return g
+}
+
+// Append adds entries, which must have consecutive indexes, to a group's
+// log. The entries at and after the first one's index replace the log's
+// suffix from there (raft's truncation of a conflicting tail): the later
+// entries on disk are deleted in the same batch. Entries at or below the
+// last compacted index are ignored, as raft.MemoryStorage does. Append
+// keeps the entries (not the slice): they must not be mutated afterwards,
+// as raft requires of the entries of a Ready anyway. Errors (a gap after
+// the last index, indexes that are not consecutive, an append at or below
+// the commit index of the stored hard state, which raft never does) are
+// reported by Commit.
+func (w *Write) Append(group uint64, entries []*pb.Entry) {
+	if len(entries) == 0 {
+		return
+	}
+	g := w.group(group)
+	g.appends = append(g.appends, slices.Clone(entries))
+}
+
+// SetHardState sets a group's hard state. A nil hs is ignored.
+func (w *Write) SetHardState(group uint64, hs *pb.HardState) {
+	if hs != nil {
+		w.group(group).hs = proto.Clone(hs).(*pb.HardState)
+	}
+}
+
+// SetConfState sets a group's conf state. A nil cs is ignored.
+func (w *Write) SetConfState(group uint64, cs *pb.ConfState) {
+	if cs != nil {
+		w.group(group).cs = proto.Clone(cs).(*pb.ConfState)
+	}
+}
+
+// Commit writes everything the Write gathered as one batch, synced when
+// sync is true, and on success updates each group's state in memory
+// (last index, cache, hard and conf state), so raft sees it. On error
+// nothing of the Write is visible, and the error is sticky: every later
+// write of the Log fails (the node must stop: an fsync failure cannot be
+// retried safely). That includes the refusals of a malformed Write (a
+// gap in a group's log, a hard state committing past the last index).
+//
+// A Write with nothing in it commits nothing and does no I/O, even with
+// sync: it does not make earlier unsynced writes durable.
+//
+// The groups are locked, in id order, for the duration of the write.
+func (w *Write) Commit(sync bool) error {
+	defer clear(w.groups)
+	if err := w.log.writable(); err != nil {
+		return err
+	}
+	if len(w.groups) == 0 {
+		return nil
+	}
+	ids := sortedIDs(w.groups)
+	stores := make([]*Storage, len(ids))
+	for i, id := range ids {
+		stores[i] = w.log.Group(id)
+		stores[i].mu.Lock()
+		defer stores[i].mu.Unlock()
+	}
+	var b lsm.Batch
+	plans := make([]groupPlan, len(ids))
+	for i, s := range stores {
+		p, err := s.plan(&b, w.groups[ids[i]])
+		if err != nil {
+			return w.log.fail(err)
+		}
+		plans[i] = p
+	}
+	if err := w.log.apply(&b, sync); err != nil {
+		return err
+	}
+	for i, s := range stores {
+		s.install(w.groups[ids[i]], plans[i])
+	}
+	return nil
+}
+
+// groupPlan is the outcome of a group's part of a Write.
+type groupPlan struct {
+	last    uint64
+	appends [][]*pb.Entry // with the compacted entries cut off
+}
+
+// plan adds a group's part of a Write to b, against the group's current
+// state, and returns what to install once b is written.
+func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
+	p := groupPlan{last: s.last}
+	// The keys this Write sets are setLo..p.last (each append starts at
+	// most at the previous one's end + 1).
+	setLo := uint64(math.MaxUint64)
+	for _, ents := range g.appends {
+		first := ents[0].GetIndex()
+		for k, e := range ents {
+			if e.GetIndex() != first+uint64(k) {
+				return p, fmt.Errorf("raftlog: group %d: appended entries are not consecutive: index %d after %d", s.id, e.GetIndex(), first+uint64(k)-1)
+			}
+		}
+		if first == 0 {
+			return p, fmt.Errorf("raftlog: group %d: appended entry at index 0", s.id)
+		}
+		if c := s.hs.GetCommit(); first <= c {
+			return p, fmt.Errorf("raftlog: group %d: append at %d would overwrite committed entries (commit %d)", s.id, first, c)
+		}
+		if first > p.last+1 {
+			return p, fmt.Errorf("raftlog: group %d: missing log entries: append at %d after the last index %d", s.id, first, p.last)
+		}
+		if first <= s.truncIndex {
+			skip := s.truncIndex + 1 - first
+			if skip >= uint64(len(ents)) {
+				continue
+			}
+			ents, first = ents[skip:], s.truncIndex+1
+		}
+		for _, e := range ents {
+			v, err := proto.Marshal(e)
+			if err != nil {
+				return p, fmt.Errorf("raftlog: group %d: entry %d: %w", s.id, e.GetIndex(), err)
+			}
+			b.Set(entryKey(s.id, e.GetIndex()), v)
+		}
+		newLast := first + uint64(len(ents)) - 1
+		if newLast < p.last {
+			// Delete the tail after the new entries: the keys this
+			// Write set by counting, the stored ones by finding them,
+			// so that a corrupt last index far beyond the stored keys
+			// costs no more than the keys there are.
+			for i := max(newLast+1, setLo); i <= p.last; i++ {
+				b.Delete(entryKey(s.id, i))
+			}
+			if newLast < s.last && newLast+1 < setLo {
+				if err := s.deleteStored(b, newLast+1, min(s.last, setLo-1)); err != nil {
+					return p, err
+				}
+			}
+		}
+		setLo = min(setLo, first)
+		p.last = newLast
+		p.appends = append(p.appends, ents)
+	}
+	if g.cs != nil {
+		v, err := proto.Marshal(g.cs)
+		if err != nil {
+			return p, fmt.Errorf("raftlog: group %d: conf state: %w", s.id, err)
+		}
+		b.Set(stateKey(s.id, kindConfState), v)
+	}
+	if g.hs != nil {
+		if c := g.hs.GetCommit(); c > p.last {
+			return p, fmt.Errorf("raftlog: group %d: hard state commits %d, beyond the last index %d", s.id, c, p.last)
+		}
+		v, err := proto.Marshal(g.hs)
+		if err != nil {
+			return p, fmt.Errorf("raftlog: group %d: hard state: %w", s.id, err)
+		}
+		b.Set(stateKey(s.id, kindHardState), v)
+	}
+	return p, nil
+}
+
+// install makes a written plan the group's state.
+func (s *Storage) install(g *groupWrite, p groupPlan) {
+	for _, ents := range p.appends {
+		s.cacheAppend(ents)
+	}
+	s.last = p.last
+	if g.hs != nil {
+		s.hs = g.hs
+	}
+	if g.cs != nil {
+		s.cs = g.cs
+	}
+}
+
+// cacheAppend adds appended entries to the cache, replacing the cached
+// suffix they overwrite, and drops the oldest beyond the cache's size.
+func (s *Storage) cacheAppend(ents []*pb.Entry) {
+	n := s.log.cacheEntries
+	if n == 0 {
+		return
+	}
+	first := ents[0].GetIndex()
+	if cf := s.cacheFirst(); len(s.cache) > 0 && first >= cf {
+		// first <= last+1: the entries continue or overwrite the cache.
+		s.cache = append(s.cache[:first-cf], ents...)
+	} else {
+		// The cache is empty or the entries replace all of it.
+		s.cache = append(s.cache[:0:0], ents...)
+	}
+	if extra := len(s.cache) - n; extra > 0 {
+		clear(s.cache[:extra]) // let the dropped entries be collected
+		s.cache = s.cache[extra:]
+	}
+}
