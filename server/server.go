@@ -74,6 +74,9 @@ type Options struct {
 	// SkipAPIVersionCheck accepts any well-formed x-ms-version, not only
 	// those the service has published (the emulator's --skipApiVersionCheck).
 	SkipAPIVersionCheck bool
+	// Front, when set, wraps the server's handler in Serve: a cluster
+	// node forwards there the requests its leader must answer.
+	Front func(http.Handler) http.Handler
 	// OAuth accepts Microsoft Entra ID bearer tokens over HTTPS, checked as
 	// the emulator's --oauth basic checks them: audience, issuer and
 	// lifetime, not the signature.
@@ -165,8 +168,12 @@ func New(store Store, opts *Options) *Server {
 // with the server, over TLS when Options.TLSConfig is set. It returns
 // http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	var h http.Handler = s
+	if s.opts.Front != nil {
+		h = s.opts.Front(s)
+	}
 	hs := &http.Server{
-		Handler:           s,
+		Handler:           h,
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
 		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      s.opts.WriteTimeout,

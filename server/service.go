@@ -41,11 +41,22 @@ func (s *Server) serviceProperties(ctx context.Context, account string) (storage
 	return p, nil
 }
 
+// ForgetCachedProperties drops the service properties held in memory, so
+// the next request reads them from the store again: a cluster node calls
+// it when it becomes the leader, as another node may have changed them.
+func (s *Server) ForgetCachedProperties() {
+	s.mu.Lock()
+	clear(s.properties)
+	s.mu.Unlock()
+}
+
 // corsRules returns the account's CORS rules, none if they cannot be read.
 func (s *Server) corsRules(ctx context.Context, account string) []storagexml.CorsRule {
 	p, err := s.serviceProperties(ctx, account)
 	if err != nil {
-		s.log.Error("reading service properties", "account", account, "err", err)
+		if _, _, _, ok := describe(err); !ok { // a refusal (a cluster node that is not the leader) is no failure
+			s.log.Error("reading service properties", "account", account, "err", err)
+		}
 		return nil
 	}
 	return p.Cors

@@ -3,6 +3,7 @@
 //
 //	tabula serve [flags]   serve the Azure Table API (default 127.0.0.1:10002, data in ./tabula-data)
 //	tabula inspect DIR     print the levels, tables and WAL segments of the store in DIR
+//	tabula cluster status  list a cluster's nodes, leader, terms and replication
 package main
 
 import (
@@ -33,6 +34,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "cluster":
+		return clusterCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -47,5 +50,6 @@ func usage(w io.Writer) {
 
 commands:
   serve [flags]   serve the Azure Table API; "tabula serve -h" lists the flags
-  inspect DIR     print the levels, tables and WAL segments of the store in DIR`)
+  inspect DIR     print the levels, tables and WAL segments of the store in DIR
+  cluster status  the nodes of a cluster, their raft state and replication`)
 }

@@ -44,6 +44,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	pathStyleOnly := fs.Bool("disable-production-style-url", false, "address accounts by the path's first segment only, never by the Host's first label")
 	skipVersionCheck := fs.Bool("skip-api-version-check", false, "accept any well-formed x-ms-version, not only published ones")
 	maxConns := fs.Int("max-conns", 4096, "connections open at once; more are closed as they arrive")
+	var cf clusterFlags
+	cf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -84,7 +86,17 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	store, err := partition.Open(*data, nil)
+	storeDir := *data
+	var plan clusterPlan
+	if cf.join != "" || cf.nodeAddr != "" {
+		var err error
+		if plan, err = cf.prepare(*data); err != nil {
+			fmt.Fprintf(stderr, "tabula serve: %v\n", err)
+			return 1
+		}
+		storeDir = plan.storeAt
+	}
+	store, err := partition.Open(storeDir, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "tabula serve: cannot open the data directory %s: %v\n", *data, err)
 		return 1
@@ -119,10 +131,23 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tabula serve: %v\n", err)
 		return 1
 	}
-	srv := server.New(store, &server.Options{
+	opts := &server.Options{
 		Accounts: accounts, Logger: log, TLSConfig: tlsConfig, MaxConns: *maxConns,
 		PathStyleOnly: *pathStyleOnly, SkipAPIVersionCheck: *skipVersionCheck, OAuth: *oauth != "",
-	})
+	}
+	var backend server.Store = store
+	var node *clusterSetup
+	var srv *server.Server
+	if plan.self != 0 {
+		if node, err = startCluster(plan, store, log, func() { srv.ForgetCachedProperties() }); err != nil {
+			ln.Close()
+			store.Close()
+			fmt.Fprintf(stderr, "tabula serve: %v\n", err)
+			return 1
+		}
+		backend, opts.Front = node.node.Store(), node.http.Public
+	}
+	srv = server.New(backend, opts)
 
 	if *pprofAddr != "" {
 		pln, err := net.Listen("tcp", *pprofAddr)
@@ -171,6 +196,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		cancel()
 		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("server", "err", err)
+			code = 1
+		}
+	}
+	if node != nil {
+		if err := node.stop(); err != nil {
+			log.Error("stopping the cluster node", "err", err)
 			code = 1
 		}
 	}

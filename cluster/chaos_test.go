@@ -1,0 +1,426 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/tabuladb/tabula/internal/svcerr"
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
+)
+
+var (
+	chaosSeeds = flag.Int("chaos-seeds", 2, "seeds TestChaos runs (each about chaos-duration)")
+	chaosSeed  = flag.Uint64("chaos-seed", 0, "run this one seed of TestChaos (0: seeds 1..chaos-seeds)")
+	chaosTime  = flag.Duration("chaos-duration", 1500*time.Millisecond, "how long each TestChaos seed runs its workload")
+)
+
+// chaosOp is one client operation on a register (an entity of partition
+// "r" with RowKey its key) or on the pair (two entities of partition
+// "pair" that every batch writes together).
+type chaosOp struct {
+	Kind string // get, put, insert, delete, pairput, pairget
+	Key  int
+	N    int
+}
+
+// chaosOut is what the client saw: the outcome and the value read.
+type chaosOut struct {
+	Outcome string // ok, notfound, exists, unknown (a write whose fate the node could not tell)
+	N       int
+}
+
+// chaosModel is a register per key; a write of unknown outcome is given
+// the end of time as its return, so it may take effect at any point after
+// its call, or (linearized last) never be seen.
+var chaosModel = porcupine.Model{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[int][]porcupine.Operation{}
+		for _, op := range h {
+			k := op.Input.(chaosOp).Key
+			by[k] = append(by[k], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range by {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() any { return -1 },
+	Step: func(state, input, output any) (bool, any) {
+		s, in, out := state.(int), input.(chaosOp), output.(chaosOut)
+		if out.Outcome == "unknown" {
+			switch in.Kind {
+			case "put", "pairput":
+				return true, in.N
+			case "insert":
+				if s == -1 {
+					return true, in.N
+				}
+				return true, s
+			case "delete":
+				return true, -1
+			}
+		}
+		switch in.Kind {
+		case "get", "pairget":
+			if s == -1 {
+				return out.Outcome == "notfound", s
+			}
+			return out.Outcome == "ok" && out.N == s, s
+		case "put", "pairput":
+			return out.Outcome == "ok", in.N
+		case "insert":
+			if s == -1 {
+				return out.Outcome == "ok", in.N
+			}
+			return out.Outcome == "exists", s
+		case "delete":
+			if s == -1 {
+				return out.Outcome == "notfound", s
+			}
+			return out.Outcome == "ok", -1
+		}
+		return false, s
+	},
+	DescribeOperation: func(input, output any) string { return fmt.Sprintf("%+v -> %+v", input, output) },
+}
+
+// TestChaos runs clients against a three-node cluster while nodes lose
+// power and restart, links are cut and healed and messages are dropped
+// and delayed, all chosen by a seeded generator; then checks that the
+// history is linearizable register by register, that no read ever saw a
+// batch half applied, that one entity's timestamps grew with real time,
+// and that every replica ends byte for byte alike. A failing seed is
+// printed; -chaos-seed reruns it (the fault schedule and the operations
+// follow the seed; goroutine timing does not). -chaos-seeds runs more.
+func TestChaos(t *testing.T) {
+	seeds := []uint64{}
+	if *chaosSeed != 0 {
+		seeds = append(seeds, *chaosSeed)
+	} else {
+		for s := 1; s <= *chaosSeeds; s++ {
+			seeds = append(seeds, uint64(s))
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			runChaos(t, seed, *chaosTime)
+		})
+	}
+}
+
+func runChaos(t *testing.T, seed uint64, dur time.Duration) {
+	c := newTestCluster(t, 3, seed)
+	c.net.setFaults(0.05, 3*time.Millisecond)
+	ctx := context.Background()
+	if _, err := retryLeader(c, func(s *Store) (partition.StoredEntity, error) {
+		_, err := s.CreateTable(ctx, acct, "chaos")
+		return partition.StoredEntity{}, err
+	}); err != nil {
+		t.Fatalf("seed %d: create table: %v", seed, err)
+	}
+
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		stamps  = map[int][]stamped{} // acknowledged writes per key, for the timestamp check
+		nodesMu sync.Mutex            // guards c.nodes against the fault injector
+	)
+	start := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for client := range 4 {
+		rng := rand.New(rand.NewPCG(seed, uint64(client)))
+		wg.Go(func() {
+			for n := client * 1_000_000; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				op := chaosOp{Key: rng.IntN(3), N: n}
+				switch r := rng.IntN(10); {
+				case r < 3:
+					op.Kind = "get"
+				case r < 5:
+					op.Kind = "put"
+				case r < 6:
+					op.Kind = "insert"
+				case r < 7:
+					op.Kind = "delete"
+				case r < 8:
+					op.Kind, op.Key = "pairput", 100
+				default:
+					op.Kind, op.Key = "pairget", 100
+				}
+				nodesMu.Lock()
+				var s *Store
+				if len(c.nodes) > 0 {
+					ids := make([]uint64, 0, len(c.nodes))
+					for id := range c.nodes {
+						ids = append(ids, id)
+					}
+					sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+					s = c.nodes[ids[rng.IntN(len(ids))]].node.Store()
+				}
+				nodesMu.Unlock()
+				if s == nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				call := time.Since(start).Nanoseconds()
+				out, ts, err := runChaosOp(ctx, s, op)
+				ret := time.Since(start).Nanoseconds()
+				if err != nil {
+					t.Errorf("seed %d: %+v: %v", seed, op, err)
+					return
+				}
+				if out.Outcome == "refused" {
+					time.Sleep(time.Millisecond) // not the leader: nothing happened
+					continue
+				}
+				if out.Outcome == "unknown" {
+					ret = 1 << 62
+				}
+				mu.Lock()
+				history = append(history, porcupine.Operation{ClientId: client, Input: op, Call: call, Output: out, Return: ret})
+				if ts != 0 {
+					stamps[op.Key] = append(stamps[op.Key], stamped{call: call, ret: ret, ts: ts})
+				}
+				mu.Unlock()
+			}
+		})
+	}
+
+	// The fault injector: every few milliseconds, one change.
+	frng := rand.New(rand.NewPCG(seed, 0xfa17))
+	down := map[uint64]bool{}
+	for time.Since(start) < dur {
+		time.Sleep(time.Duration(20+frng.IntN(40)) * time.Millisecond)
+		switch frng.IntN(7) {
+		case 0, 1: // lose power on a running node, if two stay up
+			nodesMu.Lock()
+			if len(c.nodes) == 3 {
+				id := uint64(1 + frng.IntN(3))
+				disk := c.crash(id, rand.New(rand.NewPCG(seed, frng.Uint64())))
+				down[id] = true
+				nodesMu.Unlock()
+				time.Sleep(time.Duration(frng.IntN(60)) * time.Millisecond)
+				nodesMu.Lock()
+				c.start(id, disk)
+				delete(down, id)
+			}
+			nodesMu.Unlock()
+		case 2: // isolate one node, the leader when there is one: the case
+			// where a deposed leader could still answer
+			id := uint64(1 + frng.IntN(3))
+			nodesMu.Lock()
+			for lid, tn := range c.nodes {
+				if tn.node.IsLeader() && frng.IntN(3) > 0 {
+					id = lid
+				}
+			}
+			nodesMu.Unlock()
+			var others []uint64
+			for _, p := range c.peers {
+				if p != id {
+					others = append(others, p)
+				}
+			}
+			c.net.partition([]uint64{id}, others)
+		case 3:
+			c.net.heal()
+			nodesMu.Lock()
+			for _, tn := range c.nodes {
+				tn.paused.Store(false)
+			}
+			nodesMu.Unlock()
+		case 4: // the leader's process stalls while cut off: it still
+			// believes it leads after the others have elected another
+			nodesMu.Lock()
+			for lid, tn := range c.nodes {
+				if tn.node.IsLeader() {
+					tn.paused.Store(true)
+					var others []uint64
+					for _, p := range c.peers {
+						if p != lid {
+							others = append(others, p)
+						}
+					}
+					c.net.partition([]uint64{lid}, others)
+				}
+			}
+			nodesMu.Unlock()
+		default: // nothing: partitions last long enough to elect around them
+		}
+	}
+	c.net.heal()
+	for _, tn := range c.nodes {
+		tn.paused.Store(false)
+	}
+	close(stop)
+	wg.Wait()
+
+	res, info := porcupine.CheckOperationsVerbose(chaosModel, history, time.Minute)
+	if res != porcupine.Ok {
+		t.Errorf("seed %d: the history of %d operations is not linearizable (%v)", seed, len(history), res)
+		_ = info
+	}
+	// One entity's timestamps grow with real time: a write acknowledged
+	// before another began carries a smaller timestamp.
+	for k, ws := range stamps {
+		for _, a := range ws {
+			for _, b := range ws {
+				if a.ret < b.call && a.ts >= b.ts {
+					t.Errorf("seed %d: key %d: a write acknowledged at %d stamped %d, one begun after at %d stamped %d", seed, k, a.ret, a.ts, b.call, b.ts)
+				}
+			}
+		}
+	}
+	c.converge(20 * time.Second)
+	var want string
+	for _, id := range c.peers {
+		got := dump(t, c.nodes[id].store, "chaos")
+		if want == "" {
+			want = got
+		} else if got != want {
+			t.Errorf("seed %d: node %d differs:\n%s\n---\n%s", seed, id, got, want)
+		}
+	}
+	t.Logf("seed %d: %d operations", seed, len(history))
+}
+
+type stamped struct {
+	call, ret int64
+	ts        odata.DateTime
+}
+
+// runChaosOp performs op on s. Refused means the node was not the leader
+// (nothing happened); unknown, that a write's fate is unknown. An error
+// is a failure of the test itself.
+func runChaosOp(ctx context.Context, s *Store, op chaosOp) (chaosOut, odata.DateTime, error) {
+	rk := fmt.Sprint(op.Key)
+	val := func(e partition.StoredEntity) (int, error) {
+		var ent odata.Entity
+		if err := odata.DecodeEntityBinary(e.Value, &ent); err != nil {
+			return 0, err
+		}
+		v, _ := ent.Get("N")
+		return int(v.Int32()), nil
+	}
+	outcome := func(err error) (chaosOut, bool) {
+		switch code := codeOf(err); {
+		case err == nil:
+			return chaosOut{Outcome: "ok"}, true
+		case code == "ServerBusy":
+			return chaosOut{Outcome: "refused"}, true
+		case code == "OperationTimedOut", errors.Is(err, ErrStopped), errors.Is(err, context.DeadlineExceeded):
+			return chaosOut{Outcome: "unknown"}, true
+		case code == partition.CodeResourceNotFound:
+			return chaosOut{Outcome: "notfound"}, true
+		case code == partition.CodeEntityAlreadyExists:
+			return chaosOut{Outcome: "exists"}, true
+		}
+		return chaosOut{}, false
+	}
+	var (
+		e   partition.StoredEntity
+		err error
+	)
+	switch op.Kind {
+	case "get":
+		e, err = s.GetEntity(ctx, acct, "chaos", "r", rk)
+		out, ok := outcome(err)
+		if !ok {
+			return out, 0, err
+		}
+		if out.Outcome == "ok" {
+			if out.N, err = val(e); err != nil {
+				return out, 0, err
+			}
+		}
+		if out.Outcome == "unknown" {
+			out.Outcome = "refused" // a read that did not finish observed nothing
+		}
+		return out, 0, nil
+	case "put", "insert":
+		kind := partition.OpInsertOrReplace
+		if op.Kind == "insert" {
+			kind = partition.OpInsert
+		}
+		e, err = s.Apply(ctx, acct, "chaos", partition.Op{Kind: kind, Entity: ent("r", rk, op.N)})
+	case "delete":
+		_, err = s.Apply(ctx, acct, "chaos", partition.Op{Kind: partition.OpDelete, IfMatch: "*", Entity: &odata.Entity{PartitionKey: "r", RowKey: rk}})
+	case "pairput":
+		var es []partition.StoredEntity
+		es, err = s.ExecuteBatch(ctx, acct, "chaos", []partition.Op{
+			{Kind: partition.OpInsertOrReplace, Entity: ent("pair", "a", op.N)},
+			{Kind: partition.OpInsertOrReplace, Entity: ent("pair", "b", op.N)},
+		})
+		if err == nil {
+			e = es[0]
+		}
+	case "pairget":
+		// One page is read at one snapshot: both of the pair, or neither,
+		// and from the same batch.
+		page := map[string]int{}
+		_, err = s.QueryEntities(ctx, acct, "chaos", partition.EntityQuery{Filter: "PartitionKey eq 'pair'"}, func(se *partition.StoredEntity) error {
+			n, err := val(*se)
+			page[se.RowKey] = n
+			return err
+		})
+		out, ok := outcome(err)
+		if !ok {
+			return out, 0, err
+		}
+		if out.Outcome == "unknown" {
+			return chaosOut{Outcome: "refused"}, 0, nil
+		}
+		if out.Outcome != "ok" {
+			return out, 0, nil
+		}
+		a, okA := page["a"]
+		b, okB := page["b"]
+		switch {
+		case !okA && !okB:
+			return chaosOut{Outcome: "notfound"}, 0, nil
+		case okA != okB || a != b:
+			return out, 0, fmt.Errorf("a read saw half a batch: %v", page)
+		}
+		return chaosOut{Outcome: "ok", N: a}, 0, nil
+	}
+	out, ok := outcome(err)
+	if !ok {
+		return out, 0, err
+	}
+	if out.Outcome == "ok" {
+		return out, e.Timestamp, nil
+	}
+	return out, 0, nil
+}
+
+// retryLeader runs f on whichever node is the ready leader until it is
+// not refused.
+func retryLeader(c *testCluster, f func(*Store) (partition.StoredEntity, error)) (partition.StoredEntity, error) {
+	for range 200 {
+		ld := c.leader(10 * time.Second)
+		e, err := f(ld.node.Store())
+		var se *svcerr.Error
+		if errors.As(err, &se) && se.Code == "ServerBusy" {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		return e, err
+	}
+	return partition.StoredEntity{}, errors.New("no leader took the request")
+}

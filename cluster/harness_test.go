@@ -1,0 +1,287 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/cluster/raftlog"
+	"github.com/tabuladb/tabula/lsm"
+	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/vfs"
+)
+
+// simNet is an in-memory network between the nodes of a test cluster:
+// messages arrive after a random delay, may be dropped, and links may be
+// cut; the choices come from one seeded generator.
+type simNet struct {
+	mu       sync.Mutex
+	rng      *rand.Rand
+	nodes    map[uint64]*Node
+	cut      map[[2]uint64]bool // directed links that deliver nothing
+	dead     map[uint64]bool    // nodes that lost power: they send nothing more
+	dropRate float64
+	maxDelay time.Duration
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+func newSimNet(seed uint64) *simNet {
+	return &simNet{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), nodes: map[uint64]*Node{},
+		cut: map[[2]uint64]bool{}, dead: map[uint64]bool{}}
+}
+
+// simTransport is one node's end of the network.
+type simTransport struct {
+	net  *simNet
+	from uint64
+}
+
+func (t simTransport) Send(msgs []*raftpb.Message) {
+	s := t.net
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.dead[t.from] {
+		return
+	}
+	for _, m := range msgs {
+		to := m.GetTo()
+		if s.cut[[2]uint64{t.from, to}] || (s.dropRate > 0 && s.rng.Float64() < s.dropRate) {
+			continue
+		}
+		n := s.nodes[to]
+		if n == nil {
+			continue
+		}
+		var d time.Duration
+		if s.maxDelay > 0 {
+			d = time.Duration(s.rng.Int64N(int64(s.maxDelay)))
+		}
+		// The receiver must not share the sender's message: each side's
+		// raft keeps what it is given.
+		c := proto.Clone(m).(*raftpb.Message)
+		s.wg.Add(1)
+		time.AfterFunc(d, func() {
+			defer s.wg.Done()
+			n.Receive([]*raftpb.Message{c})
+		})
+	}
+}
+
+// partition cuts every link between the two sides.
+func (s *simNet) partition(a, b []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range a {
+		for _, y := range b {
+			s.cut[[2]uint64{x, y}], s.cut[[2]uint64{y, x}] = true, true
+		}
+	}
+}
+
+// setFaults sets the chance of dropping a message and the longest delay.
+func (s *simNet) setFaults(dropRate float64, maxDelay time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropRate, s.maxDelay = dropRate, maxDelay
+}
+
+func (s *simNet) heal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.cut)
+}
+
+func (s *simNet) setNode(id uint64, n *Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n == nil {
+		delete(s.nodes, id)
+	} else {
+		s.nodes[id] = n
+		delete(s.dead, id)
+	}
+}
+
+// kill silences node id at once, as a power loss does: nothing it does
+// after this moment reaches anyone.
+func (s *simNet) kill(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dead[id] = true
+	delete(s.nodes, id)
+}
+
+func (s *simNet) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// testNode is one node of a test cluster with its own in-memory disk.
+type testNode struct {
+	id     uint64
+	fs     *vfs.MemFS
+	store  *partition.Store
+	rlog   *raftlog.Log
+	node   *Node
+	cancel context.CancelFunc
+	done   chan error
+	paused atomic.Bool // its raft clock stands still
+}
+
+// testCluster runs nodes in one process over a simNet.
+type testCluster struct {
+	t     testing.TB
+	net   *simNet
+	peers []uint64
+	nodes map[uint64]*testNode
+}
+
+func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}}
+	for i := 1; i <= size; i++ {
+		c.peers = append(c.peers, uint64(i))
+	}
+	for _, id := range c.peers {
+		c.start(id, vfs.NewMem())
+	}
+	t.Cleanup(c.stopAll)
+	return c
+}
+
+// start runs node id on fs (a fresh disk, or a crash clone of its old one).
+func (c *testCluster) start(id uint64, fs *vfs.MemFS) *testNode {
+	c.t.Helper()
+	store, err := partition.Open("/data", &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}})
+	if err != nil {
+		c.t.Fatalf("node %d: open store: %v", id, err)
+	}
+	rlog, err := raftlog.Open("/raft", &raftlog.Options{FS: fs, MemTableSize: 1 << 20})
+	if err != nil {
+		c.t.Fatalf("node %d: open raft log: %v", id, err)
+	}
+	tn := &testNode{id: id, fs: fs, store: store, rlog: rlog, done: make(chan error, 1)}
+	ticks := make(chan time.Time)
+	node, err := NewNode(Config{
+		ID: id, Peers: c.peers, Store: store, Log: rlog, Ticks: ticks,
+		Transport:    simTransport{net: c.net, from: id},
+		TickInterval: 10 * time.Millisecond, ElectionTicks: 10,
+		SyncEvery: 50, RequestTimeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		c.t.Fatalf("node %d: %v", id, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tn.node, tn.cancel = node, cancel
+	go func() { tn.done <- node.Run(ctx) }()
+	go func() { // the node's raft clock, which a test may stop
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case now := <-t.C:
+				if !tn.paused.Load() {
+					select {
+					case ticks <- now:
+					case <-ctx.Done():
+						return
+					}
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	c.net.setNode(id, node)
+	c.nodes[id] = tn
+	return tn
+}
+
+// stop ends node id's run and closes its store and log.
+func (c *testCluster) stop(id uint64) {
+	tn := c.nodes[id]
+	if tn == nil {
+		return
+	}
+	c.net.setNode(id, nil)
+	tn.cancel()
+	<-tn.done
+	tn.store.Close()
+	tn.rlog.Close()
+	delete(c.nodes, id)
+}
+
+// crash stops node id as a power loss would: what was not synced is gone.
+// It returns the disk as the crash left it.
+func (c *testCluster) crash(id uint64, rng *rand.Rand) *vfs.MemFS {
+	c.net.kill(id) // first: a message sent after the disk's picture would come from the future
+	fs := c.nodes[id].fs.CrashClone(rng)
+	c.stop(id)
+	return fs
+}
+
+func (c *testCluster) stopAll() {
+	for id := range c.nodes {
+		c.stop(id)
+	}
+	c.net.close()
+}
+
+// leader waits for a ready leader and returns it.
+func (c *testCluster) leader(timeout time.Duration) *testNode {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, tn := range c.nodes {
+			if tn.node.IsLeader() {
+				return tn
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.t.Fatalf("no ready leader in %v", timeout)
+	return nil
+}
+
+// converge waits until every running node has applied what the leader
+// has: every write acknowledged so far.
+func (c *testCluster) converge(timeout time.Duration) {
+	c.t.Helper()
+	ld := c.leader(timeout)
+	target := ld.node.applied.Load()
+	deadline := time.Now().Add(timeout)
+	for _, tn := range c.nodes {
+		for tn.node.applied.Load() < target {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("node %d applied %d of %d in %v", tn.id, tn.node.applied.Load(), target, timeout)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// dump lists a store's entities with timestamps and values.
+func dump(t testing.TB, s *partition.Store, table string) string {
+	t.Helper()
+	page, _, err := s.QueryEntitiesPage(context.Background(), acct, table, partition.EntityQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := ""
+	for _, e := range page {
+		out += fmt.Sprintf("%s/%s@%d %x\n", e.PartitionKey, e.RowKey, e.Timestamp, e.Value)
+	}
+	return out
+}
+
+const acct = "devstoreaccount1"

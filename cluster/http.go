@@ -1,0 +1,218 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/tabuladb/tabula/cluster/transport"
+	"github.com/tabuladb/tabula/server/batch"
+)
+
+// Headers a node adds to a request it forwards to the leader. The leader
+// trusts them only on a request that carries the cluster's signature.
+const (
+	forwardedProto = "X-Tabula-Forwarded-Proto" // the scheme the client used: https makes r.TLS non-nil
+	forwardedFor   = "X-Tabula-Forwarded-For"   // the client's address, for SAS IP ranges
+)
+
+// Paths of the internal address.
+const (
+	statusPath = "/cluster/status"
+	helloPath  = "/cluster/hello"
+)
+
+// Signature purposes (transport.Sign).
+const (
+	purposeForward = "forward"
+	purposeStatus  = "status"
+	purposeHello   = "hello"
+)
+
+// HTTP serves a node's two addresses: the REST address clients use, where
+// a node that is not the leader forwards each request to the one that is,
+// and the internal address the nodes use among themselves (raft streams,
+// forwarded requests, status).
+type HTTP struct {
+	node   *Node
+	rest   atomic.Pointer[http.Handler] // set by Public
+	raft   http.Handler
+	peers  map[uint64]string // internal addresses by node id
+	secret []byte
+	log    *slog.Logger
+	now    func() time.Time
+	proxy  *httputil.ReverseProxy
+}
+
+// NewHTTP builds the handlers of node: raft is the transport's receiving
+// handler, peers the internal address of every node.
+func NewHTTP(node *Node, raft http.Handler, peers map[uint64]string, secret []byte) *HTTP {
+	h := &HTTP{node: node, raft: raft, peers: peers, secret: secret, log: node.log, now: node.cfg.Now}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	h.proxy = &httputil.ReverseProxy{
+		Rewrite:      h.rewrite,
+		Transport:    tr,
+		ErrorHandler: h.forwardFailed,
+		// Responses are the leader's, streamed as they come.
+		FlushInterval: -1,
+	}
+	return h
+}
+
+// Public returns the handler of the REST address around rest, the Table
+// service's handler (the server, on node.Store()); it fits
+// server.Options.Front. Forwarded requests reaching the internal address
+// are answered by rest too.
+func (h *HTTP) Public(rest http.Handler) http.Handler {
+	h.rest.Store(&rest)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leader := h.node.Leader()
+		if h.node.IsLeader() || leader == 0 || leader == h.node.cfg.ID || h.peers[leader] == "" {
+			// Served here: by the leader, or refused by the store (503
+			// ServerBusy) when no other leader is known.
+			rest.ServeHTTP(w, r)
+			return
+		}
+		r = r.WithContext(withLeader(r.Context(), leader))
+		h.proxy.ServeHTTP(w, r)
+	})
+}
+
+// Internal is the handler of the internal address.
+func (h *HTTP) Internal() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(transport.StreamPath, h.raft)
+	mux.HandleFunc(statusPath, h.status)
+	mux.HandleFunc(helloPath, func(w http.ResponseWriter, r *http.Request) {
+		if _, err := transport.Verify(r.Header, h.secret, purposeHello, h.node.cfg.ID, h.now()); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(forwardedProto) == "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		if _, err := transport.Verify(r.Header, h.secret, purposeForward, h.node.cfg.ID, h.now()); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		// The client's view of the request, as the node it reached saw it.
+		if r.Header.Get(forwardedProto) == "https" {
+			r.TLS = &tls.ConnectionState{HandshakeComplete: true}
+		}
+		if addr := r.Header.Get(forwardedFor); addr != "" {
+			r.RemoteAddr = addr
+		}
+		// Not forwarded again: a node that is not the leader refuses it
+		// (503 ServerBusy) and the client retries.
+		rest := h.rest.Load()
+		if rest == nil { // not serving the REST API yet
+			h.forwardFailed(w, r, errors.New("the REST server is not up yet"))
+			return
+		}
+		(*rest).ServeHTTP(w, r)
+	})
+}
+
+func (h *HTTP) rewrite(pr *httputil.ProxyRequest) {
+	leader, _ := leaderOf(pr.In.Context())
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = h.peers[leader]
+	pr.Out.Host = pr.In.Host // production-style URLs name the account in it
+	proto := "http"
+	if pr.In.TLS != nil {
+		proto = "https"
+	}
+	pr.Out.Header.Set(forwardedProto, proto)
+	pr.Out.Header.Set(forwardedFor, pr.In.RemoteAddr)
+	transport.Sign(pr.Out.Header, h.secret, purposeForward, h.node.cfg.ID, leader, h.now())
+}
+
+// forwardFailed answers a request the leader could not be reached for:
+// 503 ServerBusy, which the SDKs retry.
+func (h *HTTP) forwardFailed(w http.ResponseWriter, r *http.Request, err error) {
+	h.log.Warn("cluster: forwarding to the leader failed", "leader", h.node.Leader(), "err", err)
+	var id [16]byte
+	rand.Read(id[:])
+	rid := hex.EncodeToString(id[:])
+	w.Header().Set("Content-Type", batch.ErrorContentType)
+	w.Header().Set("X-Ms-Error-Code", "ServerBusy")
+	w.Header().Set("X-Ms-Request-Id", rid)
+	w.WriteHeader(http.StatusServiceUnavailable)
+	w.Write(batch.ErrorBody(-1, "ServerBusy", msgServerBusy, rid, h.now()))
+}
+
+// Status is what a node says of itself and, when it leads, of its peers.
+type Status struct {
+	Node     uint64       `json:"node"`
+	Leader   uint64       `json:"leader"`
+	State    string       `json:"state"`
+	Ready    bool         `json:"ready"`
+	Term     uint64       `json:"term"`
+	Commit   uint64       `json:"commit"`
+	Applied  uint64       `json:"applied"`
+	Failed   string       `json:"failed,omitempty"`
+	Peers    []PeerStatus `json:"peers"`
+	Entities int64        `json:"entities"`
+	Bytes    int64        `json:"bytes"`
+}
+
+// PeerStatus is a peer as the node sees it; replication progress only
+// from the leader.
+type PeerStatus struct {
+	Node   uint64 `json:"node"`
+	Addr   string `json:"addr"`
+	Match  uint64 `json:"match,omitempty"`
+	Active bool   `json:"active,omitempty"`
+}
+
+func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
+	// A status request may be signed for this node, or for any (receiver
+	// 0: an operator's tool that has not learned the node's id yet).
+	if _, err := transport.Verify(r.Header, h.secret, purposeStatus, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r.Header, h.secret, purposeStatus, 0, h.now()); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+	}
+	st := h.node.Status()
+	for id, addr := range h.peers {
+		p := st.progress[id]
+		st.Peers = append(st.Peers, PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active})
+	}
+	sortPeers(st.Peers)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(st.Status)
+}
+
+func sortPeers(ps []PeerStatus) {
+	slices.SortFunc(ps, func(a, b PeerStatus) int { return cmp.Compare(a.Node, b.Node) })
+}
+
+type leaderKey struct{}
+
+// withLeader carries the leader a request is forwarded to from Public to
+// the proxy's rewrite, so both use the one read of it.
+func withLeader(ctx context.Context, id uint64) context.Context {
+	return context.WithValue(ctx, leaderKey{}, id)
+}
+
+func leaderOf(ctx context.Context) (uint64, bool) {
+	id, ok := ctx.Value(leaderKey{}).(uint64)
+	return id, ok
+}

@@ -1,0 +1,421 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tabuladb/tabula/cluster/raftlog"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// group is the raft group that replicates the whole table service. The
+// log, the messages and the commands carry a group id so that range
+// partitions can become groups of their own; today there is this one.
+const group = 1
+
+// Transport sends raft messages to the other nodes (package
+// cluster/transport over the network; an in-memory one in tests).
+type Transport interface {
+	// Send queues messages for their recipients (m.To) without blocking.
+	Send(msgs []*raftpb.Message)
+}
+
+// Config configures a Node. Zero durations and counts mean their defaults.
+type Config struct {
+	// ID is the node's id in the group, from 1.
+	ID uint64
+	// Peers are the ids of every voter, ID included. They bootstrap a
+	// group that has no state on disk; a restarted node has them there.
+	Peers []uint64
+	// Store is the node's replica of the table service, open on its data
+	// directory; Log its raft log. The node does not close them.
+	Store *partition.Store
+	Log   *raftlog.Log
+	// Transport carries the node's messages; the node's Receive is what
+	// the transport hands incoming ones to.
+	Transport Transport
+	Logger    *slog.Logger
+	// Now is the wall clock of commit timestamps. Default time.Now.
+	Now func() time.Time
+	// TickInterval is raft's tick: heartbeats every HeartbeatTicks of
+	// them, elections after ElectionTicks (randomized up to twice that).
+	// Defaults 100 ms, 1 and 10: a leader's failure is noticed in 1–2 s.
+	TickInterval                  time.Duration
+	HeartbeatTicks, ElectionTicks int
+	// Ticks, when set, is the node's raft clock instead of a ticker of
+	// TickInterval: a test that stops it stands for a process paused (by
+	// a collector, a VM, SIGSTOP) while the rest of the cluster moves on.
+	Ticks <-chan time.Time
+	// SyncEvery is how many applied commands pass between syncs of the
+	// store, after which the raft log below the synced index may go.
+	// Default 4096.
+	SyncEvery uint64
+	// RequestTimeout bounds a request's wait for its command or its read
+	// round: past it a write is ambiguous (500 OperationTimedOut) and a
+	// read refused. Default 10 s: the service's own timeouts are tens of
+	// seconds, and a cluster that has not answered in ten is not going to.
+	RequestTimeout time.Duration
+	// OnReady, when set, is called each time the node becomes the ready
+	// leader (the server forgets what it cached as another node's
+	// follower).
+	OnReady func()
+	// LogRetention is how many entries below the synced applied index the
+	// log keeps for followers that lag behind: a follower further behind
+	// cannot catch up until snapshots exist (docs/cluster.md). Default
+	// 100,000.
+	LogRetention uint64
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	if out.TickInterval <= 0 {
+		out.TickInterval = 100 * time.Millisecond
+	}
+	if out.HeartbeatTicks <= 0 {
+		out.HeartbeatTicks = 1
+	}
+	if out.ElectionTicks <= 0 {
+		out.ElectionTicks = 10
+	}
+	if out.RequestTimeout <= 0 {
+		out.RequestTimeout = 10 * time.Second
+	}
+	if out.SyncEvery == 0 {
+		out.SyncEvery = 4096
+	}
+	if out.LogRetention == 0 {
+		out.LogRetention = 100_000
+	}
+	return out
+}
+
+// Node is one replica of the table service in a raft group: it runs the
+// group's raft state machine, persists its log, exchanges its messages
+// and applies its committed commands to its store. Store (the type) is
+// its face to the REST server.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	store *partition.Store
+	rlog  *raftlog.Storage
+	rn    *raft.RawNode // owned by the loop goroutine
+
+	inbox    chan []*raftpb.Message
+	proposes chan *proposal
+	reads    chan *readWaiter
+	applyCh  chan []*raftpb.Entry
+
+	// Leadership, as the loop last saw it; readers are other goroutines.
+	leader atomic.Uint64 // the leader's id, 0 when none is known
+	// ready is set while this node is the leader and has applied every
+	// entry committed before its term (the entries up to readyAt): only
+	// then may it stamp commands and answer reads. leaderMu orders the
+	// loop's changes of role with the apply goroutine's setting of ready.
+	ready    atomic.Bool
+	leaderMu sync.Mutex
+	isLeader bool
+	readyAt  uint64
+
+	// The loop's own state: the stamp clock's last issued timestamp, and
+	// the read batches waiting for their ReadIndex.
+	lastStamp  int64
+	readSeq    uint64
+	readsByCtx map[string][]*readWaiter
+
+	// applied is the index of the last entry applied; appliedTS the
+	// newest commit timestamp among the commands applied.
+	applied   atomic.Uint64
+	appliedTS atomic.Int64
+	appliedMu sync.Mutex
+	appliedCh chan struct{} // closed and replaced on every advance of applied
+
+	waiters waiters
+	status  atomic.Pointer[nodeStatus] // see snapshotStatus
+
+	stopped chan struct{}
+	failed  atomic.Pointer[error]
+}
+
+// ErrStopped is returned to requests once the node has stopped.
+var ErrStopped = errors.New("cluster: node stopped")
+
+// NewNode prepares a node: it opens (or bootstraps) its raft state from
+// the log, replays nothing yet, and starts no goroutine; Run does.
+func NewNode(cfg Config) (*Node, error) {
+	c := cfg.withDefaults()
+	if c.ID == 0 || c.Store == nil || c.Log == nil || c.Transport == nil {
+		return nil, errors.New("cluster: a node needs an ID, a store, a log and a transport")
+	}
+	st := c.Log.Group(group)
+	hs, cs, err := st.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	if len(cs.GetVoters()) == 0 && raft.IsEmptyHardState(hs) {
+		if len(c.Peers) == 0 {
+			return nil, errors.New("cluster: a new group needs its peers")
+		}
+		if err := st.Bootstrap(&raftpb.ConfState{Voters: c.Peers}); err != nil {
+			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+	}
+	applied, err := c.Store.AppliedIndex()
+	if err != nil {
+		return nil, err
+	}
+	if applied > hs.GetCommit() {
+		// raft does not sync its hard state for a commit index alone, so
+		// after a crash the log may remember less committed than the store
+		// applied. Applied entries were committed, and are in the log
+		// (entries are synced before they can commit): say so.
+		last, err := st.LastIndex()
+		if err != nil {
+			return nil, fmt.Errorf("cluster: read raft log: %w", err)
+		}
+		if applied > last {
+			return nil, fmt.Errorf("cluster: the store applied entry %d, past the raft log's last, %d: the log was lost or belongs to another store", applied, last)
+		}
+		fixed := &raftpb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: &applied}
+		w := c.Log.NewWrite()
+		w.SetHardState(group, fixed)
+		if err := w.Commit(true); err != nil {
+			return nil, fmt.Errorf("cluster: record commit index: %w", err)
+		}
+	}
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:              c.ID,
+		ElectionTick:    c.ElectionTicks,
+		HeartbeatTick:   c.HeartbeatTicks,
+		Storage:         st,
+		Applied:         applied,
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		// An entry queue bound: a leader cut off from its quorum stops
+		// taking proposals rather than growing without end.
+		MaxUncommittedEntriesSize: 64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{c.Logger},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	n := &Node{
+		cfg:        c,
+		log:        c.Logger,
+		store:      c.Store,
+		rlog:       st,
+		rn:         rn,
+		inbox:      make(chan []*raftpb.Message, 1024),
+		proposes:   make(chan *proposal, 1024),
+		reads:      make(chan *readWaiter, 1024),
+		applyCh:    make(chan []*raftpb.Entry, 64),
+		appliedCh:  make(chan struct{}),
+		stopped:    make(chan struct{}),
+		readsByCtx: make(map[string][]*readWaiter),
+	}
+	n.applied.Store(applied)
+	n.waiters.init()
+	return n, nil
+}
+
+// Receive hands the node messages from another node. It never blocks: a
+// node too busy to take them drops them, and raft sends them again.
+func (n *Node) Receive(msgs []*raftpb.Message) {
+	select {
+	case n.inbox <- msgs:
+	default:
+	}
+}
+
+// Leader returns the id of the group's leader as this node knows it, 0
+// when it knows none.
+func (n *Node) Leader() uint64 { return n.leader.Load() }
+
+// IsLeader reports whether this node is the leader and may answer for the
+// group: it has applied everything committed before its term.
+func (n *Node) IsLeader() bool { return n.ready.Load() }
+
+// Err returns the failure that stopped the node, if one did.
+func (n *Node) Err() error {
+	if p := n.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Run drives the node until ctx ends or a storage failure stops it (a log
+// write that failed cannot be retried: raft may have promised it). It
+// returns ctx's error or the failure.
+func (n *Node) Run(ctx context.Context) error {
+	applyDone := make(chan struct{})
+	go func() {
+		defer close(applyDone)
+		n.applyLoop()
+	}()
+	err := n.loop(ctx)
+	close(n.applyCh)
+	<-applyDone
+	if err != nil && !errors.Is(err, context.Canceled) {
+		n.failed.CompareAndSwap(nil, &err)
+		n.log.Error("cluster node stopped", "err", err)
+	}
+	n.ready.Store(false)
+	close(n.stopped)
+	n.waiters.failAll(ErrStopped)
+	return err
+}
+
+func (n *Node) loop(ctx context.Context) error {
+	ticks := n.cfg.Ticks
+	if ticks == nil {
+		ticker := time.NewTicker(n.cfg.TickInterval)
+		defer ticker.Stop()
+		ticks = ticker.C
+	}
+	var pendingReads []*readWaiter
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticks:
+			n.rn.Tick()
+			n.snapshotStatus()
+		case msgs := <-n.inbox:
+			n.step(msgs)
+		case p := <-n.proposes:
+			n.stampAndPropose(p)
+		case r := <-n.reads:
+			pendingReads = append(pendingReads, r)
+		}
+		// Take whatever else is queued before the next Ready, so one turn
+		// carries many proposals and messages: one log write, one fsync.
+		for more := true; more; {
+			select {
+			case msgs := <-n.inbox:
+				n.step(msgs)
+			case p := <-n.proposes:
+				n.stampAndPropose(p)
+			case r := <-n.reads:
+				pendingReads = append(pendingReads, r)
+			default:
+				more = false
+			}
+		}
+		if len(pendingReads) > 0 {
+			n.requestRead(pendingReads)
+			pendingReads = nil
+		}
+		for n.rn.HasReady() {
+			if err := n.handleReady(n.rn.Ready()); err != nil {
+				return err
+			}
+		}
+		if err := n.Err(); err != nil {
+			return err // the apply goroutine failed
+		}
+	}
+}
+
+func (n *Node) step(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		if m.GetTo() != n.cfg.ID {
+			continue
+		}
+		// A message of a stale term or for an unknown peer is an error
+		// raft reports and ignores; there is nothing to do about it here.
+		_ = n.rn.Step(m)
+	}
+}
+
+// handleReady does one Ready's work in raft's order: persist the log and
+// hard state (synced when raft says so) before sending any message that
+// depends on them, then send, then hand the committed entries to the
+// apply goroutine, then note leadership changes.
+func (n *Node) handleReady(rd raft.Ready) error {
+	if len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
+		w := n.cfg.Log.NewWrite()
+		if len(rd.Entries) > 0 {
+			w.Append(group, rd.Entries)
+		}
+		if !raft.IsEmptyHardState(rd.HardState) {
+			w.SetHardState(group, rd.HardState)
+		}
+		if err := w.Commit(rd.MustSync); err != nil {
+			return fmt.Errorf("cluster: persist raft log: %w", err)
+		}
+	}
+	if len(rd.Messages) > 0 {
+		n.cfg.Transport.Send(rd.Messages)
+	}
+	if len(rd.CommittedEntries) > 0 {
+		n.applyCh <- rd.CommittedEntries
+	}
+	for _, rs := range rd.ReadStates {
+		n.readDone(rs)
+	}
+	if rd.SoftState != nil {
+		n.leadershipChanged(rd.SoftState)
+	}
+	n.rn.Advance(rd)
+	n.checkReady()
+	return nil
+}
+
+// leadershipChanged notes a change of raft role or leader. Becoming the
+// leader starts the wait for the entries of earlier terms to be applied
+// (the first entry of the term is the empty one raft appends on election,
+// the last of rd.Entries); losing it fails the proposals and reads in
+// flight, whose fate this node can no longer tell.
+func (n *Node) leadershipChanged(ss *raft.SoftState) {
+	n.leader.Store(ss.Lead)
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	wasLeader := n.isLeader
+	n.isLeader = ss.RaftState == raft.StateLeader
+	switch {
+	case n.isLeader && !wasLeader:
+		// handleReady persisted the Ready's entries, the empty one among
+		// them, before calling here.
+		last, err := n.rlog.LastIndex()
+		if err != nil {
+			last = ^uint64(0) // never ready: the log is failing anyway
+		}
+		n.readyAt = last
+		n.log.Info("cluster: elected leader", "node", n.cfg.ID, "term", n.rn.BasicStatus().HardState.GetTerm(), "ready_at", n.readyAt)
+	case !n.isLeader && wasLeader:
+		n.ready.Store(false)
+		n.waiters.failAll(errAmbiguous)
+		n.failReads(errNotLeader(ss.Lead))
+		n.log.Info("cluster: lost leadership", "node", n.cfg.ID, "leader", ss.Lead)
+	}
+}
+
+// checkReady marks the leader ready once it has applied up to the first
+// entry of its term.
+func (n *Node) checkReady() {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	if n.isLeader && !n.ready.Load() && n.applied.Load() >= n.readyAt {
+		if n.cfg.OnReady != nil {
+			n.cfg.OnReady() // before any request is served as the leader
+		}
+		n.ready.Store(true)
+		n.log.Info("cluster: leader ready", "node", n.cfg.ID, "applied", n.applied.Load())
+	}
+}

@@ -1,0 +1,191 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/internal/svcerr"
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
+)
+
+func ent(pk, rk string, n int) *odata.Entity {
+	return &odata.Entity{PartitionKey: pk, RowKey: rk, Properties: []odata.Property{{Name: "N", Value: odata.Int32Value(int32(n))}}}
+}
+
+// TestReplicates writes through the leader of three nodes and finds every
+// replica byte for byte alike, timestamps included.
+func TestReplicates(t *testing.T) {
+	c := newTestCluster(t, 3, 1)
+	ld := c.leader(10 * time.Second)
+	s := ld.node.Store()
+	ctx := context.Background()
+	if _, err := s.CreateTable(ctx, acct, "Replicated"); err != nil {
+		t.Fatal(err)
+	}
+	var last odata.DateTime
+	for i := range 50 {
+		e, err := s.Apply(ctx, acct, "replicated", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", fmt.Sprintf("r%02d", i%10), i)})
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if e.Timestamp <= last {
+			t.Fatalf("write %d stamped %d, not after %d", i, e.Timestamp, last)
+		}
+		last = e.Timestamp
+	}
+	if _, err := s.ExecuteBatch(ctx, acct, "replicated", []partition.Op{
+		{Kind: partition.OpInsert, Entity: ent("q", "a", 1)}, {Kind: partition.OpInsert, Entity: ent("q", "b", 2)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A refused command is refused alike everywhere and changes nothing.
+	_, err := s.Apply(ctx, acct, "replicated", partition.Op{Kind: partition.OpInsert, Entity: ent("q", "a", 3)})
+	if partition.ErrorCode(err) != partition.CodeEntityAlreadyExists {
+		t.Fatalf("inserting an existing entity: %v", err)
+	}
+	got, err := s.GetEntity(ctx, acct, "replicated", "q", "b")
+	if err != nil || got.Timestamp <= last {
+		t.Fatalf("read through the leader: %v, %d", err, got.Timestamp)
+	}
+
+	c.converge(10 * time.Second)
+	want := dump(t, ld.store, "replicated")
+	for id, tn := range c.nodes {
+		if got := dump(t, tn.store, "replicated"); got != want {
+			t.Errorf("node %d differs from the leader:\n%s\n---\n%s", id, got, want)
+		}
+	}
+}
+
+// TestFollowersRefuse: a follower's store answers 503 ServerBusy, naming
+// the leader, rather than serving a stale read or taking a write.
+func TestFollowersRefuse(t *testing.T) {
+	c := newTestCluster(t, 3, 2)
+	ld := c.leader(10 * time.Second)
+	for id, tn := range c.nodes {
+		if id == ld.id {
+			continue
+		}
+		_, err := tn.node.Store().GetTable(context.Background(), acct, "t")
+		if codeOf(err) != "ServerBusy" {
+			t.Errorf("node %d, a follower, read: %v", id, err)
+		}
+		_, err = tn.node.Store().CreateTable(context.Background(), acct, "t")
+		if codeOf(err) != "ServerBusy" {
+			t.Errorf("node %d, a follower, wrote: %v", id, err)
+		}
+	}
+}
+
+// codeOf is the service error code a refusal carries, whether the store
+// or the cluster refused.
+func codeOf(err error) string {
+	var se *svcerr.Error
+	if errors.As(err, &se) {
+		return se.Code
+	}
+	return partition.ErrorCode(err)
+}
+
+// TestFailover kills the leader as a power loss would, and finds a new
+// leader elected that holds every acknowledged write and stamps above
+// every timestamp handed out before; the old leader, restarted from what
+// its disk kept, catches up and converges.
+func TestFailover(t *testing.T) {
+	c := newTestCluster(t, 3, 3)
+	ctx := context.Background()
+	ld := c.leader(10 * time.Second)
+	if _, err := ld.node.Store().CreateTable(ctx, acct, "fail"); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]odata.DateTime{}
+	var newest odata.DateTime
+	write := func(s *Store, i int) {
+		rk := fmt.Sprintf("r%03d", i)
+		e, err := s.Apply(ctx, acct, "fail", partition.Op{Kind: partition.OpInsert, Entity: ent("p", rk, i)})
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if e.Timestamp <= newest {
+			t.Fatalf("write %d stamped %d, not after %d", i, e.Timestamp, newest)
+		}
+		acked[rk], newest = e.Timestamp, e.Timestamp
+	}
+	for i := range 30 {
+		write(ld.node.Store(), i)
+	}
+	old := ld.id
+	disk := c.crash(old, nil)
+
+	ld = c.leader(10 * time.Second)
+	if ld.id == old {
+		t.Fatal("the crashed node still leads")
+	}
+	for i := 30; i < 60; i++ {
+		write(ld.node.Store(), i)
+	}
+	c.start(old, disk)
+	c.converge(10 * time.Second)
+	for id, tn := range c.nodes {
+		for rk, ts := range acked {
+			e, err := tn.store.GetEntity(ctx, acct, "fail", "p", rk)
+			if err != nil || e.Timestamp != ts {
+				t.Fatalf("node %d: acknowledged %s@%d: %v, timestamp %d", id, rk, ts, err, e.Timestamp)
+			}
+		}
+	}
+}
+
+// TestDeposedLeaderServesNoStaleRead: a leader whose process stalls while
+// cut off from the others still believes it leads after they have elected
+// another and written through it. A read it answers then would be stale;
+// the ReadIndex round, which needs a quorum, makes it refuse instead.
+func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
+	c := newTestCluster(t, 3, 4)
+	ctx := context.Background()
+	old := c.leader(10 * time.Second)
+	s := old.node.Store()
+	if _, err := s.CreateTable(ctx, acct, "stale"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, acct, "stale", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", "k", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	old.paused.Store(true)
+	var others []uint64
+	for _, id := range c.peers {
+		if id != old.id {
+			others = append(others, id)
+		}
+	}
+	c.net.partition([]uint64{old.id}, others)
+	var ld *testNode
+	for deadline := time.Now().Add(10 * time.Second); ld == nil; {
+		for _, id := range others {
+			if c.nodes[id].node.IsLeader() {
+				ld = c.nodes[id]
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the majority elected no leader")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := ld.node.Store().Apply(ctx, acct, "stale", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", "k", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if !old.node.IsLeader() {
+		t.Fatal("the stalled leader stepped down: the test lost its point")
+	}
+	e, err := s.GetEntity(ctx, acct, "stale", "p", "k")
+	if err == nil {
+		t.Fatalf("the deposed leader answered a read (timestamp %d) after its successor's write", e.Timestamp)
+	}
+	if code := codeOf(err); code != "ServerBusy" {
+		t.Fatalf("the deposed leader's refusal: %v", err)
+	}
+}

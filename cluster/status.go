@@ -1,0 +1,57 @@
+package cluster
+
+import (
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/tracker"
+)
+
+// progress is a peer's replication as the leader tracks it.
+type progress struct {
+	Match  uint64
+	Active bool
+}
+
+// nodeStatus is the loop's last picture of the node, for Status.
+type nodeStatus struct {
+	Status
+	progress map[uint64]progress
+}
+
+// snapshotStatus records the node's raft state for readers on other
+// goroutines; the loop calls it on every tick.
+func (n *Node) snapshotStatus() {
+	st := n.rn.Status()
+	ns := &nodeStatus{
+		Status: Status{
+			Node:    n.cfg.ID,
+			Leader:  st.Lead,
+			State:   st.RaftState.String(),
+			Ready:   n.ready.Load(),
+			Term:    st.GetTerm(),
+			Commit:  st.GetCommit(),
+			Applied: n.applied.Load(),
+		},
+		progress: make(map[uint64]progress, len(st.Progress)),
+	}
+	if st.RaftState == raft.StateLeader {
+		for id, pr := range st.Progress {
+			ns.progress[id] = progress{Match: pr.Match, Active: pr.RecentActive || id == n.cfg.ID || pr.State == tracker.StateReplicate}
+		}
+	}
+	n.status.Store(ns)
+}
+
+// Status returns what the node knows of itself and, when it leads, of
+// its peers' replication, as of its last tick.
+func (n *Node) Status() nodeStatus {
+	var st nodeStatus
+	if p := n.status.Load(); p != nil {
+		st = *p
+	}
+	st.Applied = n.applied.Load()
+	st.Ready = n.ready.Load()
+	if err := n.Err(); err != nil {
+		st.Failed = err.Error()
+	}
+	return st
+}

@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"context"
+
+	"github.com/tabuladb/tabula/cluster/command"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// Store is the table service as a cluster node serves it (it implements
+// server.Store): writes are commands proposed to the group and answered
+// with the result of applying them here; reads are answered from this
+// node's replica after a read round. Both need this node to be the ready
+// leader; elsewhere they are refused with 503 ServerBusy (the HTTP layer
+// forwards requests to the leader before they get here).
+type Store struct{ n *Node }
+
+// Store returns the node's face to the REST server.
+func (n *Node) Store() *Store { return &Store{n: n} }
+
+func (s *Store) write(ctx context.Context, c *command.Command, stamps int) (result, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.n.cfg.RequestTimeout)
+	defer cancel()
+	return s.n.propose(ctx, c, stamps)
+}
+
+func (s *Store) read(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.n.cfg.RequestTimeout)
+	if err := s.n.readBarrier(rctx); err != nil {
+		cancel()
+		if ctx.Err() == nil && rctx.Err() != nil {
+			// No quorum confirmed this node's leadership in time: a read
+			// is safe to retry, so ask for that.
+			err = errBusy("no quorum confirmed the leader in time")
+		}
+		return nil, nil, err
+	}
+	return rctx, cancel, nil
+}
+
+// CreateTable implements server.Store.
+func (s *Store) CreateTable(ctx context.Context, account, name string) (partition.Table, error) {
+	r, err := s.write(ctx, &command.Command{Kind: command.KindCreateTable, Account: account, Table: name}, 0)
+	return r.table, err
+}
+
+// DeleteTable implements server.Store.
+func (s *Store) DeleteTable(ctx context.Context, account, name string) error {
+	_, err := s.write(ctx, &command.Command{Kind: command.KindDeleteTable, Account: account, Table: name}, 0)
+	return err
+}
+
+// Apply implements server.Store.
+func (s *Store) Apply(ctx context.Context, account, table string, op partition.Op) (partition.StoredEntity, error) {
+	r, err := s.write(ctx, &command.Command{Kind: command.KindApply, Account: account, Table: table, Ops: []partition.Op{op}}, 1)
+	return r.entity, err
+}
+
+// ExecuteBatch implements server.Store.
+func (s *Store) ExecuteBatch(ctx context.Context, account, table string, ops []partition.Op) ([]partition.StoredEntity, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	if len(ops) > partition.MaxBatchOps {
+		// The store refuses it; it would not fit a command either.
+		return s.n.store.ExecuteBatch(ctx, account, table, ops)
+	}
+	r, err := s.write(ctx, &command.Command{Kind: command.KindBatch, Account: account, Table: table, Ops: ops}, len(ops))
+	return r.entities, err
+}
+
+// SetTableACL implements server.Store.
+func (s *Store) SetTableACL(ctx context.Context, account, table string, ids []partition.SignedIdentifier) error {
+	_, err := s.write(ctx, &command.Command{Kind: command.KindSetACL, Account: account, Table: table, ACL: ids}, 0)
+	return err
+}
+
+// SetServiceProperties implements server.Store.
+func (s *Store) SetServiceProperties(ctx context.Context, account string, props []byte) error {
+	_, err := s.write(ctx, &command.Command{Kind: command.KindSetProperties, Account: account, Properties: props}, 0)
+	return err
+}
+
+// GetTable implements server.Store.
+func (s *Store) GetTable(ctx context.Context, account, name string) (partition.Table, error) {
+	ctx, cancel, err := s.read(ctx)
+	if err != nil {
+		return partition.Table{}, err
+	}
+	defer cancel()
+	return s.n.store.GetTable(ctx, account, name)
+}
+
+// QueryTables implements server.Store.
+func (s *Store) QueryTables(ctx context.Context, account string, q partition.TableQuery) (partition.TablePage, error) {
+	ctx, cancel, err := s.read(ctx)
+	if err != nil {
+		return partition.TablePage{}, err
+	}
+	defer cancel()
+	return s.n.store.QueryTables(ctx, account, q)
+}
+
+// GetEntity implements server.Store.
+func (s *Store) GetEntity(ctx context.Context, account, table, pk, rk string) (partition.StoredEntity, error) {
+	ctx, cancel, err := s.read(ctx)
+	if err != nil {
+		return partition.StoredEntity{}, err
+	}
+	defer cancel()
+	return s.n.store.GetEntity(ctx, account, table, pk, rk)
+}
+
+// QueryEntities implements server.Store.
+func (s *Store) QueryEntities(ctx context.Context, account, table string, q partition.EntityQuery, fn func(*partition.StoredEntity) error) (partition.Continuation, error) {
+	ctx, cancel, err := s.read(ctx)
+	if err != nil {
+		return partition.Continuation{}, err
+	}
+	defer cancel()
+	return s.n.store.QueryEntities(ctx, account, table, q, fn)
+}
+
+// GetTableACL implements server.Store.
+func (s *Store) GetTableACL(ctx context.Context, account, table string) ([]partition.SignedIdentifier, error) {
+	ctx, cancel, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	return s.n.store.GetTableACL(ctx, account, table)
+}
+
+// GetServiceProperties implements server.Store.
+func (s *Store) GetServiceProperties(ctx context.Context, account string) ([]byte, error) {
+	ctx, cancel, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	return s.n.store.GetServiceProperties(ctx, account)
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+)
+
+const testSecret = "a-cluster-secret-for-tests"
+
+// freeAddrs returns n loopback addresses nothing listens on now.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+// procCluster is a cluster of `tabula serve` processes on loopback.
+type procCluster struct {
+	t         *testing.T
+	join      string
+	nodeAddrs []string
+	restAddrs []string
+	dirs      []string
+	procs     []*serverProcess
+}
+
+func startProcCluster(t *testing.T, size int) *procCluster {
+	t.Helper()
+	addrs := freeAddrs(t, 2*size)
+	c := &procCluster{t: t, nodeAddrs: addrs[:size], restAddrs: addrs[size:], procs: make([]*serverProcess, size)}
+	c.join = strings.Join(c.nodeAddrs, ",")
+	root := t.TempDir()
+	for i := range size {
+		c.dirs = append(c.dirs, filepath.Join(root, fmt.Sprintf("n%d", i+1)))
+	}
+	for i := range size {
+		c.start(i, testSecret)
+	}
+	return c
+}
+
+func (c *procCluster) args(i int, secret string) []string {
+	return []string{"--addr", c.restAddrs[i], "--data", c.dirs[i], "--node-addr", c.nodeAddrs[i], "--join", c.join,
+		"--cluster-secret", secret}
+}
+
+func (c *procCluster) start(i int, secret string) {
+	c.t.Helper()
+	c.procs[i] = startServe(c.t, c.args(i, secret)...)
+}
+
+// client is an SDK table client that reaches the cluster through node i,
+// retrying as the SDK does by default (503s while a leader is elected).
+func (c *procCluster) client(i int, table string) *aztables.Client {
+	c.t.Helper()
+	conn := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=%s;TableEndpoint=http://%s/devstoreaccount1;",
+		"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==", c.restAddrs[i])
+	opts := &aztables.ClientOptions{ClientOptions: policy.ClientOptions{Retry: policy.RetryOptions{
+		MaxRetries: 10, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second, TryTimeout: 15 * time.Second}}}
+	svc, err := aztables.NewServiceClientFromConnectionString(conn, opts)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return svc.NewClient(table)
+}
+
+// leader finds the node that leads, by asking each for its status.
+func (c *procCluster) leader() int {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, a := range c.nodeAddrs {
+			if c.procs[i] == nil {
+				continue
+			}
+			if st, err := fetchStatus(a, uint64(i+1), []byte(testSecret)); err == nil && st.Ready {
+				return i
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatal("no ready leader in 20 s")
+	return -1
+}
+
+// TestClusterOfProcesses runs three real nodes: the SDK writes through
+// one node and reads through the others (each forwards to the leader);
+// the leader is killed with SIGKILL under the writes and the survivors
+// carry on; the killed node restarts and catches up; nothing acknowledged
+// is lost.
+func TestClusterOfProcesses(t *testing.T) {
+	c := startProcCluster(t, 3)
+	ctx := context.Background()
+	leader := c.leader()
+	follower := (leader + 1) % 3
+	w := c.client(follower, "clustered")
+	if _, err := w.CreateTable(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]bool{}
+	write := func(cl *aztables.Client, i int) {
+		rk := fmt.Sprintf("r%04d", i)
+		if _, err := cl.AddEntity(ctx, entityJSON("p", rk, i), nil); err != nil {
+			var re *azcore.ResponseError
+			if errors.As(err, &re) && re.ErrorCode == "EntityAlreadyExists" {
+				acked[rk] = true // a retried insert whose first try had landed
+				return
+			}
+			t.Fatalf("insert %d: %v", i, err)
+		}
+		acked[rk] = true
+	}
+	for i := range 40 {
+		write(w, i)
+	}
+	// Every node answers reads, whichever leads.
+	for i := range 3 {
+		n := 0
+		pager := c.client(i, "clustered").NewListEntitiesPager(nil)
+		for pager.More() {
+			page, err := pager.NextPage(ctx)
+			if err != nil {
+				t.Fatalf("query through node %d: %v", i+1, err)
+			}
+			n += len(page.Entities)
+		}
+		if n != 40 {
+			t.Fatalf("query through node %d: %d entities, want 40", i+1, n)
+		}
+	}
+
+	// SIGKILL the leader; a survivor takes the writes.
+	c.procs[leader].cmd.Process.Signal(syscall.SIGKILL)
+	<-c.procs[leader].exited
+	c.procs[leader] = nil
+	survivor := c.client((leader+2)%3, "clustered")
+	for i := 40; i < 80; i++ {
+		write(survivor, i)
+	}
+	newLeader := c.leader()
+	if newLeader == leader {
+		t.Fatal("the killed node leads")
+	}
+
+	// The killed node restarts from its disk and catches up.
+	c.start(leader, testSecret)
+	for i := 80; i < 100; i++ {
+		write(c.client(leader, "clustered"), i)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := fetchStatus(c.nodeAddrs[leader], uint64(leader+1), []byte(testSecret))
+		ld, lerr := fetchStatus(c.nodeAddrs[c.leader()], 0, []byte(testSecret))
+		if err == nil && lerr == nil && st.Applied >= ld.Applied {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted node did not catch up: %+v / %+v (%v, %v)", st, ld, err, lerr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for rk := range acked {
+		if _, err := c.client(leader, "clustered").GetEntity(ctx, "p", rk, nil); err != nil {
+			t.Fatalf("acknowledged %s: %v", rk, err)
+		}
+	}
+
+	// `tabula cluster status` names the three nodes and one leader.
+	var out, errOut bytes.Buffer
+	if code := run([]string{"cluster", "status", "--node", c.nodeAddrs[0], "--cluster-secret", testSecret}, &out, &errOut); code != 0 {
+		t.Fatalf("cluster status: %d %s", code, errOut.String())
+	}
+	if got := strings.Count(out.String(), "Leader"); got != 1 || strings.Count(out.String(), "Follower") != 2 {
+		t.Errorf("cluster status:\n%s", out.String())
+	}
+}
+
+// TestClusterRefusals: a node with the wrong secret is refused by its
+// peers and stops at once; a data directory of another cluster (another
+// --join list) or of a single node is refused; a second node on a taken
+// address fails to start.
+func TestClusterRefusals(t *testing.T) {
+	c := startProcCluster(t, 3)
+	c.leader()
+	c.procs[2].cmd.Process.Signal(syscall.SIGKILL)
+	<-c.procs[2].exited
+
+	if _, err := spawnServe(c.args(2, "not-the-cluster-secret-at-all")...); err == nil || !strings.Contains(err.Error(), "secret") {
+		t.Errorf("wrong secret: %v", err)
+	}
+	other := append([]string(nil), c.args(2, testSecret)...)
+	other[len(other)-3] = c.nodeAddrs[2] + "," + c.nodeAddrs[0] + "," + c.nodeAddrs[1] // --join, reordered
+	if _, err := spawnServe(other...); err == nil || !strings.Contains(err.Error(), "belongs to another cluster") {
+		t.Errorf("another cluster's directory: %v", err)
+	}
+	single := t.TempDir()
+	p := startServe(t, "--addr", "127.0.0.1:0", "--data", single)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait(t)
+	args := c.args(2, testSecret)
+	args[3] = single // --data
+	if _, err := spawnServe(args...); err == nil || !strings.Contains(err.Error(), "single-node store") {
+		t.Errorf("a single node's directory: %v", err)
+	}
+	// Node 1's internal address is taken by node 1.
+	taken := c.args(0, testSecret)
+	taken[1] = "127.0.0.1:0"
+	taken[3] = t.TempDir()
+	if _, err := spawnServe(taken...); err == nil || !strings.Contains(err.Error(), "--node-addr") {
+		t.Errorf("a taken address: %v", err)
+	}
+	// The right secret and directory start and rejoin.
+	c.start(2, testSecret)
+	if _, err := http.Get("http://" + c.restAddrs[2] + "/devstoreaccount1/Tables"); err != nil {
+		t.Errorf("the rejoined node: %v", err)
+	}
+}
