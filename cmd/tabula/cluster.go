@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,12 +45,35 @@ const identityFile = "CLUSTER"
 // clusterFlags are serve's flags of cluster mode.
 type clusterFlags struct {
 	join, nodeAddr, secret string
+	routes                 routeFlag
 }
 
 func (cf *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.join, "join", "", "cluster mode: the internal address of every node, the same list on every node (host:port,host:port,...)")
 	fs.StringVar(&cf.nodeAddr, "node-addr", "", "cluster mode: this node's internal address, one of --join")
 	fs.StringVar(&cf.secret, "cluster-secret", "", "cluster mode: the secret every node shares (default $"+secretEnv+"); at least 16 characters")
+	fs.Var(&cf.routes, "peer", "cluster mode: reach node ID at ADDR instead of its --join address (ID=ADDR, repeatable): through a proxy, a tunnel, or a test's cuttable link")
+}
+
+// routeFlag is the repeatable --peer ID=ADDR.
+type routeFlag map[uint64]string
+
+func (r *routeFlag) String() string { return fmt.Sprint(map[uint64]string(*r)) }
+
+func (r *routeFlag) Set(v string) error {
+	id, addr, ok := strings.Cut(v, "=")
+	n, err := strconv.ParseUint(id, 10, 64)
+	if !ok || err != nil || n == 0 {
+		return fmt.Errorf("want ID=HOST:PORT, got %q", v)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%q: %v", addr, err)
+	}
+	if *r == nil {
+		*r = routeFlag{}
+	}
+	(*r)[n] = addr
+	return nil
 }
 
 // clusterSetup is a started cluster node: what serve needs from it, and
@@ -92,6 +116,11 @@ func (cf *clusterFlags) parse() (peers map[uint64]string, self uint64, secret []
 	}
 	if self == 0 {
 		return nil, 0, nil, fmt.Errorf("--node-addr %q is not in --join", cf.nodeAddr)
+	}
+	for id := range cf.routes {
+		if peers[id] == "" || id == self {
+			return nil, 0, nil, fmt.Errorf("--peer %d: not another node of --join", id)
+		}
 	}
 	return peers, self, secret, nil
 }
@@ -156,10 +185,24 @@ func (cf clusterFlags) prepare(dataDir string) (clusterPlan, error) {
 	return clusterPlan{flags: cf, dir: dataDir, peers: peers, self: self, secret: secret, storeAt: filepath.Join(dataDir, "store")}, nil
 }
 
+// routes are the addresses this node reaches the others at: their --join
+// addresses unless --peer says otherwise. The cluster's identity stays
+// the --join list.
+func (p clusterPlan) routes() map[uint64]string {
+	out := make(map[uint64]string, len(p.peers))
+	for id, addr := range p.peers {
+		if r := p.flags.routes[id]; r != "" {
+			addr = r
+		}
+		out[id] = addr
+	}
+	return out
+}
+
 // startCluster joins store (open at plan.storeAt) to the cluster and
 // starts the node; serve then answers the REST API through it.
 func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, onReady func()) (*clusterSetup, error) {
-	cf, peers, self, secret := plan.flags, plan.peers, plan.self, plan.secret
+	cf, peers, self, secret := plan.flags, plan.routes(), plan.self, plan.secret
 	// The log's entries are deleted soon after they apply: a small
 	// memtable holds them, and few reach a table.
 	rlog, err := raftlog.Open(filepath.Join(plan.dir, "raft"), &raftlog.Options{MemTableSize: 16 << 20})

@@ -16,6 +16,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+
+	"github.com/tabuladb/tabula/cluster/netproxy"
 )
 
 const testSecret = "a-cluster-secret-for-tests"
@@ -238,5 +240,99 @@ func TestClusterRefusals(t *testing.T) {
 	c.start(2, testSecret)
 	if _, err := http.Get("http://" + c.restAddrs[2] + "/devstoreaccount1/Tables"); err != nil {
 		t.Errorf("the rejoined node: %v", err)
+	}
+}
+
+// TestClusterPartition cuts the leader off from the others through
+// userspace proxies (every node reaches every other through one of its
+// own): the majority elects a new leader and takes writes; the cut-off
+// node acknowledges none, and answers no stale read; once healed it
+// catches up and serves the majority's writes.
+func TestClusterPartition(t *testing.T) {
+	addrs := freeAddrs(t, 6)
+	c := &procCluster{t: t, nodeAddrs: addrs[:3], restAddrs: addrs[3:], procs: make([]*serverProcess, 3)}
+	c.join = strings.Join(c.nodeAddrs, ",")
+	links := map[[2]int]*netproxy.Proxy{} // links[{from, to}]
+	for i := range 3 {
+		for j := range 3 {
+			if i != j {
+				p, err := netproxy.New("127.0.0.1:0", c.nodeAddrs[j])
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { p.Close() })
+				links[[2]int{i, j}] = p
+			}
+		}
+	}
+	root := t.TempDir()
+	for i := range 3 {
+		c.dirs = append(c.dirs, filepath.Join(root, fmt.Sprintf("n%d", i+1)))
+		args := c.args(i, testSecret)
+		for j := range 3 {
+			if i != j {
+				args = append(args, "--peer", fmt.Sprintf("%d=%s", j+1, links[[2]int{i, j}].Addr()))
+			}
+		}
+		c.procs[i] = startServe(t, args...)
+	}
+	ctx := context.Background()
+	leader := c.leader()
+	if _, err := c.client(leader, "split").CreateTable(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.client(leader, "split").AddEntity(ctx, entityJSON("p", "before", 1), nil); err != nil {
+		t.Fatal(err)
+	}
+
+	for k, p := range links {
+		if k[0] == leader || k[1] == leader {
+			p.Cut()
+		}
+	}
+	// The cut-off node takes no write: none is acknowledged.
+	noRetry := func(i int) *aztables.Client {
+		conn := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=%s;TableEndpoint=http://%s/devstoreaccount1;",
+			"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==", c.restAddrs[i])
+		svc, err := aztables.NewServiceClientFromConnectionString(conn, &aztables.ClientOptions{ClientOptions: policy.ClientOptions{
+			Retry: policy.RetryOptions{MaxRetries: -1, TryTimeout: 3 * time.Second}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc.NewClient("split")
+	}
+	minority := noRetry(leader)
+	if _, err := minority.AddEntity(ctx, entityJSON("p", "minority", 1), nil); err == nil {
+		t.Fatal("the cut-off node acknowledged a write")
+	}
+	// The majority elects a leader of its own and takes writes.
+	majority := c.client((leader+1)%3, "split")
+	for i := range 10 {
+		if _, err := majority.AddEntity(ctx, entityJSON("p", fmt.Sprintf("m%02d", i), i), nil); err != nil {
+			t.Fatalf("majority write %d: %v", i, err)
+		}
+	}
+	// The cut-off node now serves no read of the old state.
+	if _, err := minority.GetEntity(ctx, "p", "before", nil); err == nil {
+		t.Fatal("the cut-off node answered a read")
+	}
+
+	for _, p := range links {
+		p.Heal()
+	}
+	healed := c.client(leader, "split")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := healed.GetEntity(ctx, "p", "m09", nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after healing, the majority's writes through the old leader: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := healed.GetEntity(ctx, "p", "minority", nil); err == nil {
+		t.Error("the write the cut-off node never acknowledged was applied")
 	}
 }
