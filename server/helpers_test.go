@@ -59,12 +59,20 @@ func openStore(t testing.TB, opts *partition.Options) *partition.Store {
 // store closed when the test ends.
 func serveStore(t testing.TB, store *partition.Store, opts *server.Options) *testServer {
 	t.Helper()
+	return serveStoreAs(t, store, store, opts)
+}
+
+// serveStoreAs starts a server answering through backend (store, or a
+// cluster node's face to it); the server is shut down and store closed
+// when the test ends.
+func serveStoreAs(t testing.TB, store *partition.Store, backend server.Store, opts *server.Options) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		store.Close()
 		t.Fatal(err)
 	}
-	srv := server.New(store, opts)
+	srv := server.New(backend, opts)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	ts := &testServer{Store: store, Server: srv, Addr: ln.Addr().String()}

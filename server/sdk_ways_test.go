@@ -29,6 +29,7 @@ type sdkWay struct {
 	tls       bool // https, the server's certificate trusted by the client
 	hostStyle bool // https://devstoreaccount1.table.localhost:port, not /devstoreaccount1
 	bearer    bool // a Microsoft Entra ID token instead of the account key
+	cluster   bool // a follower of a three-node cluster, forwarding to the leader
 }
 
 // sdkWays are run by the SDK suites: the emulator's plain path-style URLs
@@ -40,6 +41,7 @@ var sdkWays = []sdkWay{
 	{name: "https", tls: true},
 	{name: "https-host", tls: true, hostStyle: true},
 	{name: "https-bearer", tls: true, hostStyle: true, bearer: true},
+	{name: "cluster", cluster: true},
 }
 
 // eachWay runs test once per way, as subtests.
@@ -81,6 +83,9 @@ func startServerFor(t testing.TB, w sdkWay, opts *server.Options) *testServer {
 		o.TLSConfig, certPath = testTLS(t)
 	}
 	o.OAuth = o.OAuth || w.bearer
+	if w.cluster {
+		return startClusterServer(t, &o)
+	}
 	ts := startServer(t, &o)
 	ts.CertPath = certPath
 	return ts

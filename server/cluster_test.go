@@ -1,0 +1,110 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tabuladb/tabula/cluster"
+	"github.com/tabuladb/tabula/cluster/raftlog"
+	"github.com/tabuladb/tabula/cluster/transport"
+	"github.com/tabuladb/tabula/server"
+)
+
+// startClusterServer runs three cluster nodes in this process, each with
+// its store, raft log, transport and internal address on loopback and a
+// REST server through which it forwards to the leader, and returns the
+// REST server of a node that is not the leader: a client of it goes
+// through forwarding and replication on every request.
+func startClusterServer(t testing.TB, opts *server.Options) *testServer {
+	t.Helper()
+	const size = 3
+	secret := []byte("server-tests-cluster-secret")
+	var lns []net.Listener
+	peers := map[uint64]string{}
+	for id := uint64(1); id <= size; id++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		peers[id] = ln.Addr().String()
+	}
+	type member struct {
+		node *cluster.Node
+		ts   *testServer
+	}
+	var members []member
+	for id := uint64(1); id <= size; id++ {
+		store := openStore(t, nil)
+		rlog, err := raftlog.Open(t.TempDir(), &raftlog.Options{MemTableSize: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var node *cluster.Node
+		tr := transport.New(transport.Options{NodeID: id, Secret: secret,
+			Deliver: func(_ uint64, msgs []*raftpb.Message) { node.Receive(msgs) }})
+		for pid, addr := range peers {
+			if pid != id {
+				tr.SetPeer(pid, addr)
+			}
+		}
+		node, err = cluster.NewNode(cluster.Config{ID: id, Peers: []uint64{1, 2, 3}, Store: store, Log: rlog, Transport: tr,
+			TickInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := cluster.NewHTTP(node, tr.Handler(), peers, secret)
+		internal := &http.Server{Handler: h.Internal()}
+		transport.ConfigureServer(internal)
+		go internal.Serve(lns[id-1])
+		o := server.Options{}
+		if opts != nil {
+			o = *opts
+		}
+		o.Front = h.Public
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- node.Run(ctx) }()
+		// Cleanups run last-registered first: the REST server (registered
+		// by serveStore below) stops before the node, the node before its
+		// log; serveStore closes the store.
+		t.Cleanup(func() {
+			if err := rlog.Close(); err != nil {
+				t.Errorf("node %d: closing the raft log: %v", id, err)
+			}
+		})
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("node %d: %v", id, err)
+			}
+			internal.Close()
+			tr.Close()
+		})
+		ts := serveStoreAs(t, store, node.Store(), &o)
+		members = append(members, member{node: node, ts: ts})
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range members {
+			if m.node.IsLeader() {
+				for _, f := range members {
+					if f.node != m.node {
+						return f.ts
+					}
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the cluster elected no leader in 20 s")
+	return nil
+}
+
+var _ server.Store = (*cluster.Store)(nil)
