@@ -3,12 +3,14 @@ package partition
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // Options configures a Store. The zero value of every field means its
@@ -113,6 +115,13 @@ func open(dir string, opts *Options, tune tuning) (*Store, error) {
 	lo := s.opts.LSM
 	lo.Split = PrefixLen
 	lo.DropKey = s.dropKey
+	fs := lo.FS
+	if fs == nil {
+		fs = vfs.Default()
+	}
+	if _, err := fs.Stat(filepath.Join(dir, restoringMarker)); err == nil {
+		return nil, fmt.Errorf("partition: open %s: a restore into it was interrupted; remove the directory's files and restore again", dir)
+	}
 	db, err := lsm.Open(dir, &lo)
 	if err != nil {
 		return nil, fmt.Errorf("partition: open %s: %w", dir, err)
