@@ -22,7 +22,8 @@ type Write struct {
 
 // groupWrite is what a Write holds for one group.
 type groupWrite struct {
-	appends [][]*pb.Entry // in call order
+	snap    *pb.SnapshotMetadata // applied before the appends
+	appends [][]*pb.Entry        // in call order
 	hs      *pb.HardState
 	cs      *pb.ConfState
 }
@@ -57,6 +58,17 @@ func (w *Write) Append(group uint64, entries []*pb.Entry) {
 	}
 	g := w.group(group)
 	g.appends = append(g.appends, slices.Clone(entries))
+}
+
+// ApplySnapshot moves a group's log to a snapshot's position, as raft asks
+// when a follower installs a snapshot: every entry goes, the snapshot's
+// index and term become the last compacted entry (FirstIndex is index+1),
+// and its conf state the group's. Entries appended in the same Write must
+// follow the snapshot's index.
+func (w *Write) ApplySnapshot(group uint64, meta *pb.SnapshotMetadata) {
+	if meta != nil {
+		w.group(group).snap = proto.Clone(meta).(*pb.SnapshotMetadata)
+	}
 }
 
 // SetHardState sets a group's hard state. A nil hs is ignored.
@@ -122,12 +134,35 @@ func (w *Write) Commit(sync bool) error {
 type groupPlan struct {
 	last    uint64
 	appends [][]*pb.Entry // with the compacted entries cut off
+	// snapshot: the new last compacted entry, once b is written.
+	snap                  bool
+	truncIndex, truncTerm uint64
 }
 
 // plan adds a group's part of a Write to b, against the group's current
 // state, and returns what to install once b is written.
 func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 	p := groupPlan{last: s.last}
+	truncIndex := s.truncIndex
+	if g.snap != nil {
+		idx := g.snap.GetIndex()
+		if idx <= s.truncIndex {
+			return p, fmt.Errorf("raftlog: group %d: snapshot at %d, not past the compacted %d", s.id, idx, s.truncIndex)
+		}
+		if err := s.deleteStored(b, s.truncIndex+1, math.MaxUint64); err != nil {
+			return p, err
+		}
+		v, err := proto.Marshal(&pb.Entry{Index: proto.Uint64(idx), Term: proto.Uint64(g.snap.GetTerm())})
+		if err != nil {
+			return p, fmt.Errorf("raftlog: group %d: %w", s.id, err)
+		}
+		b.Set(stateKey(s.id, kindTruncated), v)
+		if g.cs == nil {
+			g.cs = proto.Clone(g.snap.GetConfState()).(*pb.ConfState)
+		}
+		p.snap, p.truncIndex, p.truncTerm = true, idx, g.snap.GetTerm()
+		p.last, truncIndex = idx, idx
+	}
 	// The keys this Write sets are setLo..p.last (each append starts at
 	// most at the previous one's end + 1).
 	setLo := uint64(math.MaxUint64)
@@ -141,18 +176,18 @@ func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 		if first == 0 {
 			return p, fmt.Errorf("raftlog: group %d: appended entry at index 0", s.id)
 		}
-		if c := s.hs.GetCommit(); first <= c {
+		if c := s.hs.GetCommit(); first <= c && g.snap == nil {
 			return p, fmt.Errorf("raftlog: group %d: append at %d would overwrite committed entries (commit %d)", s.id, first, c)
 		}
 		if first > p.last+1 {
 			return p, fmt.Errorf("raftlog: group %d: missing log entries: append at %d after the last index %d", s.id, first, p.last)
 		}
-		if first <= s.truncIndex {
-			skip := s.truncIndex + 1 - first
+		if first <= truncIndex {
+			skip := truncIndex + 1 - first
 			if skip >= uint64(len(ents)) {
 				continue
 			}
-			ents, first = ents[skip:], s.truncIndex+1
+			ents, first = ents[skip:], truncIndex+1
 		}
 		for _, e := range ents {
 			v, err := proto.Marshal(e)
@@ -170,7 +205,7 @@ func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 			for i := max(newLast+1, setLo); i <= p.last; i++ {
 				b.Delete(entryKey(s.id, i))
 			}
-			if newLast < s.last && newLast+1 < setLo {
+			if newLast < s.last && newLast+1 < setLo && !p.snap {
 				if err := s.deleteStored(b, newLast+1, min(s.last, setLo-1)); err != nil {
 					return p, err
 				}
@@ -202,6 +237,10 @@ func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 
 // install makes a written plan the group's state.
 func (s *Storage) install(g *groupWrite, p groupPlan) {
+	if p.snap {
+		s.truncIndex, s.truncTerm = p.truncIndex, p.truncTerm
+		s.cache = nil
+	}
 	for _, ents := range p.appends {
 		s.cacheAppend(ents)
 	}
