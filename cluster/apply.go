@@ -14,11 +14,21 @@ import (
 // group, so commands meet the store in the same order on every replica.
 func (n *Node) applyLoop() {
 	sinceSync := uint64(0)
-	for ents := range n.applyCh {
+	for item := range n.applyCh {
 		if n.Err() != nil {
+			if item.done != nil {
+				item.done <- n.Err()
+			}
 			continue // stopped by a failure: drain, apply nothing more
 		}
-		for _, e := range ents {
+		if item.fn != nil {
+			err := item.fn()
+			if item.done != nil {
+				item.done <- err
+			}
+			continue
+		}
+		for _, e := range item.ents {
 			if e.GetType() == raftpb.EntryType_EntryNormal && len(e.GetData()) > 0 {
 				if err := n.applyEntry(e); err != nil {
 					n.fail(err)
@@ -37,6 +47,25 @@ func (n *Node) applyLoop() {
 	}
 }
 
+// applyItem is the apply goroutine's work: committed entries, or a
+// function to run between two commands (taking or installing a
+// snapshot), whose error is sent to done.
+type applyItem struct {
+	ents []*raftpb.Entry
+	fn   func() error
+	done chan error
+}
+
+// st is the node's store now: a snapshot install replaces it.
+func (n *Node) st() *partition.Store { return n.store.Load() }
+
+// onApply runs fn on the apply goroutine, between commands, and waits.
+func (n *Node) onApply(fn func() error) error {
+	done := make(chan error, 1)
+	n.applyCh <- applyItem{fn: fn, done: done}
+	return <-done
+}
+
 // applyEntry applies one command. A refusal (a condition not met, a table
 // missing) is the command's result, the same on every replica; a storage
 // failure, or an entry that does not decode, stops the node: a replica
@@ -48,7 +77,7 @@ func (n *Node) applyEntry(e *raftpb.Entry) error {
 	}
 	ctx := partition.WithStamp(context.Background(), partition.Stamp{Index: e.GetIndex(), Timestamp: c.Timestamp})
 	var r result
-	s := n.store
+	s := n.st()
 	switch c.Kind {
 	case command.KindApply:
 		r.entity, r.err = s.Apply(ctx, c.Account, c.Table, c.Ops[0])
@@ -112,7 +141,7 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 // that lag.
 func (n *Node) syncAndCompact() error {
 	applied := n.applied.Load()
-	if err := n.store.SyncApplied(applied); err != nil {
+	if err := n.st().SyncApplied(applied); err != nil {
 		return err
 	}
 	if applied <= n.cfg.LogRetention {

@@ -290,7 +290,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration) {
 	c.converge(20 * time.Second)
 	var want string
 	for _, id := range c.peers {
-		got := dump(t, c.nodes[id].store, "chaos")
+		got := dump(t, c.nodes[id].node.Replica(), "chaos")
 		if want == "" {
 			want = got
 		} else if got != want {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,20 @@ func (t simTransport) Send(msgs []*raftpb.Message) {
 			n.Receive([]*raftpb.Message{c})
 		})
 	}
+}
+
+// fetchSnapshot fetches a snapshot from a node of the network, as the
+// HTTP transport does between processes.
+func (s *simNet) fetchSnapshot(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
+	s.mu.Lock()
+	n := s.nodes[from]
+	s.mu.Unlock()
+	if n == nil {
+		return nil, fmt.Errorf("node %d is down", from)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(n.ServeSnapshot(pw, token)) }()
+	return pr, nil
 }
 
 // partition cuts every link between the two sides.
@@ -162,7 +177,8 @@ func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
 // start runs node id on fs (a fresh disk, or a crash clone of its old one).
 func (c *testCluster) start(id uint64, fs *vfs.MemFS) *testNode {
 	c.t.Helper()
-	store, err := partition.Open("/data", &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}})
+	storeOpts := &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}}
+	store, err := OpenStore("/node", storeOpts)
 	if err != nil {
 		c.t.Fatalf("node %d: open store: %v", id, err)
 	}
@@ -173,10 +189,13 @@ func (c *testCluster) start(id uint64, fs *vfs.MemFS) *testNode {
 	tn := &testNode{id: id, fs: fs, store: store, rlog: rlog, done: make(chan error, 1)}
 	ticks := make(chan time.Time)
 	node, err := NewNode(Config{
-		ID: id, Peers: c.peers, Store: store, Log: rlog, Ticks: ticks,
-		Transport:    simTransport{net: c.net, from: id},
-		TickInterval: 10 * time.Millisecond, ElectionTicks: 10,
-		SyncEvery: 50, RequestTimeout: 300 * time.Millisecond,
+		ID: id, Peers: c.peers, Store: store, DataDir: "/node", StoreOptions: storeOpts, Log: rlog, Ticks: ticks,
+		FetchSnapshot: c.net.fetchSnapshot,
+		Transport:     simTransport{net: c.net, from: id},
+		TickInterval:  10 * time.Millisecond, ElectionTicks: 10,
+		// Small: the log is compacted often, so lagging nodes catch up by
+		// snapshot in every run.
+		SyncEvery: 50, LogRetention: 30, RequestTimeout: 300 * time.Millisecond,
 	})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)
@@ -216,7 +235,7 @@ func (c *testCluster) stop(id uint64) {
 	c.net.setNode(id, nil)
 	tn.cancel()
 	<-tn.done
-	tn.store.Close()
+	tn.node.Replica().Close()
 	tn.rlog.Close()
 	delete(c.nodes, id)
 }

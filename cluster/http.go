@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -8,6 +9,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -28,15 +31,17 @@ const (
 
 // Paths of the internal address.
 const (
-	statusPath = "/cluster/status"
-	helloPath  = "/cluster/hello"
+	statusPath   = "/cluster/status"
+	helloPath    = "/cluster/hello"
+	snapshotPath = "/cluster/snapshot"
 )
 
 // Signature purposes (transport.Sign).
 const (
-	purposeForward = "forward"
-	purposeStatus  = "status"
-	purposeHello   = "hello"
+	purposeForward  = "forward"
+	purposeStatus   = "status"
+	purposeHello    = "hello"
+	purposeSnapshot = "snapshot"
 )
 
 // HTTP serves a node's two addresses: the REST address clients use, where
@@ -95,6 +100,23 @@ func (h *HTTP) Internal() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(transport.StreamPath, h.raft)
 	mux.HandleFunc(statusPath, h.status)
+	mux.HandleFunc(snapshotPath, func(w http.ResponseWriter, r *http.Request) {
+		if _, err := transport.Verify(r.Header, h.secret, purposeSnapshot, h.node.cfg.ID, h.now()); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		token, err := hex.DecodeString(r.URL.Query().Get("token"))
+		if err != nil {
+			http.Error(w, "bad token", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if err := h.node.ServeSnapshot(w, token); err != nil {
+			// Before any byte, a clean refusal; after, the cut stream
+			// fails the follower's checksum.
+			http.Error(w, err.Error(), http.StatusNotFound)
+		}
+	})
 	mux.HandleFunc(helloPath, func(w http.ResponseWriter, r *http.Request) {
 		if _, err := transport.Verify(r.Header, h.secret, purposeHello, h.node.cfg.ID, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
@@ -129,6 +151,30 @@ func (h *HTTP) Internal() http.Handler {
 	})
 }
 
+// FetchSnapshot fetches a snapshot from node from's internal address: it
+// fits Config.FetchSnapshot (through a variable set once the HTTP exists).
+func (h *HTTP) FetchSnapshot(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
+	addr := h.peers[from]
+	if addr == "" {
+		return nil, fmt.Errorf("cluster: no address for node %d", from)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+snapshotPath+"?token="+hex.EncodeToString(token), nil)
+	if err != nil {
+		return nil, err
+	}
+	transport.Sign(req.Header, h.secret, purposeSnapshot, h.node.cfg.ID, from, h.now())
+	resp, err := h.proxy.Transport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		resp.Body.Close()
+		return nil, fmt.Errorf("cluster: snapshot from node %d: %s: %s", from, resp.Status, bytes.TrimSpace(msg))
+	}
+	return resp.Body, nil
+}
+
 func (h *HTTP) rewrite(pr *httputil.ProxyRequest) {
 	leader, _ := leaderOf(pr.In.Context())
 	pr.Out.URL.Scheme = "http"
@@ -159,17 +205,19 @@ func (h *HTTP) forwardFailed(w http.ResponseWriter, r *http.Request, err error) 
 
 // Status is what a node says of itself and, when it leads, of its peers.
 type Status struct {
-	Node     uint64       `json:"node"`
-	Leader   uint64       `json:"leader"`
-	State    string       `json:"state"`
-	Ready    bool         `json:"ready"`
-	Term     uint64       `json:"term"`
-	Commit   uint64       `json:"commit"`
-	Applied  uint64       `json:"applied"`
-	Failed   string       `json:"failed,omitempty"`
-	Peers    []PeerStatus `json:"peers"`
-	Entities int64        `json:"entities"`
-	Bytes    int64        `json:"bytes"`
+	Node    uint64       `json:"node"`
+	Leader  uint64       `json:"leader"`
+	State   string       `json:"state"`
+	Ready   bool         `json:"ready"`
+	Term    uint64       `json:"term"`
+	Commit  uint64       `json:"commit"`
+	Applied uint64       `json:"applied"`
+	Failed  string       `json:"failed,omitempty"`
+	Peers   []PeerStatus `json:"peers"`
+	// SnapshotsMade and SnapshotsInstalled count the snapshots this node
+	// made for lagging followers, and installed to catch up itself.
+	SnapshotsMade      int `json:"snapshots_made"`
+	SnapshotsInstalled int `json:"snapshots_installed"`
 }
 
 // PeerStatus is a peer as the node sees it; replication progress only

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -35,10 +36,18 @@ type Config struct {
 	// Peers are the ids of every voter, ID included. They bootstrap a
 	// group that has no state on disk; a restarted node has them there.
 	Peers []uint64
-	// Store is the node's replica of the table service, open on its data
-	// directory; Log its raft log. The node does not close them.
-	Store *partition.Store
-	Log   *raftlog.Log
+	// Store is the node's replica of the table service, opened by
+	// OpenStore on DataDir with StoreOptions; Log its raft log. A snapshot
+	// install replaces the store with another in DataDir: Node.Close
+	// closes the one open then. The node does not close Log.
+	Store        *partition.Store
+	DataDir      string
+	StoreOptions *partition.Options
+	Log          *raftlog.Log
+	// FetchSnapshot fetches the snapshot token names from node from (its
+	// Node.ServeSnapshot, over the network). Without it the node cannot
+	// catch up once its peers have compacted what it lacks.
+	FetchSnapshot func(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error)
 	// Transport carries the node's messages; the node's Receive is what
 	// the transport hands incoming ones to.
 	Transport Transport
@@ -68,9 +77,8 @@ type Config struct {
 	// follower).
 	OnReady func()
 	// LogRetention is how many entries below the synced applied index the
-	// log keeps for followers that lag behind: a follower further behind
-	// cannot catch up until snapshots exist (docs/cluster.md). Default
-	// 100,000.
+	// log keeps, so a follower briefly behind catches up from the log
+	// rather than a snapshot of the whole store. Default 10,000.
 	LogRetention uint64
 }
 
@@ -98,7 +106,7 @@ func (c *Config) withDefaults() Config {
 		out.SyncEvery = 4096
 	}
 	if out.LogRetention == 0 {
-		out.LogRetention = 100_000
+		out.LogRetention = 10_000
 	}
 	return out
 }
@@ -110,14 +118,20 @@ func (c *Config) withDefaults() Config {
 type Node struct {
 	cfg   Config
 	log   *slog.Logger
-	store *partition.Store
+	store atomic.Pointer[partition.Store] // see st
 	rlog  *raftlog.Storage
 	rn    *raft.RawNode // owned by the loop goroutine
+
+	// dir is the node's data directory; storePtr names the live store in
+	// it (owned by the apply goroutine, which installs snapshots).
+	dir      *storeDir
+	storePtr storePointer
+	snaps    snapshots
 
 	inbox    chan []*raftpb.Message
 	proposes chan *proposal
 	reads    chan *readWaiter
-	applyCh  chan []*raftpb.Entry
+	applyCh  chan applyItem
 
 	// Leadership, as the loop last saw it; readers are other goroutines.
 	leader atomic.Uint64 // the leader's id, 0 when none is known
@@ -157,8 +171,13 @@ var ErrStopped = errors.New("cluster: node stopped")
 // the log, replays nothing yet, and starts no goroutine; Run does.
 func NewNode(cfg Config) (*Node, error) {
 	c := cfg.withDefaults()
-	if c.ID == 0 || c.Store == nil || c.Log == nil || c.Transport == nil {
-		return nil, errors.New("cluster: a node needs an ID, a store, a log and a transport")
+	if c.ID == 0 || c.Store == nil || c.DataDir == "" || c.Log == nil || c.Transport == nil {
+		return nil, errors.New("cluster: a node needs an ID, a store and its data directory, a log and a transport")
+	}
+	dir := newStoreDir(c.DataDir, c.StoreOptions)
+	ptr, err := dir.readPointer()
+	if err != nil {
+		return nil, err
 	}
 	st := c.Log.Group(group)
 	hs, cs, err := st.InitialState()
@@ -186,21 +205,28 @@ func NewNode(cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster: read raft log: %w", err)
 		}
+		w := c.Log.NewWrite()
 		if applied > last {
-			return nil, fmt.Errorf("cluster: the store applied entry %d, past the raft log's last, %d: the log was lost or belongs to another store", applied, last)
+			// Only a snapshot takes the store past the log: the node
+			// switched to a restored store and crashed before its log
+			// recorded the snapshot. Record it now.
+			if ptr.snap == nil || ptr.snap.GetIndex() != applied {
+				return nil, fmt.Errorf("cluster: the store applied entry %d, past the raft log's last, %d: the log was lost or belongs to another store", applied, last)
+			}
+			w.ApplySnapshot(group, ptr.snap)
 		}
 		fixed := &raftpb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: &applied}
-		w := c.Log.NewWrite()
 		w.SetHardState(group, fixed)
 		if err := w.Commit(true); err != nil {
 			return nil, fmt.Errorf("cluster: record commit index: %w", err)
 		}
 	}
+	ns := &nodeStorage{Storage: st}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:              c.ID,
 		ElectionTick:    c.ElectionTicks,
 		HeartbeatTick:   c.HeartbeatTicks,
-		Storage:         st,
+		Storage:         ns,
 		Applied:         applied,
 		MaxSizePerMsg:   1 << 20,
 		MaxInflightMsgs: 256,
@@ -218,21 +244,31 @@ func NewNode(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:        c,
 		log:        c.Logger,
-		store:      c.Store,
 		rlog:       st,
 		rn:         rn,
+		dir:        dir,
+		storePtr:   ptr,
 		inbox:      make(chan []*raftpb.Message, 1024),
 		proposes:   make(chan *proposal, 1024),
 		reads:      make(chan *readWaiter, 1024),
-		applyCh:    make(chan []*raftpb.Entry, 64),
+		applyCh:    make(chan applyItem, 64),
 		appliedCh:  make(chan struct{}),
 		stopped:    make(chan struct{}),
 		readsByCtx: make(map[string][]*readWaiter),
 	}
+	ns.n = n
+	n.store.Store(c.Store)
+	n.snaps.served = map[string]*servedSnapshot{}
+	n.snaps.nextDir = ptr.n
 	n.applied.Store(applied)
 	n.waiters.init()
 	return n, nil
 }
+
+// Replica returns the node's store open now: Config.Store, or the store a
+// snapshot install put in its place. Once Run has returned, it is the one
+// the node's owner closes.
+func (n *Node) Replica() *partition.Store { return n.st() }
 
 // Receive hands the node messages from another node. It never blocks: a
 // node too busy to take them drops them, and raft sends them again.
@@ -271,6 +307,7 @@ func (n *Node) Run(ctx context.Context) error {
 	err := n.loop(ctx)
 	close(n.applyCh)
 	<-applyDone
+	n.closeSnapshots()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		n.failed.CompareAndSwap(nil, &err)
 		n.log.Error("cluster node stopped", "err", err)
@@ -337,6 +374,9 @@ func (n *Node) step(msgs []*raftpb.Message) {
 		if m.GetTo() != n.cfg.ID {
 			continue
 		}
+		if m.GetType() == raftpb.MessageType_MsgSnap && !n.snapshotMessage(m) {
+			continue // stepped once its snapshot is fetched and staged
+		}
 		// A message of a stale term or for an unknown peer is an error
 		// raft reports and ignores; there is nothing to do about it here.
 		_ = n.rn.Step(m)
@@ -348,23 +388,42 @@ func (n *Node) step(msgs []*raftpb.Message) {
 // depends on them, then send, then hand the committed entries to the
 // apply goroutine, then note leadership changes.
 func (n *Node) handleReady(rd raft.Ready) error {
-	if len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
+	snap := !raft.IsEmptySnap(rd.Snapshot)
+	if snap {
+		// The store first: a crash after the switch is recovered from the
+		// store's pointer (NewNode), one before it from the old store.
+		meta := rd.Snapshot.GetMetadata()
+		if err := n.onApply(func() error { return n.installSnapshot(meta) }); err != nil {
+			return err
+		}
+	}
+	if snap || len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
 		w := n.cfg.Log.NewWrite()
+		if snap {
+			w.ApplySnapshot(group, rd.Snapshot.GetMetadata())
+		}
 		if len(rd.Entries) > 0 {
 			w.Append(group, rd.Entries)
 		}
 		if !raft.IsEmptyHardState(rd.HardState) {
 			w.SetHardState(group, rd.HardState)
 		}
-		if err := w.Commit(rd.MustSync); err != nil {
+		if err := w.Commit(rd.MustSync || snap); err != nil {
 			return fmt.Errorf("cluster: persist raft log: %w", err)
 		}
 	}
 	if len(rd.Messages) > 0 {
 		n.cfg.Transport.Send(rd.Messages)
+		for _, m := range rd.Messages {
+			if m.GetType() == raftpb.MessageType_MsgSnap {
+				// Sent: the follower fetches the store itself, and answers
+				// once it has it.
+				n.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+			}
+		}
 	}
 	if len(rd.CommittedEntries) > 0 {
-		n.applyCh <- rd.CommittedEntries
+		n.applyCh <- applyItem{ents: rd.CommittedEntries}
 	}
 	for _, rs := range rd.ReadStates {
 		n.readDone(rs)

@@ -53,9 +53,9 @@ func TestReplicates(t *testing.T) {
 	}
 
 	c.converge(10 * time.Second)
-	want := dump(t, ld.store, "replicated")
+	want := dump(t, ld.node.Replica(), "replicated")
 	for id, tn := range c.nodes {
-		if got := dump(t, tn.store, "replicated"); got != want {
+		if got := dump(t, tn.node.Replica(), "replicated"); got != want {
 			t.Errorf("node %d differs from the leader:\n%s\n---\n%s", id, got, want)
 		}
 	}
@@ -132,7 +132,7 @@ func TestFailover(t *testing.T) {
 	c.converge(10 * time.Second)
 	for id, tn := range c.nodes {
 		for rk, ts := range acked {
-			e, err := tn.store.GetEntity(ctx, acct, "fail", "p", rk)
+			e, err := tn.node.Replica().GetEntity(ctx, acct, "fail", "p", rk)
 			if err != nil || e.Timestamp != ts {
 				t.Fatalf("node %d: acknowledged %s@%d: %v, timestamp %d", id, rk, ts, err, e.Timestamp)
 			}
@@ -187,5 +187,55 @@ func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 	}
 	if code := codeOf(err); code != "ServerBusy" {
 		t.Fatalf("the deposed leader's refusal: %v", err)
+	}
+}
+
+// TestCatchUpBySnapshot stops a node while the others write far past
+// what their logs keep: restarted, it cannot catch up from the log and
+// is sent a snapshot of the leader's store, installs it, and goes on
+// from there with the others, byte for byte alike.
+func TestCatchUpBySnapshot(t *testing.T) {
+	c := newTestCluster(t, 3, 5)
+	ctx := context.Background()
+	ld := c.leader(10 * time.Second)
+	if _, err := ld.node.Store().CreateTable(ctx, acct, "snap"); err != nil {
+		t.Fatal(err)
+	}
+	var lag uint64
+	for id := range c.nodes {
+		if id != ld.id {
+			lag = id
+			break
+		}
+	}
+	disk := c.crash(lag, nil)
+	for i := range 300 { // ten times LogRetention, six syncs
+		if _, err := ld.node.Store().Apply(ctx, acct, "snap", partition.Op{Kind: partition.OpInsert, Entity: ent(fmt.Sprintf("p%d", i%9), fmt.Sprintf("r%03d", i), i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if first, _ := ld.rlog.Group(group).FirstIndex(); first < 100 {
+		t.Fatalf("the leader's log starts at %d: not compacted, the test lost its point", first)
+	}
+	tn := c.start(lag, disk)
+	for i := 300; i < 310; i++ {
+		if _, err := ld.node.Store().Apply(ctx, acct, "snap", partition.Op{Kind: partition.OpInsert, Entity: ent("late", fmt.Sprintf("r%03d", i), i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.converge(20 * time.Second)
+	if st := tn.node.Status(); st.SnapshotsInstalled == 0 {
+		t.Fatalf("the lagging node caught up without a snapshot: %+v", st.Status)
+	}
+	want := dump(t, ld.node.Replica(), "snap")
+	if got := dump(t, tn.node.Replica(), "snap"); got != want {
+		t.Fatalf("the node caught up by snapshot differs:\n%s\n---\n%s", got, want)
+	}
+	// Restarted again, it reopens the store the snapshot made.
+	disk = c.crash(lag, nil)
+	tn = c.start(lag, disk)
+	c.converge(20 * time.Second)
+	if got := dump(t, tn.node.Replica(), "snap"); got != want {
+		t.Fatalf("after a restart the node differs:\n%s\n---\n%s", got, want)
 	}
 }

@@ -53,5 +53,8 @@ func (n *Node) Status() nodeStatus {
 	if err := n.Err(); err != nil {
 		st.Failed = err.Error()
 	}
+	n.snaps.mu.Lock()
+	st.SnapshotsMade, st.SnapshotsInstalled = n.snaps.made, n.snaps.installed
+	n.snaps.mu.Unlock()
 	return st
 }

@@ -63,7 +63,7 @@ func (s *Store) ExecuteBatch(ctx context.Context, account, table string, ops []p
 	}
 	if len(ops) > partition.MaxBatchOps {
 		// The store refuses it; it would not fit a command either.
-		return s.n.store.ExecuteBatch(ctx, account, table, ops)
+		return s.n.st().ExecuteBatch(ctx, account, table, ops)
 	}
 	r, err := s.write(ctx, &command.Command{Kind: command.KindBatch, Account: account, Table: table, Ops: ops}, len(ops))
 	return r.entities, err
@@ -88,7 +88,7 @@ func (s *Store) GetTable(ctx context.Context, account, name string) (partition.T
 		return partition.Table{}, err
 	}
 	defer cancel()
-	return s.n.store.GetTable(ctx, account, name)
+	return s.n.st().GetTable(ctx, account, name)
 }
 
 // QueryTables implements server.Store.
@@ -98,7 +98,7 @@ func (s *Store) QueryTables(ctx context.Context, account string, q partition.Tab
 		return partition.TablePage{}, err
 	}
 	defer cancel()
-	return s.n.store.QueryTables(ctx, account, q)
+	return s.n.st().QueryTables(ctx, account, q)
 }
 
 // GetEntity implements server.Store.
@@ -108,7 +108,7 @@ func (s *Store) GetEntity(ctx context.Context, account, table, pk, rk string) (p
 		return partition.StoredEntity{}, err
 	}
 	defer cancel()
-	return s.n.store.GetEntity(ctx, account, table, pk, rk)
+	return s.n.st().GetEntity(ctx, account, table, pk, rk)
 }
 
 // QueryEntities implements server.Store.
@@ -118,7 +118,7 @@ func (s *Store) QueryEntities(ctx context.Context, account, table string, q part
 		return partition.Continuation{}, err
 	}
 	defer cancel()
-	return s.n.store.QueryEntities(ctx, account, table, q, fn)
+	return s.n.st().QueryEntities(ctx, account, table, q, fn)
 }
 
 // GetTableACL implements server.Store.
@@ -128,7 +128,7 @@ func (s *Store) GetTableACL(ctx context.Context, account, table string) ([]parti
 		return nil, err
 	}
 	defer cancel()
-	return s.n.store.GetTableACL(ctx, account, table)
+	return s.n.st().GetTableACL(ctx, account, table)
 }
 
 // GetServiceProperties implements server.Store.
@@ -138,5 +138,5 @@ func (s *Store) GetServiceProperties(ctx context.Context, account string) ([]byt
 		return nil, err
 	}
 	defer cancel()
-	return s.n.store.GetServiceProperties(ctx, account)
+	return s.n.st().GetServiceProperties(ctx, account)
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -41,7 +42,11 @@ func startClusterServer(t testing.TB, opts *server.Options) *testServer {
 	}
 	var members []member
 	for id := uint64(1); id <= size; id++ {
-		store := openStore(t, nil)
+		dataDir := t.TempDir()
+		store, err := cluster.OpenStore(dataDir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		rlog, err := raftlog.Open(t.TempDir(), &raftlog.Options{MemTableSize: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
@@ -54,12 +59,16 @@ func startClusterServer(t testing.TB, opts *server.Options) *testServer {
 				tr.SetPeer(pid, addr)
 			}
 		}
-		node, err = cluster.NewNode(cluster.Config{ID: id, Peers: []uint64{1, 2, 3}, Store: store, Log: rlog, Transport: tr,
-			TickInterval: 20 * time.Millisecond})
+		var h *cluster.HTTP
+		node, err = cluster.NewNode(cluster.Config{ID: id, Peers: []uint64{1, 2, 3}, Store: store, DataDir: dataDir, Log: rlog, Transport: tr,
+			TickInterval: 20 * time.Millisecond,
+			FetchSnapshot: func(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
+				return h.FetchSnapshot(ctx, from, token)
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := cluster.NewHTTP(node, tr.Handler(), peers, secret)
+		h = cluster.NewHTTP(node, tr.Handler(), peers, secret)
 		internal := &http.Server{Handler: h.Internal()}
 		transport.ConfigureServer(internal)
 		go internal.Serve(lns[id-1])

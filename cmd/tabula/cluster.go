@@ -46,12 +46,15 @@ const identityFile = "CLUSTER"
 type clusterFlags struct {
 	join, nodeAddr, secret string
 	routes                 routeFlag
+	logKeep, syncEvery     uint64
 }
 
 func (cf *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.join, "join", "", "cluster mode: the internal address of every node, the same list on every node (host:port,host:port,...)")
 	fs.StringVar(&cf.nodeAddr, "node-addr", "", "cluster mode: this node's internal address, one of --join")
 	fs.StringVar(&cf.secret, "cluster-secret", "", "cluster mode: the secret every node shares (default $"+secretEnv+"); at least 16 characters")
+	fs.Uint64Var(&cf.logKeep, "raft-log-keep", 10_000, "cluster mode: raft log entries kept below the synced applied index, for followers briefly behind (further behind, they get a snapshot)")
+	fs.Uint64Var(&cf.syncEvery, "raft-sync-every", 4096, "cluster mode: commands applied between syncs of the store, after which the raft log below them may go")
 	fs.Var(&cf.routes, "peer", "cluster mode: reach node ID at ADDR instead of its --join address (ID=ADDR, repeatable): through a proxy, a tunnel, or a test's cuttable link")
 }
 
@@ -163,16 +166,16 @@ func checkIdentity(dir, cluster string, node uint64) error {
 // clusterPlan is a cluster node's identity, checked against its data
 // directory before anything in it is opened.
 type clusterPlan struct {
-	flags   clusterFlags
-	dir     string
-	peers   map[uint64]string
-	self    uint64
-	secret  []byte
-	storeAt string // where the node's replica of the store lives
+	flags  clusterFlags
+	dir    string
+	peers  map[uint64]string
+	self   uint64
+	secret []byte
 }
 
 // prepare reads the cluster flags and checks (or claims) the data
-// directory: a cluster node keeps its store in store/ and its raft log in
+// directory: a cluster node keeps its store in store-N/ (named by the
+// STORE file; a snapshot install makes the next) and its raft log in
 // raft/, beside the CLUSTER file naming the cluster and the node.
 func (cf clusterFlags) prepare(dataDir string) (clusterPlan, error) {
 	peers, self, secret, err := cf.parse()
@@ -182,7 +185,7 @@ func (cf clusterFlags) prepare(dataDir string) (clusterPlan, error) {
 	if err := checkIdentity(dataDir, clusterID(peers, secret), self); err != nil {
 		return clusterPlan{}, err
 	}
-	return clusterPlan{flags: cf, dir: dataDir, peers: peers, self: self, secret: secret, storeAt: filepath.Join(dataDir, "store")}, nil
+	return clusterPlan{flags: cf, dir: dataDir, peers: peers, self: self, secret: secret}, nil
 }
 
 // routes are the addresses this node reaches the others at: their --join
@@ -199,8 +202,9 @@ func (p clusterPlan) routes() map[uint64]string {
 	return out
 }
 
-// startCluster joins store (open at plan.storeAt) to the cluster and
-// starts the node; serve then answers the REST API through it.
+// startCluster joins store (opened by cluster.OpenStore on plan.dir) to
+// the cluster and starts the node; serve then answers the REST API
+// through it.
 func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, onReady func()) (*clusterSetup, error) {
 	cf, peers, self, secret := plan.flags, plan.routes(), plan.self, plan.secret
 	// The log's entries are deleted soon after they apply: a small
@@ -216,6 +220,7 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 		return nil, fmt.Errorf("--node-addr: %w (another node may be running there)", err)
 	}
 	var node *cluster.Node
+	var httpFace *cluster.HTTP
 	c.tr = transport.New(transport.Options{NodeID: self, Secret: secret, Logger: log,
 		Deliver: func(_ uint64, msgs []*raftpb.Message) { node.Receive(msgs) }})
 	for id, addr := range peers {
@@ -223,8 +228,11 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 			c.tr.SetPeer(id, addr)
 		}
 	}
-	node, err = cluster.NewNode(cluster.Config{ID: self, Peers: slices.Sorted(mapKeys(peers)), Store: store, Log: rlog,
-		Transport: c.tr, Logger: log, OnReady: onReady})
+	node, err = cluster.NewNode(cluster.Config{ID: self, Peers: slices.Sorted(mapKeys(peers)), Store: store, DataDir: plan.dir,
+		Log: rlog, Transport: c.tr, Logger: log, OnReady: onReady, LogRetention: cf.logKeep, SyncEvery: cf.syncEvery,
+		FetchSnapshot: func(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
+			return httpFace.FetchSnapshot(ctx, from, token)
+		}})
 	if err != nil {
 		c.tr.Close()
 		ln.Close()
@@ -233,6 +241,7 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 	}
 	c.node = node
 	c.http = cluster.NewHTTP(node, c.tr.Handler(), peers, secret)
+	httpFace = c.http
 	c.internal = &http.Server{Handler: c.http.Internal(), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	transport.ConfigureServer(c.internal)
@@ -286,8 +295,8 @@ func helloPeers(peers map[uint64]string, self uint64, secret []byte) error {
 	return nil
 }
 
-// stop stops the node and closes what startCluster opened; the store is
-// the caller's.
+// stop stops the node and closes what startCluster opened, the store
+// included (a snapshot install may have replaced the one serve opened).
 func (c *clusterSetup) stop() error {
 	c.cancel()
 	err := <-c.done
@@ -296,7 +305,7 @@ func (c *clusterSetup) stop() error {
 	}
 	c.internal.Close()
 	c.tr.Close()
-	return errors.Join(err, c.rlog.Close())
+	return errors.Join(err, c.rlog.Close(), c.node.Replica().Close())
 }
 
 // clusterCommand runs `tabula cluster ...`.

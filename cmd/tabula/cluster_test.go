@@ -67,8 +67,10 @@ func startProcCluster(t *testing.T, size int) *procCluster {
 }
 
 func (c *procCluster) args(i int, secret string) []string {
+	// A short raft log: a node that misses a few dozen writes catches
+	// up by snapshot.
 	return []string{"--addr", c.restAddrs[i], "--data", c.dirs[i], "--node-addr", c.nodeAddrs[i], "--join", c.join,
-		"--cluster-secret", secret}
+		"--cluster-secret", secret, "--raft-log-keep", "10", "--raft-sync-every", "20"}
 }
 
 func (c *procCluster) start(i int, secret string) {
@@ -191,6 +193,9 @@ func TestClusterOfProcesses(t *testing.T) {
 			t.Fatalf("acknowledged %s: %v", rk, err)
 		}
 	}
+	if st, err := fetchStatus(c.nodeAddrs[leader], uint64(leader+1), []byte(testSecret)); err != nil || st.SnapshotsInstalled == 0 {
+		t.Errorf("the restarted node, 40 writes behind a log of 10, caught up without a snapshot: %+v, %v", st, err)
+	}
 
 	// `tabula cluster status` names the three nodes and one leader.
 	var out, errOut bytes.Buffer
@@ -216,7 +221,7 @@ func TestClusterRefusals(t *testing.T) {
 		t.Errorf("wrong secret: %v", err)
 	}
 	other := append([]string(nil), c.args(2, testSecret)...)
-	other[len(other)-3] = c.nodeAddrs[2] + "," + c.nodeAddrs[0] + "," + c.nodeAddrs[1] // --join, reordered
+	other[7] = c.nodeAddrs[2] + "," + c.nodeAddrs[0] + "," + c.nodeAddrs[1] // --join, reordered
 	if _, err := spawnServe(other...); err == nil || !strings.Contains(err.Error(), "belongs to another cluster") {
 		t.Errorf("another cluster's directory: %v", err)
 	}

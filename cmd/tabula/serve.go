@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tabuladb/tabula/cluster"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/server"
 	"github.com/tabuladb/tabula/server/auth"
@@ -86,17 +87,18 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	storeDir := *data
 	var plan clusterPlan
+	var store *partition.Store
+	var err error
 	if cf.join != "" || cf.nodeAddr != "" {
-		var err error
 		if plan, err = cf.prepare(*data); err != nil {
 			fmt.Fprintf(stderr, "tabula serve: %v\n", err)
 			return 1
 		}
-		storeDir = plan.storeAt
+		store, err = cluster.OpenStore(*data, nil)
+	} else {
+		store, err = partition.Open(*data, nil)
 	}
-	store, err := partition.Open(storeDir, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "tabula serve: cannot open the data directory %s: %v\n", *data, err)
 		return 1
@@ -204,6 +206,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 			log.Error("stopping the cluster node", "err", err)
 			code = 1
 		}
+		log.Info("stopped; the store is closed")
+		return code
 	}
 	if err := store.Close(); err != nil {
 		log.Error("closing the store", "err", err)

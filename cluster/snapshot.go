@@ -1,0 +1,313 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/cluster/raftlog"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// Snapshots catch up a replica that needs entries its peers' logs no
+// longer hold (a long-stopped node, a new one). raft carries only a small
+// descriptor in its MsgSnap (the leader and a token); the follower fetches
+// the store itself from the leader out of band (FetchSnapshot), restores
+// it into a new store directory beside its live one, and only then lets
+// raft see the message, so a failed fetch costs a retry, never a Ready
+// the node cannot honour. When raft then hands the snapshot back in a
+// Ready, the node switches to the staged store (storedir.go) and records
+// the snapshot in its raft log.
+
+// snapshotReuse is how long a leader hands out the same snapshot.
+const snapshotReuse = time.Minute
+
+// snapshotKeep is how long a leader keeps a snapshot it handed out, for
+// its followers to fetch.
+const snapshotKeep = 10 * time.Minute
+
+// servedSnapshot is a snapshot a leader made, pinned until it expires.
+type servedSnapshot struct {
+	token []byte
+	ss    *partition.StoreSnapshot
+	meta  *raftpb.SnapshotMetadata
+	ts    int64 // the newest commit timestamp applied at its index
+	made  time.Time
+}
+
+// stagedSnapshot is a snapshot a follower fetched and restored, waiting
+// for raft to hand it back.
+type stagedSnapshot struct {
+	meta  *raftpb.SnapshotMetadata
+	ptr   storePointer
+	store *partition.Store
+	ts    int64
+}
+
+// snapshots is a node's snapshot state, on both sides.
+type snapshots struct {
+	mu       sync.Mutex
+	served   map[string]*servedSnapshot // by token
+	latest   *servedSnapshot
+	staged   *stagedSnapshot
+	fetching bool
+	nextDir  int // the number of the last store directory made
+
+	made, installed int // counts, for Status
+}
+
+// nodeStorage is the raft.Storage a node gives raft: its log, with
+// snapshots of its store once the log is compacted.
+type nodeStorage struct {
+	*raftlog.Storage
+	n *Node
+}
+
+// Snapshot implements raft.Storage: the log's own (empty) snapshot while
+// nothing was compacted, else a snapshot of the store. raft asks for one
+// only to send it to a follower that needs compacted entries.
+func (s *nodeStorage) Snapshot() (*raftpb.Snapshot, error) {
+	first, err := s.Storage.FirstIndex()
+	if err != nil {
+		return nil, err
+	}
+	if first <= 1 {
+		return s.Storage.Snapshot()
+	}
+	return s.n.leaderSnapshot(first)
+}
+
+// snapshotData is what a MsgSnap carries: the node that made the
+// snapshot and the token to fetch it by.
+func snapshotData(from uint64, token []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(nil, from), token...)
+}
+
+func parseSnapshotData(b []byte) (from uint64, token []byte, err error) {
+	if len(b) != 8+16 {
+		return 0, nil, fmt.Errorf("cluster: a snapshot descriptor of %d bytes", len(b))
+	}
+	return binary.BigEndian.Uint64(b), b[8:], nil
+}
+
+// leaderSnapshot returns a snapshot whose index is at least first-1 (so
+// the log continues it), reusing a recent one. It runs on the loop
+// goroutine and takes a new one from the apply goroutine, between two
+// commands, so the store view and its index agree.
+func (n *Node) leaderSnapshot(first uint64) (*raftpb.Snapshot, error) {
+	n.snaps.mu.Lock()
+	l := n.snaps.latest
+	n.snaps.mu.Unlock()
+	if l == nil || l.meta.GetIndex()+1 < first || time.Since(l.made) > snapshotReuse {
+		if err := n.onApply(func() (err error) {
+			l, err = n.takeSnapshot()
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		if l.meta.GetIndex()+1 < first {
+			// Nothing applied past the compaction yet: raft retries.
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
+		}
+	}
+	return &raftpb.Snapshot{Data: snapshotData(n.cfg.ID, l.token), Metadata: proto.Clone(l.meta).(*raftpb.SnapshotMetadata)}, nil
+}
+
+// takeSnapshot pins a view of the store at the applied index. It runs on
+// the apply goroutine.
+func (n *Node) takeSnapshot() (*servedSnapshot, error) {
+	idx := n.applied.Load()
+	term, err := n.rlog.Term(idx)
+	if err != nil {
+		return nil, err
+	}
+	_, cs, err := n.rlog.InitialState()
+	if err != nil {
+		return nil, err
+	}
+	token := make([]byte, 16)
+	rand.Read(token)
+	s := &servedSnapshot{token: token, ss: n.st().Snapshot(), ts: n.appliedTS.Load(), made: time.Now(),
+		meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: proto.Clone(cs).(*raftpb.ConfState)}}
+	n.snaps.mu.Lock()
+	defer n.snaps.mu.Unlock()
+	for k, old := range n.snaps.served {
+		if time.Since(old.made) > snapshotKeep {
+			old.ss.Close()
+			delete(n.snaps.served, k)
+		}
+	}
+	n.snaps.served[string(token)] = s
+	n.snaps.latest = s
+	n.snaps.made++
+	n.log.Info("cluster: snapshot made for a lagging follower", "node", n.cfg.ID, "index", idx, "term", term)
+	return s, nil
+}
+
+// snapshotMagic opens a served snapshot: a header (the snapshot's index,
+// term and newest commit timestamp, big-endian) before the store stream
+// (docs/snapshot.md).
+var snapshotMagic = []byte("TBLCSNP\x01")
+
+// ServeSnapshot writes the snapshot token names (one this node made as a
+// leader) to w.
+func (n *Node) ServeSnapshot(w io.Writer, token []byte) error {
+	n.snaps.mu.Lock()
+	s := n.snaps.served[string(token)]
+	n.snaps.mu.Unlock()
+	if s == nil {
+		return errors.New("cluster: no such snapshot (expired, or made by an earlier run)")
+	}
+	hdr := append([]byte(nil), snapshotMagic...)
+	hdr = binary.BigEndian.AppendUint64(hdr, s.meta.GetIndex())
+	hdr = binary.BigEndian.AppendUint64(hdr, s.meta.GetTerm())
+	hdr = binary.BigEndian.AppendUint64(hdr, uint64(s.ts))
+	if _, err := w.Write(hdr); err != nil {
+		return err
+	}
+	_, err := s.ss.WriteTo(w)
+	return err
+}
+
+// closeSnapshots releases every pinned snapshot (the node is stopping).
+func (n *Node) closeSnapshots() {
+	n.snaps.mu.Lock()
+	defer n.snaps.mu.Unlock()
+	for k, s := range n.snaps.served {
+		s.ss.Close()
+		delete(n.snaps.served, k)
+	}
+	n.snaps.latest = nil
+	if st := n.snaps.staged; st != nil {
+		st.store.Close()
+		n.snaps.staged = nil
+	}
+}
+
+// snapshotMessage handles a MsgSnap on the follower: it is stepped into
+// raft only once its snapshot is staged; until then it starts (once) the
+// fetch and is dropped: the leader sends it again.
+func (n *Node) snapshotMessage(m *raftpb.Message) bool {
+	meta := m.GetSnapshot().GetMetadata()
+	n.snaps.mu.Lock()
+	defer n.snaps.mu.Unlock()
+	if st := n.snaps.staged; st != nil && st.meta.GetIndex() == meta.GetIndex() && st.meta.GetTerm() == meta.GetTerm() {
+		return true
+	}
+	if n.snaps.fetching || n.cfg.FetchSnapshot == nil {
+		return false
+	}
+	n.snaps.fetching = true
+	msg := proto.Clone(m).(*raftpb.Message)
+	go n.fetchSnapshot(msg)
+	return false
+}
+
+// fetchSnapshot fetches and stages a snapshot, then hands its message
+// back to the loop.
+func (n *Node) fetchSnapshot(m *raftpb.Message) {
+	err := n.stage(m)
+	n.snaps.mu.Lock()
+	n.snaps.fetching = false
+	n.snaps.mu.Unlock()
+	if err != nil {
+		n.log.Warn("cluster: fetching a snapshot failed; the leader will offer another", "node", n.cfg.ID, "err", err)
+		return
+	}
+	n.Receive([]*raftpb.Message{m})
+}
+
+func (n *Node) stage(m *raftpb.Message) error {
+	meta := m.GetSnapshot().GetMetadata()
+	from, token, err := parseSnapshotData(m.GetSnapshot().GetData())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), snapshotKeep)
+	defer cancel()
+	rc, err := n.cfg.FetchSnapshot(ctx, from, token)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	br := bufio.NewReader(rc)
+	var hdr [8 + 24]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil || string(hdr[:8]) != string(snapshotMagic) {
+		return fmt.Errorf("cluster: snapshot from node %d: bad header", from)
+	}
+	idx, term := binary.BigEndian.Uint64(hdr[8:]), binary.BigEndian.Uint64(hdr[16:])
+	if idx != meta.GetIndex() || term != meta.GetTerm() {
+		return fmt.Errorf("cluster: snapshot from node %d is at %d/%d, not %d/%d", from, idx, term, meta.GetIndex(), meta.GetTerm())
+	}
+	n.snaps.mu.Lock()
+	n.snaps.nextDir++
+	ptr := storePointer{n: n.snaps.nextDir, snap: meta}
+	n.snaps.mu.Unlock()
+	dir := ptr.dir(n.dir.dir)
+	if err := partition.RemoveStore(n.dir.fs, dir); err != nil {
+		return err
+	}
+	store, err := partition.RestoreSnapshot(dir, &n.dir.opts, br)
+	if err != nil {
+		return fmt.Errorf("cluster: restore the snapshot from node %d: %w", from, err)
+	}
+	// The leader's store may have applied refusals after its last write:
+	// the restored store is at the snapshot's index all the same.
+	if err := store.SyncApplied(idx); err != nil {
+		store.Close()
+		return err
+	}
+	n.snaps.mu.Lock()
+	if old := n.snaps.staged; old != nil {
+		old.store.Close()
+		partition.RemoveStore(n.dir.fs, old.ptr.dir(n.dir.dir))
+	}
+	n.snaps.staged = &stagedSnapshot{meta: meta, ptr: ptr, store: store, ts: int64(binary.BigEndian.Uint64(hdr[24:]))}
+	n.snaps.mu.Unlock()
+	n.log.Info("cluster: snapshot fetched and staged", "node", n.cfg.ID, "from", from, "index", idx)
+	return nil
+}
+
+// installSnapshot switches to the staged store raft has accepted. It runs
+// on the apply goroutine, between commands.
+func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
+	n.snaps.mu.Lock()
+	st := n.snaps.staged
+	n.snaps.staged = nil
+	n.snaps.mu.Unlock()
+	if st == nil || st.meta.GetIndex() != meta.GetIndex() || st.meta.GetTerm() != meta.GetTerm() {
+		return fmt.Errorf("cluster: raft accepted snapshot %d/%d, which is not the one staged", meta.GetIndex(), meta.GetTerm())
+	}
+	if err := n.dir.writePointer(st.ptr); err != nil {
+		st.store.Close()
+		return err
+	}
+	old, oldPtr := n.st(), n.storePtr
+	n.store.Store(st.store)
+	n.storePtr = st.ptr
+	if err := old.Close(); err != nil {
+		n.log.Warn("cluster: closing the replaced store", "err", err)
+	}
+	if err := partition.RemoveStore(n.dir.fs, oldPtr.dir(n.dir.dir)); err != nil {
+		n.log.Warn("cluster: removing the replaced store", "err", err)
+	}
+	if st.ts > n.appliedTS.Load() {
+		n.appliedTS.Store(st.ts)
+	}
+	n.advanceApplied(meta.GetIndex())
+	n.snaps.mu.Lock()
+	n.snaps.installed++
+	n.snaps.mu.Unlock()
+	n.log.Info("cluster: snapshot installed", "node", n.cfg.ID, "index", meta.GetIndex())
+	return nil
+}
