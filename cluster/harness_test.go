@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -177,6 +178,12 @@ func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
 // start runs node id on fs (a fresh disk, or a crash clone of its old one).
 func (c *testCluster) start(id uint64, fs *vfs.MemFS) *testNode {
 	c.t.Helper()
+	return c.startAs(id, fs, false)
+}
+
+// startAs runs node id; join starts it as a new member the group added.
+func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
+	c.t.Helper()
 	storeOpts := &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}}
 	store, err := OpenStore("/node", storeOpts)
 	if err != nil {
@@ -189,7 +196,7 @@ func (c *testCluster) start(id uint64, fs *vfs.MemFS) *testNode {
 	tn := &testNode{id: id, fs: fs, store: store, rlog: rlog, done: make(chan error, 1)}
 	ticks := make(chan time.Time)
 	node, err := NewNode(Config{
-		ID: id, Peers: c.peers, Store: store, DataDir: "/node", StoreOptions: storeOpts, Log: rlog, Ticks: ticks,
+		ID: id, Peers: c.peers, Join: join, Store: store, DataDir: "/node", StoreOptions: storeOpts, Log: rlog, Ticks: ticks,
 		FetchSnapshot: c.net.fetchSnapshot,
 		Transport:     simTransport{net: c.net, from: id},
 		TickInterval:  10 * time.Millisecond, ElectionTicks: 10,
@@ -234,7 +241,9 @@ func (c *testCluster) stop(id uint64) {
 	}
 	c.net.setNode(id, nil)
 	tn.cancel()
-	<-tn.done
+	if err := <-tn.done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrRemoved) {
+		c.t.Errorf("node %d stopped: %v", id, err)
+	}
 	tn.node.Replica().Close()
 	tn.rlog.Close()
 	delete(c.nodes, id)

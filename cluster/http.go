@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,7 @@ const (
 	statusPath   = "/cluster/status"
 	helloPath    = "/cluster/hello"
 	snapshotPath = "/cluster/snapshot"
+	membersPath  = "/cluster/members"
 )
 
 // Signature purposes (transport.Sign).
@@ -42,7 +44,12 @@ const (
 	purposeStatus   = "status"
 	purposeHello    = "hello"
 	purposeSnapshot = "snapshot"
+	purposeMember   = "member"
 )
+
+// leaderHeader names, on a refusal from a node that does not lead, the
+// internal address of the one that does.
+const leaderHeader = "X-Tabula-Leader"
 
 // HTTP serves a node's two addresses: the REST address clients use, where
 // a node that is not the leader forwards each request to the one that is,
@@ -52,7 +59,7 @@ type HTTP struct {
 	node   *Node
 	rest   atomic.Pointer[http.Handler] // set by Public
 	raft   http.Handler
-	peers  map[uint64]string // internal addresses by node id
+	routes map[uint64]string // addresses that override the address book's
 	secret []byte
 	log    *slog.Logger
 	now    func() time.Time
@@ -60,9 +67,10 @@ type HTTP struct {
 }
 
 // NewHTTP builds the handlers of node: raft is the transport's receiving
-// handler, peers the internal address of every node.
-func NewHTTP(node *Node, raft http.Handler, peers map[uint64]string, secret []byte) *HTTP {
-	h := &HTTP{node: node, raft: raft, peers: peers, secret: secret, log: node.log, now: node.cfg.Now}
+// handler; routes, when set, are addresses to reach some nodes at other
+// than their own (a proxy's), the node's address book giving the rest.
+func NewHTTP(node *Node, raft http.Handler, routes map[uint64]string, secret []byte) *HTTP {
+	h := &HTTP{node: node, raft: raft, routes: routes, secret: secret, log: node.log, now: node.cfg.Now}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
@@ -84,7 +92,7 @@ func (h *HTTP) Public(rest http.Handler) http.Handler {
 	h.rest.Store(&rest)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		leader := h.node.Leader()
-		if h.node.IsLeader() || leader == 0 || leader == h.node.cfg.ID || h.peers[leader] == "" {
+		if h.node.IsLeader() || leader == 0 || leader == h.node.cfg.ID || h.addr(leader) == "" {
 			// Served here: by the leader, or refused by the store (503
 			// ServerBusy) when no other leader is known.
 			rest.ServeHTTP(w, r)
@@ -100,6 +108,7 @@ func (h *HTTP) Internal() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(transport.StreamPath, h.raft)
 	mux.HandleFunc(statusPath, h.status)
+	mux.HandleFunc(membersPath, h.membersHandler)
 	mux.HandleFunc(snapshotPath, func(w http.ResponseWriter, r *http.Request) {
 		if _, err := transport.Verify(r.Header, h.secret, purposeSnapshot, h.node.cfg.ID, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
@@ -151,10 +160,18 @@ func (h *HTTP) Internal() http.Handler {
 	})
 }
 
+// addr is where to reach node id.
+func (h *HTTP) addr(id uint64) string {
+	if a := h.routes[id]; a != "" {
+		return a
+	}
+	return h.node.members.get(id)
+}
+
 // FetchSnapshot fetches a snapshot from node from's internal address: it
 // fits Config.FetchSnapshot (through a variable set once the HTTP exists).
 func (h *HTTP) FetchSnapshot(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
-	addr := h.peers[from]
+	addr := h.addr(from)
 	if addr == "" {
 		return nil, fmt.Errorf("cluster: no address for node %d", from)
 	}
@@ -178,7 +195,7 @@ func (h *HTTP) FetchSnapshot(ctx context.Context, from uint64, token []byte) (io
 func (h *HTTP) rewrite(pr *httputil.ProxyRequest) {
 	leader, _ := leaderOf(pr.In.Context())
 	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = h.peers[leader]
+	pr.Out.URL.Host = h.addr(leader)
 	pr.Out.Host = pr.In.Host // production-style URLs name the account in it
 	proto := "http"
 	if pr.In.TLS != nil {
@@ -239,7 +256,7 @@ func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	st := h.node.Status()
-	for id, addr := range h.peers {
+	for id, addr := range h.node.members.all() {
 		p := st.progress[id]
 		st.Peers = append(st.Peers, PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active})
 	}
@@ -263,4 +280,49 @@ func withLeader(ctx context.Context, id uint64) context.Context {
 func leaderOf(ctx context.Context) (uint64, bool) {
 	id, ok := ctx.Value(leaderKey{}).(uint64)
 	return id, ok
+}
+
+// membersHandler adds (POST ?addr=) and removes (DELETE ?id=) members. A
+// node that does not lead refuses with 503 and the leader's address.
+func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
+	if _, err := transport.Verify(r.Header, h.secret, purposeMember, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r.Header, h.secret, purposeMember, 0, h.now()); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	var (
+		id  uint64
+		err error
+	)
+	switch r.Method {
+	case http.MethodPost:
+		addr := r.URL.Query().Get("addr")
+		if addr == "" {
+			http.Error(w, "addr is missing", http.StatusBadRequest)
+			return
+		}
+		id, err = h.node.AddMember(ctx, addr)
+	case http.MethodDelete:
+		id, err = strconv.ParseUint(r.URL.Query().Get("id"), 10, 64)
+		if err != nil || id == 0 {
+			http.Error(w, "id is missing or not a node id", http.StatusBadRequest)
+			return
+		}
+		err = h.node.RemoveMember(ctx, id)
+	default:
+		http.Error(w, "POST or DELETE", http.StatusMethodNotAllowed)
+		return
+	}
+	if err != nil {
+		if l := h.node.Leader(); l != 0 && l != h.node.cfg.ID {
+			w.Header().Set(leaderHeader, h.addr(l))
+		}
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, "{\"id\":%d}\n", id)
 }

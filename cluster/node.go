@@ -12,6 +12,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/partition"
@@ -36,6 +37,16 @@ type Config struct {
 	// Peers are the ids of every voter, ID included. They bootstrap a
 	// group that has no state on disk; a restarted node has them there.
 	Peers []uint64
+	// Join says the node is new to an existing group: it starts with no
+	// configuration and learns the group's from the leader, which added
+	// it (AddMember). Peers are then ignored.
+	Join bool
+	// Members is the internal address of the group's members as the node
+	// knows them at its first start (the bootstrap list); the node keeps
+	// its address book from then on (MEMBERS in DataDir), and OnMember
+	// hears of every change to it (addr "" for a node removed).
+	Members  map[uint64]string
+	OnMember func(id uint64, addr string)
 	// Store is the node's replica of the table service, opened by
 	// OpenStore on DataDir with StoreOptions; Log its raft log. A snapshot
 	// install replaces the store with another in DataDir: Node.Close
@@ -127,6 +138,15 @@ type Node struct {
 	dir      *storeDir
 	storePtr storePointer
 	snaps    snapshots
+	members  members
+
+	// The configuration as the loop last applied it, for RemoveMember's
+	// wait; removed is set when a change removes this node.
+	confMu        sync.Mutex
+	conf          *raftpb.ConfState
+	removed       atomic.Bool
+	memberReqs    chan memberRequest
+	lastPromotion time.Time // loop-owned
 
 	inbox    chan []*raftpb.Message
 	proposes chan *proposal
@@ -184,13 +204,18 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
-	if len(cs.GetVoters()) == 0 && raft.IsEmptyHardState(hs) {
+	if len(cs.GetVoters()) == 0 && raft.IsEmptyHardState(hs) && !c.Join {
 		if len(c.Peers) == 0 {
 			return nil, errors.New("cluster: a new group needs its peers")
 		}
 		if err := st.Bootstrap(&raftpb.ConfState{Voters: c.Peers}); err != nil {
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
 		}
+		cs = &raftpb.ConfState{Voters: c.Peers}
+	}
+	book, err := loadMembers(dir.fs, c.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %s: %w", membersFile, err)
 	}
 	applied, err := c.Store.AppliedIndex()
 	if err != nil {
@@ -257,6 +282,17 @@ func NewNode(cfg Config) (*Node, error) {
 		readsByCtx: make(map[string][]*readWaiter),
 	}
 	ns.n = n
+	n.memberReqs = make(chan memberRequest, 16)
+	n.conf = cs
+	n.members.addrs = book
+	for id, addr := range c.Members {
+		if _, ok := book[id]; !ok {
+			book[id] = addr
+		}
+	}
+	if err := dir.writeFile(membersFile, encodeMembers(book)); err != nil {
+		return nil, err
+	}
 	n.store.Store(c.Store)
 	n.snaps.served = map[string]*servedSnapshot{}
 	n.snaps.nextDir = ptr.n
@@ -332,7 +368,10 @@ func (n *Node) loop(ctx context.Context) error {
 			return ctx.Err()
 		case <-ticks:
 			n.rn.Tick()
+			n.promoteLearners()
 			n.snapshotStatus()
+		case r := <-n.memberReqs:
+			n.handleMemberRequest(r)
 		case msgs := <-n.inbox:
 			n.step(msgs)
 		case p := <-n.proposes:
@@ -366,6 +405,9 @@ func (n *Node) loop(ctx context.Context) error {
 		if err := n.Err(); err != nil {
 			return err // the apply goroutine failed
 		}
+		if n.removed.Load() {
+			return ErrRemoved
+		}
 	}
 }
 
@@ -396,6 +438,9 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		if err := n.onApply(func() error { return n.installSnapshot(meta) }); err != nil {
 			return err
 		}
+		n.confMu.Lock()
+		n.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
+		n.confMu.Unlock()
 	}
 	if snap || len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
 		w := n.cfg.Log.NewWrite()
@@ -419,6 +464,13 @@ func (n *Node) handleReady(rd raft.Ready) error {
 				// Sent: the follower fetches the store itself, and answers
 				// once it has it.
 				n.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+			}
+		}
+	}
+	for _, e := range rd.CommittedEntries {
+		if e.GetType() == raftpb.EntryType_EntryConfChange {
+			if err := n.applyConfChange(e); err != nil {
+				return err
 			}
 		}
 	}

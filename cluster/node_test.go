@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 func ent(pk, rk string, n int) *odata.Entity {
@@ -238,4 +240,95 @@ func TestCatchUpBySnapshot(t *testing.T) {
 	if got := dump(t, tn.node.Replica(), "snap"); got != want {
 		t.Fatalf("after a restart the node differs:\n%s\n---\n%s", got, want)
 	}
+}
+
+// TestMembership grows a cluster of three to four and shrinks it back:
+// the new node joins as a learner, catches up (by snapshot: the others'
+// logs no longer start at the beginning), is promoted to a voter; then a
+// founding node is removed and stops, and the three left keep a quorum
+// when one more is down.
+func TestMembership(t *testing.T) {
+	c := newTestCluster(t, 3, 6)
+	ctx := context.Background()
+	write := func(pk string, n int) {
+		t.Helper()
+		for i := range n {
+			if _, err := retryLeader(c, func(s *Store) (partition.StoredEntity, error) {
+				return s.Apply(ctx, acct, "members", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent(pk, fmt.Sprintf("r%03d", i), i)})
+			}); err != nil {
+				t.Fatalf("write %s/%d: %v", pk, i, err)
+			}
+		}
+	}
+	if _, err := retryLeader(c, func(s *Store) (partition.StoredEntity, error) {
+		_, err := s.CreateTable(ctx, acct, "members")
+		return partition.StoredEntity{}, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	write("before", 120)
+
+	ld := c.leader(10 * time.Second)
+	id, err := ld.node.AddMember(ctx, "sim-4")
+	if err != nil || id != 4 {
+		t.Fatalf("AddMember: %d, %v", id, err)
+	}
+	c.peers = append(c.peers, 4)
+	joiner := c.startAs(4, vfs.NewMem(), true)
+	write("during", 20)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ld = c.leader(10 * time.Second)
+		ld.node.confMu.Lock()
+		voter := slices.Contains(ld.node.conf.GetVoters(), 4)
+		ld.node.confMu.Unlock()
+		if voter {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the new node was not promoted to a voter in 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.converge(20 * time.Second)
+	want := dump(t, ld.node.Replica(), "members")
+	if got := dump(t, joiner.node.Replica(), "members"); got != want {
+		t.Fatalf("the new node differs:\n%s\n---\n%s", got, want)
+	}
+	if st := joiner.node.Status(); st.SnapshotsInstalled == 0 {
+		t.Errorf("the new node caught up without a snapshot, though the logs were compacted")
+	}
+
+	// Remove node 1 (asking again if it leads and hands over first).
+	for {
+		ld = c.leader(10 * time.Second)
+		err := ld.node.RemoveMember(ctx, 1)
+		if err == nil {
+			break
+		}
+		if codeOf(err) != "ServerBusy" {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case err := <-c.nodes[1].done:
+		if !errors.Is(err, ErrRemoved) {
+			t.Fatalf("the removed node stopped with %v", err)
+		}
+		c.nodes[1].done <- err // for the cleanup's stop
+	case <-time.After(10 * time.Second):
+		t.Fatal("the removed node did not stop")
+	}
+	c.stop(1)
+	// Three voters left (2, 3, 4): one more down still leaves a quorum.
+	var down uint64
+	for id := range c.nodes {
+		if !c.nodes[id].node.IsLeader() {
+			down = id
+			break
+		}
+	}
+	c.crash(down, nil)
+	write("after", 10)
 }

@@ -48,10 +48,11 @@ type servedSnapshot struct {
 // stagedSnapshot is a snapshot a follower fetched and restored, waiting
 // for raft to hand it back.
 type stagedSnapshot struct {
-	meta  *raftpb.SnapshotMetadata
-	ptr   storePointer
-	store *partition.Store
-	ts    int64
+	meta    *raftpb.SnapshotMetadata
+	ptr     storePointer
+	store   *partition.Store
+	ts      int64
+	members map[uint64]string // the leader's address book
 }
 
 // snapshots is a node's snapshot state, on both sides.
@@ -172,6 +173,9 @@ func (n *Node) ServeSnapshot(w io.Writer, token []byte) error {
 	hdr = binary.BigEndian.AppendUint64(hdr, s.meta.GetIndex())
 	hdr = binary.BigEndian.AppendUint64(hdr, s.meta.GetTerm())
 	hdr = binary.BigEndian.AppendUint64(hdr, uint64(s.ts))
+	book := encodeMembers(n.members.all())
+	hdr = binary.BigEndian.AppendUint32(hdr, uint32(len(book)))
+	hdr = append(hdr, book...)
 	if _, err := w.Write(hdr); err != nil {
 		return err
 	}
@@ -249,6 +253,18 @@ func (n *Node) stage(m *raftpb.Message) error {
 	if idx != meta.GetIndex() || term != meta.GetTerm() {
 		return fmt.Errorf("cluster: snapshot from node %d is at %d/%d, not %d/%d", from, idx, term, meta.GetIndex(), meta.GetTerm())
 	}
+	var bookLen [4]byte
+	if _, err := io.ReadFull(br, bookLen[:]); err != nil || binary.BigEndian.Uint32(bookLen[:]) > 1<<20 {
+		return fmt.Errorf("cluster: snapshot from node %d: bad member list", from)
+	}
+	rawBook := make([]byte, binary.BigEndian.Uint32(bookLen[:]))
+	if _, err := io.ReadFull(br, rawBook); err != nil {
+		return fmt.Errorf("cluster: snapshot from node %d: cut member list", from)
+	}
+	book, err := decodeMembers(rawBook)
+	if err != nil {
+		return err
+	}
 	n.snaps.mu.Lock()
 	n.snaps.nextDir++
 	ptr := storePointer{n: n.snaps.nextDir, snap: meta}
@@ -272,7 +288,7 @@ func (n *Node) stage(m *raftpb.Message) error {
 		old.store.Close()
 		partition.RemoveStore(n.dir.fs, old.ptr.dir(n.dir.dir))
 	}
-	n.snaps.staged = &stagedSnapshot{meta: meta, ptr: ptr, store: store, ts: int64(binary.BigEndian.Uint64(hdr[24:]))}
+	n.snaps.staged = &stagedSnapshot{meta: meta, ptr: ptr, store: store, ts: int64(binary.BigEndian.Uint64(hdr[24:])), members: book}
 	n.snaps.mu.Unlock()
 	n.log.Info("cluster: snapshot fetched and staged", "node", n.cfg.ID, "from", from, "index", idx)
 	return nil
@@ -303,6 +319,13 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	}
 	if st.ts > n.appliedTS.Load() {
 		n.appliedTS.Store(st.ts)
+	}
+	for id, addr := range st.members {
+		if n.members.get(id) != addr {
+			if err := n.setMember(id, addr); err != nil {
+				return err
+			}
+		}
 	}
 	n.advanceApplied(meta.GetIndex())
 	n.snaps.mu.Lock()

@@ -13,8 +13,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,132 +90,230 @@ type clusterSetup struct {
 	tr       *transport.Transport
 	rlog     *raftlog.Log
 	cancel   context.CancelFunc
-	done     chan error
+	// exited is closed when the node's Run returns; runErr is its error
+	// (ErrRemoved for a node decommissioned).
+	exited chan struct{}
+	runErr error
 }
 
-// parseJoin reads --join and --node-addr: every node's address by id (its
-// position in the list, from 1) and this node's id.
-func (cf *clusterFlags) parse() (peers map[uint64]string, self uint64, secret []byte, err error) {
+// parse reads --join (the founding members' internal addresses, by id:
+// their position in the list, from 1) and the secret.
+func (cf *clusterFlags) parse() (founders map[uint64]string, secret []byte, err error) {
 	secret = []byte(cf.secret)
 	if len(secret) == 0 {
 		secret = []byte(os.Getenv(secretEnv))
 	}
 	if len(secret) < minSecretLen {
-		return nil, 0, nil, fmt.Errorf("--cluster-secret (or $%s) must be at least %d characters", secretEnv, minSecretLen)
+		return nil, nil, fmt.Errorf("--cluster-secret (or $%s) must be at least %d characters", secretEnv, minSecretLen)
 	}
-	peers = map[uint64]string{}
+	if cf.nodeAddr == "" {
+		return nil, nil, errors.New("--node-addr is needed in cluster mode")
+	}
+	if _, _, err := net.SplitHostPort(cf.nodeAddr); err != nil {
+		return nil, nil, fmt.Errorf("--node-addr %q is not host:port", cf.nodeAddr)
+	}
+	founders = map[uint64]string{}
 	for i, a := range strings.Split(cf.join, ",") {
 		a = strings.TrimSpace(a)
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, 0, nil, fmt.Errorf("--join: %q is not host:port", a)
+			return nil, nil, fmt.Errorf("--join: %q is not host:port", a)
 		}
-		for _, seen := range peers {
+		for _, seen := range founders {
 			if seen == a {
-				return nil, 0, nil, fmt.Errorf("--join: %s is listed twice", a)
+				return nil, nil, fmt.Errorf("--join: %s is listed twice", a)
 			}
 		}
-		peers[uint64(i+1)] = a
-		if a == cf.nodeAddr {
-			self = uint64(i + 1)
-		}
+		founders[uint64(i+1)] = a
 	}
-	if self == 0 {
-		return nil, 0, nil, fmt.Errorf("--node-addr %q is not in --join", cf.nodeAddr)
-	}
-	for id := range cf.routes {
-		if peers[id] == "" || id == self {
-			return nil, 0, nil, fmt.Errorf("--peer %d: not another node of --join", id)
-		}
-	}
-	return peers, self, secret, nil
+	return founders, secret, nil
 }
 
-// clusterID names a cluster: a MAC of its node list under its secret, so a
-// directory of another cluster (or of this one under another secret) is
-// recognized without the secret ever being written down.
-func clusterID(peers map[uint64]string, secret []byte) string {
+// clusterID names a cluster: a MAC of its founding members under its
+// secret, so a directory of another cluster (or of this one under another
+// secret) is recognized without the secret ever being written down.
+func clusterID(founders map[uint64]string, secret []byte) string {
 	m := hmac.New(sha256.New, secret)
-	for id := uint64(1); id <= uint64(len(peers)); id++ {
-		fmt.Fprintf(m, "%d=%s\n", id, peers[id])
+	for id := uint64(1); id <= uint64(len(founders)); id++ {
+		fmt.Fprintf(m, "%d=%s\n", id, founders[id])
 	}
 	return hex.EncodeToString(m.Sum(nil))[:32]
 }
 
-// checkIdentity refuses a data directory that belongs to another cluster
-// or another node, and marks a new one as this node's.
-func checkIdentity(dir, cluster string, node uint64) error {
-	want := fmt.Sprintf("cluster %s\nnode %d\n", cluster, node)
-	path := filepath.Join(dir, identityFile)
-	got, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if entries, _ := os.ReadDir(dir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == "CURRENT" }) {
-			return fmt.Errorf("%s holds a single-node store: a cluster node starts from an empty directory", dir)
-		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return err
-		}
-		return os.WriteFile(path, []byte(want), 0o600)
-	case err != nil:
-		return err
-	case string(got) != want:
-		return fmt.Errorf("%s belongs to another cluster or node (%s says %q; this one is %q): start it with the --join list and secret it was made with",
-			dir, path, strings.TrimSpace(string(got)), strings.TrimSpace(want))
+// identity is what CLUSTER says of a data directory: the cluster and node
+// it belongs to, and whether the cluster removed that node.
+type identity struct {
+	cluster string
+	node    uint64
+	removed bool
+}
+
+func (id identity) encode() []byte {
+	s := fmt.Sprintf("cluster %s\nnode %d\n", id.cluster, id.node)
+	if id.removed {
+		s += "removed\n"
 	}
-	return nil
+	return []byte(s)
+}
+
+// readIdentity reads CLUSTER; ok is false when there is none.
+func readIdentity(dir string) (id identity, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, identityFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return identity{}, false, nil
+	}
+	if err != nil {
+		return identity{}, false, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "cluster ") {
+		return identity{}, false, fmt.Errorf("%s is damaged", filepath.Join(dir, identityFile))
+	}
+	id.cluster = strings.TrimPrefix(lines[0], "cluster ")
+	if _, err := fmt.Sscanf(lines[1], "node %d", &id.node); err != nil || id.node == 0 {
+		return identity{}, false, fmt.Errorf("%s is damaged", filepath.Join(dir, identityFile))
+	}
+	id.removed = len(lines) > 2 && lines[2] == "removed"
+	return id, true, nil
+}
+
+func writeIdentity(dir string, id identity) error {
+	path := filepath.Join(dir, identityFile)
+	if err := os.WriteFile(path+".tmp", id.encode(), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
 }
 
 // clusterPlan is a cluster node's identity, checked against its data
 // directory before anything in it is opened.
 type clusterPlan struct {
-	flags  clusterFlags
-	dir    string
-	peers  map[uint64]string
-	self   uint64
-	secret []byte
+	flags    clusterFlags
+	dir      string
+	founders map[uint64]string
+	cluster  string
+	self     uint64 // 0: a new node, to be added by the cluster
+	secret   []byte
 }
 
 // prepare reads the cluster flags and checks (or claims) the data
 // directory: a cluster node keeps its store in store-N/ (named by the
-// STORE file; a snapshot install makes the next) and its raft log in
-// raft/, beside the CLUSTER file naming the cluster and the node.
+// STORE file; a snapshot install makes the next), its raft log in raft/
+// and its address book in MEMBERS, beside the CLUSTER file naming the
+// cluster and the node. A node whose --node-addr is not in --join, with
+// no CLUSTER yet, is a new member: startCluster asks the cluster to add
+// it.
 func (cf clusterFlags) prepare(dataDir string) (clusterPlan, error) {
-	peers, self, secret, err := cf.parse()
+	founders, secret, err := cf.parse()
 	if err != nil {
 		return clusterPlan{}, err
 	}
-	if err := checkIdentity(dataDir, clusterID(peers, secret), self); err != nil {
-		return clusterPlan{}, err
+	plan := clusterPlan{flags: cf, dir: dataDir, founders: founders, cluster: clusterID(founders, secret), secret: secret}
+	var founderID uint64
+	for id, a := range founders {
+		if a == cf.nodeAddr {
+			founderID = id
+		}
 	}
-	return clusterPlan{flags: cf, dir: dataDir, peers: peers, self: self, secret: secret}, nil
+	id, ok, err := readIdentity(dataDir)
+	switch {
+	case err != nil:
+		return clusterPlan{}, err
+	case ok && id.cluster != plan.cluster:
+		return clusterPlan{}, fmt.Errorf("%s belongs to another cluster (%s names cluster %s; this --join list and secret make %s): start it with the --join list and secret it was made with",
+			dataDir, identityFile, id.cluster, plan.cluster)
+	case ok && id.removed:
+		return clusterPlan{}, fmt.Errorf("%s belongs to node %d, which the cluster removed: start a new node from an empty directory", dataDir, id.node)
+	case ok && founderID != 0 && id.node != founderID:
+		return clusterPlan{}, fmt.Errorf("%s belongs to node %d, but --node-addr %s is node %d of --join", dataDir, id.node, cf.nodeAddr, founderID)
+	case ok:
+		plan.self = id.node
+	default:
+		if entries, _ := os.ReadDir(dataDir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == "CURRENT" }) {
+			return clusterPlan{}, fmt.Errorf("%s holds a single-node store: a cluster node starts from an empty directory", dataDir)
+		}
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return clusterPlan{}, err
+		}
+		if founderID != 0 {
+			plan.self = founderID
+			if err := writeIdentity(dataDir, identity{cluster: plan.cluster, node: founderID}); err != nil {
+				return clusterPlan{}, err
+			}
+		}
+	}
+	if plan.self != 0 && cf.routes[plan.self] != "" {
+		return clusterPlan{}, fmt.Errorf("--peer %d: that is this node", plan.self)
+	}
+	return plan, nil
 }
 
-// routes are the addresses this node reaches the others at: their --join
-// addresses unless --peer says otherwise. The cluster's identity stays
-// the --join list.
-func (p clusterPlan) routes() map[uint64]string {
-	out := make(map[uint64]string, len(p.peers))
-	for id, addr := range p.peers {
-		if r := p.flags.routes[id]; r != "" {
-			addr = r
+// join asks the founders' nodes, following the leader, to add this node
+// at its --node-addr, and records the id it gets.
+func (p *clusterPlan) join() error {
+	client := &http.Client{Timeout: 35 * time.Second}
+	targets := slices.Sorted(maps.Values(p.founders))
+	var last error
+	for attempt := 0; attempt < 50; attempt++ {
+		addr := targets[attempt%len(targets)]
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/cluster/members?addr="+url.QueryEscape(p.flags.nodeAddr), nil)
+		transport.Sign(req.Header, p.secret, "member", 0, 0, time.Now())
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err
+			time.Sleep(200 * time.Millisecond)
+			continue
 		}
-		out[id] = addr
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			var a struct{ ID uint64 }
+			if err := json.Unmarshal(body, &a); err != nil || a.ID == 0 {
+				return fmt.Errorf("joining: a bad answer from %s: %q", addr, body)
+			}
+			p.self = a.ID
+			return writeIdentity(p.dir, identity{cluster: p.cluster, node: a.ID})
+		case resp.StatusCode == http.StatusUnauthorized:
+			return fmt.Errorf("%s refused this node (%s): the cluster secret or the --join list does not match the cluster's", addr, bytes.TrimSpace(body))
+		case resp.Header.Get("X-Tabula-Leader") != "":
+			// Ask the leader next.
+			targets = append([]string{resp.Header.Get("X-Tabula-Leader")}, targets...)
+			attempt = -1
+		}
+		last = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+		time.Sleep(200 * time.Millisecond)
 	}
-	return out
+	return fmt.Errorf("joining the cluster: %v", last)
+}
+
+// route is where this node reaches node id: --peer's address, else addr.
+func (p clusterPlan) route(id uint64, addr string) string {
+	if r := p.flags.routes[id]; r != "" {
+		return r
+	}
+	return addr
 }
 
 // startCluster joins store (opened by cluster.OpenStore on plan.dir) to
 // the cluster and starts the node; serve then answers the REST API
-// through it.
+// through it. A new node first asks the cluster to add it.
 func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, onReady func()) (*clusterSetup, error) {
-	cf, peers, self, secret := plan.flags, plan.routes(), plan.self, plan.secret
+	cf, secret := plan.flags, plan.secret
+	joining := plan.self == 0
+	if joining {
+		if err := plan.join(); err != nil {
+			return nil, err
+		}
+		log.Info("the cluster added this node", "node", plan.self)
+	}
+	self := plan.self
 	// The log's entries are deleted soon after they apply: a small
 	// memtable holds them, and few reach a table.
 	rlog, err := raftlog.Open(filepath.Join(plan.dir, "raft"), &raftlog.Options{MemTableSize: 16 << 20})
 	if err != nil {
 		return nil, fmt.Errorf("open the raft log: %w", err)
 	}
-	c := &clusterSetup{rlog: rlog, done: make(chan error, 1)}
+	c := &clusterSetup{rlog: rlog, exited: make(chan struct{})}
 	ln, err := net.Listen("tcp", cf.nodeAddr)
 	if err != nil {
 		rlog.Close()
@@ -223,13 +323,16 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 	var httpFace *cluster.HTTP
 	c.tr = transport.New(transport.Options{NodeID: self, Secret: secret, Logger: log,
 		Deliver: func(_ uint64, msgs []*raftpb.Message) { node.Receive(msgs) }})
-	for id, addr := range peers {
-		if id != self {
-			c.tr.SetPeer(id, addr)
-		}
-	}
-	node, err = cluster.NewNode(cluster.Config{ID: self, Peers: slices.Sorted(mapKeys(peers)), Store: store, DataDir: plan.dir,
+	members := maps.Clone(plan.founders)
+	members[self] = cf.nodeAddr
+	node, err = cluster.NewNode(cluster.Config{ID: self, Peers: slices.Sorted(maps.Keys(plan.founders)), Join: joining,
+		Members: members, Store: store, DataDir: plan.dir,
 		Log: rlog, Transport: c.tr, Logger: log, OnReady: onReady, LogRetention: cf.logKeep, SyncEvery: cf.syncEvery,
+		OnMember: func(id uint64, addr string) {
+			if addr != "" && id != self {
+				c.tr.SetPeer(id, plan.route(id, addr))
+			}
+		},
 		FetchSnapshot: func(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
 			return httpFace.FetchSnapshot(ctx, from, token)
 		}})
@@ -239,14 +342,19 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 		rlog.Close()
 		return nil, err
 	}
+	for id, addr := range node.Members() {
+		if id != self {
+			c.tr.SetPeer(id, plan.route(id, addr))
+		}
+	}
 	c.node = node
-	c.http = cluster.NewHTTP(node, c.tr.Handler(), peers, secret)
+	c.http = cluster.NewHTTP(node, c.tr.Handler(), cf.routes, secret)
 	httpFace = c.http
 	c.internal = &http.Server{Handler: c.http.Internal(), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	transport.ConfigureServer(c.internal)
 	go c.internal.Serve(ln)
-	if err := helloPeers(peers, self, secret); err != nil {
+	if err := helloPeers(node.Members(), self, secret, plan.route); err != nil {
 		c.internal.Close()
 		c.tr.Close()
 		rlog.Close()
@@ -254,31 +362,30 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
-	go func() { c.done <- node.Run(ctx) }()
-	log.Info("cluster node started", "node", self, "node_addr", cf.nodeAddr, "peers", len(peers))
-	return c, nil
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
+	go func() {
+		c.runErr = node.Run(ctx)
+		if errors.Is(c.runErr, cluster.ErrRemoved) {
+			if err := writeIdentity(plan.dir, identity{cluster: plan.cluster, node: self, removed: true}); err != nil {
+				log.Error("marking the data directory removed", "err", err)
 			}
 		}
-	}
+		close(c.exited)
+	}()
+	log.Info("cluster node started", "node", self, "node_addr", cf.nodeAddr, "members", len(node.Members()))
+	return c, nil
 }
 
 // helloPeers asks every reachable peer whether it takes this node's
 // signature: a peer that refuses it means the secret is not the cluster's,
 // and the node stops before it mixes anything in. Peers not up yet are
 // skipped.
-func helloPeers(peers map[uint64]string, self uint64, secret []byte) error {
+func helloPeers(peers map[uint64]string, self uint64, secret []byte, route func(uint64, string) string) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	for id, addr := range peers {
 		if id == self {
 			continue
 		}
+		addr = route(id, addr)
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/cluster/hello", nil)
 		transport.Sign(req.Header, secret, "hello", self, id, time.Now())
 		resp, err := client.Do(req)
@@ -299,8 +406,9 @@ func helloPeers(peers map[uint64]string, self uint64, secret []byte) error {
 // included (a snapshot install may have replaced the one serve opened).
 func (c *clusterSetup) stop() error {
 	c.cancel()
-	err := <-c.done
-	if errors.Is(err, context.Canceled) {
+	<-c.exited
+	err := c.runErr
+	if errors.Is(err, context.Canceled) || errors.Is(err, cluster.ErrRemoved) {
 		err = nil
 	}
 	c.internal.Close()
@@ -310,8 +418,12 @@ func (c *clusterSetup) stop() error {
 
 // clusterCommand runs `tabula cluster ...`.
 func clusterCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "decommission" {
+		return decommission(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "status" {
-		fmt.Fprintln(stderr, "usage: tabula cluster status --node HOST:PORT [--cluster-secret S]")
+		fmt.Fprintln(stderr, `usage: tabula cluster status --node HOST:PORT [--cluster-secret S]
+       tabula cluster decommission --node HOST:PORT --id N [--cluster-secret S]`)
 		return 2
 	}
 	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
@@ -385,4 +497,57 @@ func fetchStatus(addr string, id uint64, secret []byte) (cluster.Status, error) 
 		return st, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
 	}
 	return st, json.Unmarshal(body, &st)
+}
+
+// decommission removes a node from the cluster: any node's internal
+// address takes the request; the leader carries it out (handing its
+// leadership over first when it is the one removed). The removed node
+// stops, and its data directory is marked so it does not come back.
+func decommission(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cluster decommission", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nodeAddr := fs.String("node", "", "the internal address of any node")
+	id := fs.Uint64("id", 0, "the id of the node to remove (tabula cluster status lists them)")
+	secretFlag := fs.String("cluster-secret", "", "the cluster secret (default $"+secretEnv+")")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	secret := []byte(*secretFlag)
+	if len(secret) == 0 {
+		secret = []byte(os.Getenv(secretEnv))
+	}
+	if *nodeAddr == "" || *id == 0 || len(secret) == 0 {
+		fmt.Fprintln(stderr, "tabula cluster decommission: --node, --id and the cluster secret are needed")
+		return 2
+	}
+	client := &http.Client{Timeout: 35 * time.Second}
+	addr := *nodeAddr
+	var last string
+	for range 60 {
+		req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("http://%s/cluster/members?id=%d", addr, *id), nil)
+		transport.Sign(req.Header, secret, "member", 0, 0, time.Now())
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			time.Sleep(250 * time.Millisecond)
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			fmt.Fprintf(stdout, "node %d removed from the cluster\n", *id)
+			return 0
+		case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusBadRequest:
+			fmt.Fprintf(stderr, "tabula cluster decommission: %s: %s\n", resp.Status, bytes.TrimSpace(body))
+			return 1
+		}
+		if l := resp.Header.Get("X-Tabula-Leader"); l != "" {
+			addr = l
+		}
+		last = fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(body))
+		time.Sleep(250 * time.Millisecond)
+	}
+	fmt.Fprintf(stderr, "tabula cluster decommission: %s\n", last)
+	return 1
 }

@@ -341,3 +341,73 @@ func TestClusterPartition(t *testing.T) {
 		t.Error("the write the cut-off node never acknowledged was applied")
 	}
 }
+
+// TestClusterGrowAndShrink adds a fourth node to a running cluster (it
+// joins through a founder, catches up and serves) and decommissions a
+// founder with `tabula cluster decommission` (it stops, and its directory
+// refuses to start again); the three left keep taking writes with one of
+// them down.
+func TestClusterGrowAndShrink(t *testing.T) {
+	c := startProcCluster(t, 3)
+	ctx := context.Background()
+	c.leader()
+	w := c.client(0, "grow")
+	if _, err := w.CreateTable(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if _, err := w.AddEntity(ctx, entityJSON("p", fmt.Sprintf("r%03d", i), i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extra := freeAddrs(t, 2)
+	c.nodeAddrs = append(c.nodeAddrs, extra[0])
+	c.restAddrs = append(c.restAddrs, extra[1])
+	c.dirs = append(c.dirs, filepath.Join(t.TempDir(), "n4"))
+	c.procs = append(c.procs, nil)
+	c.start(3, testSecret) // --node-addr not in --join: a new member
+	fourth := c.client(3, "grow")
+	if _, err := fourth.AddEntity(ctx, entityJSON("p", "via-4", 1), nil); err != nil {
+		t.Fatalf("a write through the new node: %v\n%s", err, c.procs[3].stderr)
+	}
+	if _, err := fourth.GetEntity(ctx, "p", "r049", nil); err != nil {
+		t.Fatalf("a read through the new node: %v", err)
+	}
+	var out, errOut bytes.Buffer
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out.Reset()
+		run([]string{"cluster", "status", "--node", c.nodeAddrs[3], "--cluster-secret", testSecret}, &out, &errOut)
+		if strings.Count(out.String(), "Follower")+strings.Count(out.String(), "Leader") == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("four members never all followed a leader:\n%s\n%s", out.String(), errOut.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	out.Reset()
+	if code := run([]string{"cluster", "decommission", "--node", c.nodeAddrs[2], "--id", "1", "--cluster-secret", testSecret}, &out, &errOut); code != 0 {
+		t.Fatalf("decommission: %d %s", code, errOut.String())
+	}
+	if code := c.procs[0].wait(t); code != 0 {
+		t.Fatalf("the removed node exited %d: %s", code, c.procs[0].stderr)
+	}
+	if !strings.Contains(c.procs[0].stderr.String(), "removed this node") {
+		t.Errorf("the removed node's log: %s", c.procs[0].stderr)
+	}
+	c.procs[0] = nil
+	if _, err := spawnServe(c.args(0, testSecret)...); err == nil || !strings.Contains(err.Error(), "removed") {
+		t.Errorf("the removed node's directory started again: %v", err)
+	}
+	// Voters 2, 3 and 4: with one more down, two still make a quorum.
+	c.procs[1].cmd.Process.Signal(syscall.SIGKILL)
+	<-c.procs[1].exited
+	c.procs[1] = nil
+	for i := range 5 {
+		if _, err := c.client(2, "grow").AddEntity(ctx, entityJSON("p", fmt.Sprintf("after%d", i), i), nil); err != nil {
+			t.Fatalf("a write with one of three down: %v", err)
+		}
+	}
+}

@@ -140,7 +140,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	var backend server.Store = store
 	var node *clusterSetup
 	var srv *server.Server
-	if plan.self != 0 {
+	if plan.dir != "" { // cluster mode
 		if node, err = startCluster(plan, store, log, func() { srv.ForgetCachedProperties() }); err != nil {
 			ln.Close()
 			store.Close()
@@ -184,11 +184,25 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 
 	code := 0
+	var nodeExited <-chan struct{} // nil, never ready, for a single node
+	if node != nil {
+		nodeExited = node.exited
+	}
+	shutdown := true
 	select {
 	case err := <-served:
 		log.Error("server stopped", "err", err)
-		code = 1
+		code, shutdown = 1, false
+	case <-nodeExited:
+		if errors.Is(node.runErr, cluster.ErrRemoved) {
+			log.Info("the cluster removed this node: stopping")
+		} else {
+			log.Error("the cluster node stopped", "err", node.runErr)
+			code = 1
+		}
 	case <-ctx.Done():
+	}
+	if shutdown {
 		log.Info("shutting down: finishing requests in flight")
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		if err := srv.Shutdown(sctx); err != nil {
