@@ -323,6 +323,10 @@ func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	// A new node needs every member's address, whoever leads.
 	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, "{\"id\":%d}\n", id)
+	json.NewEncoder(w).Encode(struct {
+		ID      uint64            `json:"id"`
+		Members map[uint64]string `json:"members"`
+	}{id, h.node.Members()})
 }

@@ -193,6 +193,7 @@ type clusterPlan struct {
 	cluster  string
 	self     uint64 // 0: a new node, to be added by the cluster
 	secret   []byte
+	members  map[uint64]string // the address book the cluster gave a new node
 }
 
 // prepare reads the cluster flags and checks (or claims) the data
@@ -267,11 +268,14 @@ func (p *clusterPlan) join() error {
 		resp.Body.Close()
 		switch {
 		case resp.StatusCode == http.StatusOK:
-			var a struct{ ID uint64 }
+			var a struct {
+				ID      uint64
+				Members map[uint64]string
+			}
 			if err := json.Unmarshal(body, &a); err != nil || a.ID == 0 {
 				return fmt.Errorf("joining: a bad answer from %s: %q", addr, body)
 			}
-			p.self = a.ID
+			p.self, p.members = a.ID, a.Members
 			return writeIdentity(p.dir, identity{cluster: p.cluster, node: a.ID})
 		case resp.StatusCode == http.StatusUnauthorized:
 			return fmt.Errorf("%s refused this node (%s): the cluster secret or the --join list does not match the cluster's", addr, bytes.TrimSpace(body))
@@ -324,6 +328,7 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 	c.tr = transport.New(transport.Options{NodeID: self, Secret: secret, Logger: log,
 		Deliver: func(_ uint64, msgs []*raftpb.Message) { node.Receive(msgs) }})
 	members := maps.Clone(plan.founders)
+	maps.Copy(members, plan.members)
 	members[self] = cf.nodeAddr
 	node, err = cluster.NewNode(cluster.Config{ID: self, Peers: slices.Sorted(maps.Keys(plan.founders)), Join: joining,
 		Members: members, Store: store, DataDir: plan.dir,
