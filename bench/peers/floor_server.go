@@ -44,9 +44,9 @@ var floorWorkloads = map[string]bool{
 
 // floorKind runs this binary's hidden floor-server subcommand.
 func floorKind(self string) serverKind {
-	return serverKind{name: floorSystem, start: func(port int, dir string) (*exec.Cmd, error) {
-		return exec.Command(self, "floor-server", "-addr", fmt.Sprintf("127.0.0.1:%d", port)), nil
-	}}
+	return serverKind{name: floorSystem, launch: onePort(func(port int, dir string) *exec.Cmd {
+		return exec.Command(self, "floor-server", "-addr", fmt.Sprintf("127.0.0.1:%d", port))
+	})}
 }
 
 // isFloor reports whether a system is the floor.

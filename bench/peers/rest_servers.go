@@ -27,39 +27,62 @@ const (
 // serverKind knows how to start one Table service implementation.
 type serverKind struct {
 	name string
-	// start runs the server on port with its data in dir and returns the
-	// process; the caller waits for the port.
-	start func(port int, dir string) (*exec.Cmd, error)
+	// launch returns the commands that run the server with its data in
+	// dir, one per process, and the loopback address each will serve the
+	// REST API on; the caller starts them and waits for the addresses. A
+	// server launched again on the same dir must listen where it did
+	// (a cluster's nodes know each other by address).
+	launch func(dir string) ([]*exec.Cmd, []string, error)
+	// pick chooses, once every address accepts connections, the process
+	// clients talk to; nil means the first.
+	pick func(s *server) (int, error)
 }
 
-// server is a running Table service process.
+// onePort is the launch of a one-process server on a fresh port.
+func onePort(command func(port int, dir string) *exec.Cmd) func(dir string) ([]*exec.Cmd, []string, error) {
+	return func(dir string) ([]*exec.Cmd, []string, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		return []*exec.Cmd{command(port, dir)}, []string{fmt.Sprintf("127.0.0.1:%d", port)}, nil
+	}
+}
+
+// server is a running Table service: one process, or a cluster's.
 type server struct {
 	kind     serverKind
-	cmd      *exec.Cmd
 	dir      string
-	endpoint string // http://127.0.0.1:port/devstoreaccount1
-	exited   chan struct{}
-	stderr   *strings.Builder
+	procs    []*process
+	endpoint string // http://addr/devstoreaccount1 of the process clients use
+}
+
+// process is one process of a server.
+type process struct {
+	cmd    *exec.Cmd
+	addr   string // its REST address
+	exited chan struct{}
+	stderr *strings.Builder
 }
 
 // tabulaKind runs a tabula binary: the one built from the repository, or
 // a baseline.
 func tabulaKind(name, binary string, extra []string) serverKind {
-	return serverKind{name: name, start: func(port int, dir string) (*exec.Cmd, error) {
+	return serverKind{name: name, launch: onePort(func(port int, dir string) *exec.Cmd {
 		args := append([]string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data", dir, "--log-level", "error"}, extra...)
 		cmd := exec.Command(binary, args...)
 		cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS=")
-		return cmd, nil
-	}}
+		return cmd
+	})}
 }
 
 // azuriteKind runs the Azurite emulator's table service from an npm
 // install, on loopback only and with telemetry off.
 func azuriteKind(entry string) serverKind {
-	return serverKind{name: "azurite", start: func(port int, dir string) (*exec.Cmd, error) {
+	return serverKind{name: "azurite", launch: onePort(func(port int, dir string) *exec.Cmd {
 		return exec.Command("node", entry, "--tableHost", "127.0.0.1", "--tablePort", strconv.Itoa(port),
-			"--location", dir, "--disableTelemetry", "--skipApiVersionCheck", "--silent"), nil
-	}}
+			"--location", dir, "--disableTelemetry", "--skipApiVersionCheck", "--silent")
+	})}
 }
 
 // buildTabula compiles cmd/tabula into dir.
@@ -174,74 +197,125 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startServer starts a server of kind on dir and waits until it accepts
-// connections.
+// startServer starts a server of kind on dir and waits until every one of
+// its processes accepts connections.
 func startServer(kind serverKind, dir string) (*server, error) {
-	port, err := freePort()
+	cmds, addrs, err := kind.launch(dir)
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := kind.start(port, dir)
-	if err != nil {
-		return nil, err
+	s := &server{kind: kind, dir: dir}
+	for i, cmd := range cmds {
+		p, err := startProcess(kind.name, cmd, addrs[i])
+		if err != nil {
+			s.kill()
+			return nil, err
+		}
+		s.procs = append(s.procs, p)
 	}
-	s := &server{kind: kind, cmd: cmd, dir: dir, endpoint: fmt.Sprintf("http://127.0.0.1:%d/%s", port, devAccount),
-		exited: make(chan struct{}), stderr: new(strings.Builder)}
+	client := 0
+	if kind.pick != nil {
+		if client, err = kind.pick(s); err != nil {
+			s.kill()
+			return nil, err
+		}
+	}
+	s.endpoint = "http://" + s.procs[client].addr + "/" + devAccount
+	return s, nil
+}
+
+// startProcess starts cmd and waits until addr accepts connections.
+func startProcess(name string, cmd *exec.Cmd, addr string) (*process, error) {
+	p := &process{cmd: cmd, addr: addr, exited: make(chan struct{}), stderr: new(strings.Builder)}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stderr = s.stderr
+	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", kind.name, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 		}
 		cmd.Wait()
-		close(s.exited)
+		close(p.exited)
 	}()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			conn.Close()
-			return s, nil
+			return p, nil
 		}
 		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("%s exited at start: %s", kind.name, s.stderr)
+		case <-p.exited:
+			return nil, fmt.Errorf("%s exited at start: %s", name, p.stderr)
 		default:
 		}
 		if time.Now().After(deadline) {
-			s.kill()
-			return nil, fmt.Errorf("%s did not listen within 60 s", kind.name)
+			p.kill()
+			return nil, fmt.Errorf("%s did not listen on %s within 60 s", name, addr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-// kill stops the server with SIGKILL and waits for it.
+// kill stops every process of the server with SIGKILL and waits for them.
 func (s *server) kill() {
-	s.cmd.Process.Kill()
-	<-s.exited
-}
-
-// stop stops the server with SIGTERM (a clean shutdown), or SIGKILL after
-// 30 s.
-func (s *server) stop() {
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		s.kill()
+	for _, p := range s.procs {
+		p.kill()
 	}
 }
 
-// cpuSeconds is the server process's user+system CPU time so far.
+// stop stops the server's processes with SIGTERM (a clean shutdown), or
+// SIGKILL after 30 s.
+func (s *server) stop() {
+	for _, p := range s.procs {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range s.procs {
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			p.kill()
+		}
+	}
+}
+
+func (p *process) kill() {
+	p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// cpuSeconds is the user+system CPU time the server's processes have
+// used so far, summed.
 func (s *server) cpuSeconds() (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	var sum float64
+	for _, p := range s.procs {
+		cpu, err := p.cpuSeconds()
+		if err != nil {
+			return 0, err
+		}
+		sum += cpu
+	}
+	return sum, nil
+}
+
+// peakRSS is the sum of the server's processes' VmHWM in bytes.
+func (s *server) peakRSS() int64 {
+	var sum int64
+	for _, p := range s.procs {
+		sum += p.peakRSS()
+	}
+	return sum
+}
+
+// cpuSeconds is the process's user+system CPU time so far.
+func (p *process) cpuSeconds() (float64, error) {
+	pid := p.cmd.Process.Pid
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -250,7 +324,7 @@ func (s *server) cpuSeconds() (float64, error) {
 	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
 	f := strings.Fields(rest)
 	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", s.cmd.Process.Pid)
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
 	}
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
@@ -261,9 +335,9 @@ func (s *server) cpuSeconds() (float64, error) {
 // every Linux platform Go supports.
 const clockTicks = 100
 
-// peakRSS is the server process's VmHWM in bytes.
-func (s *server) peakRSS() int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+// peakRSS is the process's VmHWM in bytes.
+func (p *process) peakRSS() int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		return 0
 	}

@@ -92,6 +92,7 @@ type svcReport struct {
 	Runs       []svcRun          `json:"runs"`
 	Durability []durabilityRun   `json:"durability,omitempty"` // kill -9
 	PowerLoss  []powerLossRun    `json:"power_loss,omitempty"`
+	Failover   *failoverReport   `json:"failover,omitempty"` // -cluster
 	Acks       []ackMeaning      `json:"acknowledgements,omitempty"`
 	Versions   []string          `json:"versions,omitempty"` // of the peers, as the report states them
 	Summary    []svcSummary      `json:"summary"`
@@ -250,6 +251,7 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 	}
 	rep.writeFloorTable(&b)
 	rep.writeDurability(&b)
+	rep.Failover.write(&b)
 	if failed := rep.failures(); len(failed) > 0 {
 		fmt.Fprintf(&b, "\n### Errors (their rows are invalid)\n\n- %s\n", strings.Join(failed, "\n- "))
 	}
@@ -289,6 +291,7 @@ func (rep *svcReport) failures() []string {
 			out = append(out, fmt.Sprintf("%s/%s repeat %d: %d of %d operations failed; the first: %s", r.System, r.Workload, r.Repeat, r.Errors, r.Ops, r.FirstError))
 		}
 	}
+	out = append(out, rep.Failover.failures()...)
 	return out
 }
 

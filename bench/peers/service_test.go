@@ -222,6 +222,42 @@ func TestRESTSuiteSmoke(t *testing.T) {
 	}
 }
 
+// TestRESTSuiteClusterSmoke runs the REST suite's -cluster mode small: a
+// three-node cluster beside the single node, every workload, the kill -9
+// test and one leader kill, with nothing acknowledged lost.
+func TestRESTSuiteClusterSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the cluster smoke run builds Tabula and starts three-node clusters")
+	}
+	out := t.TempDir()
+	var log bytes.Buffer
+	args := []string{"rest", "-cluster", "3", "-kills", "1", "-repeats", "1", "-dur", "200ms", "-data-n", "200", "-scan-n", "500",
+		"-durability-n", "50", "-conns", "4", "-out", out}
+	if err := run(args, io.Discard, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	checkSuiteOutput(t, filepath.Join(out, "rest"), "rest", []string{clusterSystem, "tabula"})
+	data, err := os.ReadFile(filepath.Join(out, "rest", "rest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep svcReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	fo := rep.Failover
+	if fo == nil || fo.Error != "" || len(fo.Kills) != 1 || fo.Kills[0].Error != "" || fo.Kills[0].FailoverMS <= 0 || fo.Kills[0].CatchUpMS <= 0 {
+		t.Fatalf("failover: %+v", fo)
+	}
+	if fo.Acknowledged == 0 || fo.Survived != fo.Acknowledged {
+		t.Errorf("failover: %d inserts acknowledged, %d found", fo.Acknowledged, fo.Survived)
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "rest", "report.md"))
+	if !strings.Contains(string(md), "| cluster | in the raft log of a quorum") || !strings.Contains(string(md), "| 50 / 50 / **0** |") {
+		t.Errorf("the cluster's durability row:\n%s", md)
+	}
+}
+
 func checkSuiteOutput(t *testing.T, dir, suite string, systems []string) {
 	t.Helper()
 	md, err := os.ReadFile(filepath.Join(dir, "report.md"))

@@ -31,6 +31,7 @@ type restFlags struct {
 	results            string
 	tabulaArgs         string
 	baseBin            string
+	clusterN, kills    int
 }
 
 func (f *restFlags) register(fs *flag.FlagSet) {
@@ -46,6 +47,8 @@ func (f *restFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.durabilityN, "durability-n", 2000, "acknowledged inserts before the kill -9 test and before the cut of the power-loss test (0: neither)")
 	fs.StringVar(&f.cache, "cache", defaultCache(), "folder for the pinned azurite npm install (azurite-<version>) and the tabula build")
 	fs.StringVar(&f.results, "results", "", "also write the report to this file, e.g. ../RESULTS-rest.md")
+	fs.IntVar(&f.clusterN, "cluster", 0, "run system \"cluster\", Tabula as this many nodes on this machine, first among the systems (so the ratios are the cluster against the single node), and its failover test")
+	fs.IntVar(&f.kills, "kills", 5, "with -cluster: leader kills in the failover test (0: none)")
 	fs.StringVar(&f.tabulaArgs, "tabula-args", "", "extra arguments for `tabula serve`, space-separated, e.g. \"--pprof 127.0.0.1:6060\" to profile it under load")
 }
 
@@ -219,6 +222,11 @@ func runRESTSuite(args []string, log io.Writer) error {
 	if err := f.check(); err != nil {
 		return err
 	}
+	systemsGiven := false
+	fs.Visit(func(fl *flag.Flag) { systemsGiven = systemsGiven || fl.Name == "systems" })
+	if f.clusterN > 0 && !systemsGiven {
+		f.systems = clusterSystem + ",tabula"
+	}
 	env, err := f.setup(log)
 	if err != nil {
 		return err
@@ -227,6 +235,9 @@ func runRESTSuite(args []string, log io.Writer) error {
 		Machine: describeMachine(env.run.tmpRoot), Systems: splitList(f.systems), Workloads: splitList(f.workloads),
 		Params: map[string]string{"conns": strconv.Itoa(f.conns), "dur": f.dur.String(), "ops": strconv.Itoa(f.ops),
 			"data-n": strconv.Itoa(f.dataN), "scan-n": strconv.Itoa(f.scanN), "durability-n": strconv.Itoa(f.durabilityN)}}
+	if f.clusterN > 0 {
+		rep.Params["cluster"], rep.Params["kills"] = strconv.Itoa(f.clusterN), strconv.Itoa(f.kills)
+	}
 	kinds := map[string]serverKind{}
 	for _, sys := range rep.Systems {
 		switch sys {
@@ -238,6 +249,17 @@ func runRESTSuite(args []string, log io.Writer) error {
 			kinds[sys] = tabulaKind(sys, bin, strings.Fields(f.tabulaArgs))
 			rep.Notes = append(rep.Notes, "tabula: `tabula serve` built from this checkout, synced writes (every acknowledged write is on disk)")
 			rep.Acks = append(rep.Acks, ackMeaning{sys, tabulaAck})
+		case clusterSystem:
+			if f.clusterN < 1 {
+				return errors.New("system cluster needs -cluster N")
+			}
+			bin, err := buildTabula(env.repo, f.cache)
+			if err != nil {
+				return err
+			}
+			kinds[sys] = clusterKind(sys, bin, f.clusterN, strings.Fields(f.tabulaArgs))
+			rep.Notes = append(rep.Notes, fmt.Sprintf("cluster: %d `tabula serve` nodes of this checkout on this machine, one raft group, every write fsynced in the raft log of a quorum before it is acknowledged; the clients talk to the leader; CPU and peak RSS are the sums over the nodes", f.clusterN))
+			rep.Acks = append(rep.Acks, ackMeaning{sys, "in the raft log of a quorum of nodes, fsynced on each, and applied by the leader"})
 		case "base":
 			if f.baseBin == "" {
 				return errors.New("system base needs -base-bin")
@@ -261,7 +283,7 @@ func runRESTSuite(args []string, log io.Writer) error {
 		case "floor-nethttp":
 			return errors.New("system floor-nethttp is now floor: the floor runs on net/http only")
 		default:
-			return fmt.Errorf("unknown system %q: want tabula, base, azurite or floor", sys)
+			return fmt.Errorf("unknown system %q: want tabula, base, cluster, azurite or floor", sys)
 		}
 	}
 	byName := map[string]restWorkload{}
@@ -283,6 +305,10 @@ func runRESTSuite(args []string, log io.Writer) error {
 				steps++ // power loss
 			}
 		}
+	}
+	failover := f.clusterN > 0 && f.kills > 0 && slices.Contains(rep.Systems, clusterSystem)
+	if failover {
+		steps++
 	}
 	prog := newProgress(steps)
 	for r := range f.repeats {
@@ -310,6 +336,12 @@ func runRESTSuite(args []string, log io.Writer) error {
 			rep.PowerLoss = append(rep.PowerLoss, powerLossTabula(f.durabilityN, f.conns, 1))
 			prog.finish()
 		}
+	}
+	if failover {
+		prog.start("failover: kill -9 of the leader under writes")
+		fo := clusterFailover(kinds[clusterSystem], env.run.tmpRoot, f.clusterN, f.kills, f.conns)
+		rep.Failover = &fo
+		prog.finish()
 	}
 	rep.Elapsed = time.Since(rep.Started).Seconds()
 	rep.summarize()
