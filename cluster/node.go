@@ -427,8 +427,9 @@ func (n *Node) step(msgs []*raftpb.Message) {
 
 // handleReady does one Ready's work in raft's order: persist the log and
 // hard state (synced when raft says so) before sending any message that
-// depends on them, then send, then hand the committed entries to the
-// apply goroutine, then note leadership changes.
+// depends on them (a steady leader's appends depend on nothing it writes),
+// then hand the committed entries to the apply goroutine, then note
+// leadership changes.
 func (n *Node) handleReady(rd raft.Ready) error {
 	snap := !raft.IsEmptySnap(rd.Snapshot)
 	if snap {
@@ -441,6 +442,16 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		n.confMu.Lock()
 		n.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
 		n.confMu.Unlock()
+	}
+	// A leader sends its appends before its own write is durable, so that
+	// followers write in parallel (raft thesis §10.2.1). It cannot count
+	// its unwritten copy toward a commit: the answers that would commit
+	// an entry are stepped by this loop only after the write below. A
+	// node that is not, or stops being, the leader sends afterwards, as
+	// its votes and acknowledgements must follow what they promise.
+	early := n.isLeader && (rd.SoftState == nil || rd.SoftState.RaftState == raft.StateLeader) && !snap
+	if early {
+		n.send(rd.Messages)
 	}
 	if snap || len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
 		w := n.cfg.Log.NewWrite()
@@ -457,15 +468,8 @@ func (n *Node) handleReady(rd raft.Ready) error {
 			return fmt.Errorf("cluster: persist raft log: %w", err)
 		}
 	}
-	if len(rd.Messages) > 0 {
-		n.cfg.Transport.Send(rd.Messages)
-		for _, m := range rd.Messages {
-			if m.GetType() == raftpb.MessageType_MsgSnap {
-				// Sent: the follower fetches the store itself, and answers
-				// once it has it.
-				n.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
-			}
-		}
+	if !early {
+		n.send(rd.Messages)
 	}
 	for _, e := range rd.CommittedEntries {
 		if e.GetType() == raftpb.EntryType_EntryConfChange {
@@ -486,6 +490,21 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	n.rn.Advance(rd)
 	n.checkReady()
 	return nil
+}
+
+// send hands a Ready's messages to the transport.
+func (n *Node) send(msgs []*raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	n.cfg.Transport.Send(msgs)
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			// Sent: the follower fetches the store itself, and answers
+			// once it has it.
+			n.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+		}
+	}
 }
 
 // leadershipChanged notes a change of raft role or leader. Becoming the
