@@ -128,6 +128,9 @@ func TestCheckpointUnderLoad(t *testing.T) {
 				if below == 0 || above == 0 {
 					t.Fatalf("checkpoint at %d: %d batches below, %d above: the load did not straddle it", c.seq, below, above)
 				}
+				if rep, err := Verify(c.dir, fs); err != nil || len(rep.Notes) > 0 {
+					t.Fatalf("verify checkpoint %s: %v (notes %q)", c.dir, err, rep.Notes)
+				}
 				cdb, err := Open(c.dir, &Options{FS: fs})
 				if err != nil {
 					t.Fatalf("open checkpoint %s: %v", c.dir, err)
