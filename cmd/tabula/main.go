@@ -7,6 +7,8 @@
 //	tabula backup [--data DIR] OUT   copy the store into OUT, online while a server runs
 //	tabula restore BACKUP DIR        check a backup and restore it into a new DIR
 //	tabula verify [--data DIR]       check every checksum, record and key order
+//	tabula export [--data DIR] [--table T ...] OUT.jsonl   tables and entities to JSON lines
+//	tabula import --data DIR IN.jsonl                     JSON lines into the store, resumable
 package main
 
 import (
@@ -45,6 +47,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return restoreCommand(args[1:], stdout, stderr)
 	case "verify":
 		return verifyCommand(args[1:], stdout, stderr)
+	case "export":
+		return exportCommand(args[1:], stdout, stderr)
+	case "import":
+		return importCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -66,5 +72,9 @@ commands:
   restore BACKUP DIR
                   check a backup and restore it into DIR (which must not exist or be empty)
   verify [--data DIR]
-                  check every checksum, record and key order of a stopped store or a backup`)
+                  check every checksum, record and key order of a stopped store or a backup
+  export [--data DIR] [--table T ...] OUT.jsonl
+                  write tables and entities to JSON lines, every Edm type exact
+  import --data DIR IN.jsonl
+                  load an export file in batches per partition; resumes after an interruption`)
 }
