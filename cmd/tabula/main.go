@@ -9,6 +9,7 @@
 //	tabula verify [--data DIR]       check every checksum, record and key order
 //	tabula export [--data DIR] [--table T ...] OUT.jsonl   tables and entities to JSON lines
 //	tabula import --data DIR IN.jsonl                     JSON lines into the store, resumable
+//	tabula import-azurite PATH [--data DIR]               the Azurite emulator's table database
 package main
 
 import (
@@ -51,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exportCommand(args[1:], stdout, stderr)
 	case "import":
 		return importCommand(args[1:], stdout, stderr)
+	case "import-azurite":
+		return importAzuriteCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -76,5 +79,7 @@ commands:
   export [--data DIR] [--table T ...] OUT.jsonl
                   write tables and entities to JSON lines, every Edm type exact
   import --data DIR IN.jsonl
-                  load an export file in batches per partition; resumes after an interruption`)
+                  load an export file in batches per partition; resumes after an interruption
+  import-azurite PATH [--data DIR]
+                  load the Azurite emulator's table database (__azurite_db_table__.json)`)
 }
