@@ -214,3 +214,21 @@ func TestQueryTables(t *testing.T) {
 		t.Fatalf("empty account: %+v %v", p, err)
 	}
 }
+
+func TestAllTables(t *testing.T) {
+	s := newEnv(t, nil).s
+	ctx := context.Background()
+	for _, at := range []TableRef{{"b", "Zeta"}, {"a", "beta"}, {"b", "alpha"}, {"a", "Alpha"}, {"a", "gone"}} {
+		if _, err := s.CreateTable(ctx, at.Account, at.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteTable(ctx, "a", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	got := s.AllTables()
+	want := []TableRef{{"a", "Alpha"}, {"a", "beta"}, {"b", "alpha"}, {"b", "Zeta"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("AllTables = %v, want %v", got, want)
+	}
+}

@@ -50,3 +50,6 @@ func (osFS) Lock(name string) (io.Closer, error) {
 	}
 	return f, nil
 }
+
+// Link implements Linker with link(2).
+func (osFS) Link(oldname, newname string) error { return os.Link(oldname, newname) }

@@ -62,3 +62,12 @@ func SyncDir(fs FS, dir string) error {
 	}
 	return d.Close()
 }
+
+// Linker is implemented by filesystems that can give a file a second name
+// (a hard link): both names then share one content, and removing either
+// leaves the other. The OS filesystem implements it; callers fall back to
+// copying when an FS does not, or when Link fails (e.g. across devices).
+type Linker interface {
+	// Link creates newname as a hard link to oldname.
+	Link(oldname, newname string) error
+}

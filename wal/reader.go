@@ -30,6 +30,10 @@ type Reader struct {
 	// err is sticky: io.EOF, a corruption or a read failure.
 	err  error
 	torn bool
+	// tornOff and tornWhy say where and what the damage ending a torn
+	// log was.
+	tornOff int64
+	tornWhy string
 }
 
 // NewReader returns a Reader over the first size bytes of f.
@@ -67,6 +71,29 @@ func (r *Reader) TornTail() (torn bool, offset int64) {
 	return r.torn, r.end
 }
 
+// Offset is the offset just past the last complete record Next
+// returned (0 before the first): where the next record starts, so a
+// caller can name the record a failing Next was reading.
+func (r *Reader) Offset() int64 { return r.end }
+
+// TornDamage describes, after TornTail reported a torn tail, the damage
+// that ends the log: its offset, what was found there, and whether it is
+// the kind a crash leaves behind (the file ending inside a chunk or a
+// record, or a zero-filled chunk header). A false cut means an intact-
+// looking chunk whose checksum, type or sync offset is wrong: recovery
+// drops it all the same, as it cannot tell such a chunk from an unsynced
+// torn write, but a strict checker (tabula verify) reports it.
+func (r *Reader) TornDamage() (offset int64, why string, cut bool) {
+	switch r.tornWhy {
+	case string(problemTruncHeader), string(problemZeroHeader), string(problemTruncated), whyLastChunkMissing:
+		cut = true
+	}
+	return r.tornOff, r.tornWhy, cut
+}
+
+// whyLastChunkMissing is the damage of a file ending inside a record.
+const whyLastChunkMissing = "record's last chunk missing at end of file"
+
 func (r *Reader) next() ([]byte, error) {
 	r.rec = r.rec[:0]
 	inRecord := false
@@ -82,7 +109,7 @@ func (r *Reader) next() ([]byte, error) {
 		off := r.blockOff + int64(r.pos)
 		if r.pos == len(r.buf) {
 			if inRecord {
-				return nil, r.bad(off, "record's last chunk missing at end of file")
+				return nil, r.bad(off, whyLastChunkMissing)
 			}
 			return nil, io.EOF
 		}
@@ -158,6 +185,7 @@ func (r *Reader) bad(off int64, why string) error {
 			off, why, synced, r.end, base.ErrCorruption)
 	}
 	r.torn = true
+	r.tornOff, r.tornWhy = off, why
 	return io.EOF
 }
 

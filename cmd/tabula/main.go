@@ -4,6 +4,12 @@
 //	tabula serve [flags]   serve the Azure Table API (default 127.0.0.1:10002, data in ./tabula-data)
 //	tabula inspect DIR     print the levels, tables and WAL segments of the store in DIR
 //	tabula cluster status  list a cluster's nodes, leader, terms and replication
+//	tabula backup [--data DIR] OUT   copy the store into OUT, online while a server runs
+//	tabula restore BACKUP DIR        check a backup and restore it into a new DIR
+//	tabula verify [--data DIR]       check every checksum, record and key order
+//	tabula export [--data DIR] [--table T ...] OUT.jsonl   tables and entities to JSON lines
+//	tabula import --data DIR IN.jsonl                     JSON lines into the store, resumable
+//	tabula import-azurite PATH [--data DIR]               the Azurite emulator's table database
 package main
 
 import (
@@ -36,6 +42,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "cluster":
 		return clusterCommand(args[1:], stdout, stderr)
+	case "backup":
+		return backupCommand(args[1:], stdout, stderr)
+	case "restore":
+		return restoreCommand(args[1:], stdout, stderr)
+	case "verify":
+		return verifyCommand(args[1:], stdout, stderr)
+	case "export":
+		return exportCommand(args[1:], stdout, stderr)
+	case "import":
+		return importCommand(args[1:], stdout, stderr)
+	case "import-azurite":
+		return importAzuriteCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -51,5 +69,17 @@ func usage(w io.Writer) {
 commands:
   serve [flags]   serve the Azure Table API; "tabula serve -h" lists the flags
   inspect DIR     print the levels, tables and WAL segments of the store in DIR
-  cluster status  the nodes of a cluster, their raft state and replication`)
+  cluster status  the nodes of a cluster, their raft state and replication
+  backup [--data DIR] OUT
+                  copy the store into the new directory OUT, online while a server runs
+  restore BACKUP DIR
+                  check a backup and restore it into DIR (which must not exist or be empty)
+  verify [--data DIR]
+                  check every checksum, record and key order of a stopped store or a backup
+  export [--data DIR] [--table T ...] OUT.jsonl
+                  write tables and entities to JSON lines, every Edm type exact
+  import --data DIR IN.jsonl
+                  load an export file in batches per partition; resumes after an interruption
+  import-azurite PATH [--data DIR]
+                  load the Azurite emulator's table database (__azurite_db_table__.json)`)
 }
