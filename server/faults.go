@@ -276,7 +276,7 @@ func parseRate(s string) (float64, error) {
 	if r < 0 || r > 1 {
 		return 0, errors.New("a rate is from 0 to 1 (0% to 100%)")
 	}
-	return r + 0, nil // + 0 turns -0 into 0
+	return r, nil
 }
 
 func formatRate(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) }

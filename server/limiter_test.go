@@ -69,10 +69,10 @@ func TestLimiterBuckets(t *testing.T) {
 // TestLimiterAccount checks the account's bucket: past it, the answer is
 // the account's, and the partition's tokens are given back.
 func TestLimiterAccount(t *testing.T) {
-	lm, clock := testLimiter(Limits{PartitionRate: 1000, AccountRate: 1000, Burst: 100 * time.Millisecond})
-	// The account holds 100 (its floor); ten partitions of ten each use it.
+	lm, clock := testLimiter(Limits{PartitionRate: 100, AccountRate: 10000, Burst: 100 * time.Millisecond})
+	// The account holds 1,000; ten partitions of 100 each use it up.
 	for i := range 10 {
-		if err := lm.take("acct", "t", fmt.Sprint(i), 10, true); err != nil {
+		if err := lm.take("acct", "t", fmt.Sprint(i), 100, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,14 +82,15 @@ func TestLimiterAccount(t *testing.T) {
 	if err := lm.take("other", "t", "fresh", 10, true); err != nil {
 		t.Fatalf("another account: %v", err)
 	}
-	// "fresh" was refunded: once the account refills, all of its 100 pass.
-	clock.t += 100 * time.Millisecond
+	// "fresh" was given its 10 back: 10 ms later the account has 100
+	// again and the partition (refilling at 1 per 10 ms) all its 100.
+	clock.t += 10 * time.Millisecond
 	if err := lm.take("acct", "t", "fresh", 100, true); err != nil {
 		t.Fatalf("the refused partition's tokens were not given back: %v", err)
 	}
 	// Table operations charge the account alone.
 	clock.t += 100 * time.Millisecond
-	if err := lm.take("acct", "t", "", 100, false); err != nil {
+	if err := lm.take("acct", "t", "", 1000, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := lm.take("acct", "t", "", 1, false); err != errAccountBusy {
@@ -160,13 +161,13 @@ func TestLimiterBoundedMemory(t *testing.T) {
 
 // TestLimiterHot checks the hot view's rates and order.
 func TestLimiterHot(t *testing.T) {
-	lm, clock := testLimiter(Limits{PartitionRate: 1000, AccountRate: 1e6, Burst: time.Second})
+	lm, clock := testLimiter(Limits{PartitionRate: 1000, AccountRate: 1e6, Burst: 100 * time.Millisecond})
 	long := strings.Repeat("k", 500)
-	// For 3 s: "hot" takes 800/s, "warm" 100/s, long 10/s; "hot" also has
-	// 200/s refused once over its rate.
+	// For 3 s: "hot" asks for 1,200/s, of which its rate serves 1,000 and
+	// refuses 200; "warm" takes 100/s, long 10/s.
 	for step := range 300 {
 		clock.t = time.Duration(step) * 10 * time.Millisecond
-		for range 8 {
+		for range 12 {
 			_ = lm.take("acct", "t", "hot", 1, true)
 		}
 		_ = lm.take("acct", "t", "warm", 1, true)
@@ -178,13 +179,16 @@ func TestLimiterHot(t *testing.T) {
 	if len(r.Partitions) != 2 || r.Partitions[0].PartitionKey != "hot" || r.Partitions[1].PartitionKey != "warm" {
 		t.Fatalf("hot partitions %+v", r.Partitions)
 	}
-	if got := r.Partitions[0].Rate; math.Abs(got-800) > 80 {
-		t.Errorf("hot rate %.1f, want 800 ±10%%", got)
+	if got := r.Partitions[0].Rate; math.Abs(got-1000) > 100 {
+		t.Errorf("hot rate %.1f, want 1000 ±10%%", got)
+	}
+	if got := r.Partitions[0].Refused; math.Abs(got-200) > 40 {
+		t.Errorf("hot refused %.1f, want 200 ±20%%", got)
 	}
 	if got := r.Partitions[1].Rate; math.Abs(got-100) > 10 {
 		t.Errorf("warm rate %.1f, want 100 ±10%%", got)
 	}
-	if len(r.Accounts) != 1 || r.Accounts[0].Account != "acct" || math.Abs(r.Accounts[0].Rate-910) > 91 {
+	if len(r.Accounts) != 1 || r.Accounts[0].Account != "acct" || math.Abs(r.Accounts[0].Rate-1110) > 111 {
 		t.Errorf("accounts %+v", r.Accounts)
 	}
 	if r.Tracked != 3 || r.PartitionRate != 1000 || r.AccountRate != 1e6 {
