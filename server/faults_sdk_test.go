@@ -6,9 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
@@ -75,6 +80,41 @@ func TestGoSDKUnderFaults(t *testing.T) {
 	}
 	for w := range workers {
 		compareWithStore(t, ts, "faulty", fmt.Sprint("w", w), models[w])
+	}
+}
+
+// TestJSSDKUnderFaults runs testdata/jssdk/faults.mjs, the Go SDK
+// workload's smaller twin, with the JS SDK's default retry policy against
+// a server failing 5% of requests, and compares the store with the
+// history it acknowledged.
+func TestJSSDKUnderFaults(t *testing.T) {
+	node := requireJSSDK(t)
+	ts := startServer(t, &server.Options{Faults: mustFaults(t, fmt.Sprintf(sdkFaults, 17))})
+	if _, err := ts.Store.CreateTable(context.Background(), auth.DevAccountName, "jsfaulty"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "faults.mjs")
+	cmd.Dir = filepath.Join("testdata", "jssdk")
+	cmd.Env = append(os.Environ(), "TABULA_CONNECTION_STRING="+devConnectionString(ts.Endpoint), "TABULA_TABLE=jsfaulty")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node faults.mjs: %v\n%s%s", err, out, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var result struct {
+		Settled int
+		Models  map[string]map[string]*modelEntity
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &result); err != nil || len(result.Models) != 4 {
+		t.Fatalf("faults.mjs printed %s (%v)", out, err)
+	}
+	t.Logf("%d ambiguous answers settled by reading", result.Settled)
+	for pk, model := range result.Models {
+		compareWithStore(t, ts, "jsfaulty", pk, model)
 	}
 }
 
