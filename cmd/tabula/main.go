@@ -3,6 +3,7 @@
 //
 //	tabula serve [flags]   serve the Azure Table API (default 127.0.0.1:10002, data in ./tabula-data)
 //	tabula inspect DIR     print the levels, tables and WAL segments of the store in DIR
+//	tabula inspect --hot ADDR  the hottest partitions and accounts of a server run with --emulate-limits
 //	tabula cluster status  list a cluster's nodes, leader, terms and replication
 package main
 
@@ -25,8 +26,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return serve(args[1:], stdout, stderr)
 	case "inspect":
+		if len(args) >= 2 && (args[1] == "--hot" || args[1] == "-hot") {
+			return inspectHot(args[2:], stdout, stderr)
+		}
 		if len(args) != 2 {
-			fmt.Fprintln(stderr, "usage: tabula inspect DIR")
+			fmt.Fprintln(stderr, "usage: tabula inspect DIR | tabula inspect --hot ADDR")
 			return 2
 		}
 		if err := inspect(args[1], stdout); err != nil {
@@ -51,5 +55,8 @@ func usage(w io.Writer) {
 commands:
   serve [flags]   serve the Azure Table API; "tabula serve -h" lists the flags
   inspect DIR     print the levels, tables and WAL segments of the store in DIR
+  inspect --hot ADDR
+                  the hottest partitions and accounts of a running server
+                  started with --emulate-limits
   cluster status  the nodes of a cluster, their raft state and replication`)
 }
