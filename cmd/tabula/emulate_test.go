@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -146,4 +148,32 @@ func signForTest(t *testing.T, req *http.Request) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "SharedKeyLite "+auth.DevAccountName+":"+sig)
+}
+
+// TestAnnounce checks the start log names the limits, and the faults in
+// canonical form with the seed they are drawn with, so a run can be
+// replayed.
+func TestAnnounce(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	limits, faults, err := parseEmulate(t, "--emulate-limits", "--partition-rate", "50", "--faults", "insert:503=5%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := partition.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	srv := server.New(store, &server.Options{Limits: limits, Faults: faults})
+	announce(log, limits, faults, srv)
+	seed, ok := srv.FaultSeed()
+	if !ok {
+		t.Fatal("no seed")
+	}
+	for _, want := range []string{"partition_rate=50 account_rate=20000", `spec="insert:503=0.05" seed=` + fmt.Sprint(seed)} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, buf.String())
+		}
+	}
 }
