@@ -520,3 +520,27 @@ func TestNothingEmulatedByDefault(t *testing.T) {
 		t.Error("a server without faults has a fault seed")
 	}
 }
+
+// TestInjectedResetHTTP2 checks a reset over HTTP/2, where the handler
+// cannot take the connection over: the stream is reset, the request gets
+// no answer, the write (after the commit) is applied once, and the
+// connection goes on serving other streams.
+func TestInjectedResetHTTP2(t *testing.T) {
+	ts := startServerFor(t, sdkWays[1], &server.Options{Faults: mustFaults(t, "insert:reset.after=1")})
+	if _, err := ts.Store.CreateTable(context.Background(), auth.DevAccountName, "emu"); err != nil {
+		t.Fatal(err)
+	}
+	client := ts.httpClient(t)
+	resp, err := client.Do(rawRequest(t, ts, "POST", "/emu", []byte(`{"PartitionKey":"p","RowKey":"r"}`), true))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a reset stream answered %d (%s)", resp.StatusCode, resp.Proto)
+	}
+	if !stored(t, ts, "p", "r") {
+		t.Error("the insert reset after its commit was not applied")
+	}
+	resp, body := send(t, client, rawRequest(t, ts, "GET", "/emu(PartitionKey='p',RowKey='r')", nil, true))
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Fatalf("get after the reset: %s %d %s", resp.Proto, resp.StatusCode, body)
+	}
+}
