@@ -12,6 +12,7 @@ import (
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/server"
 	"github.com/tabuladb/tabula/server/auth"
 	"github.com/tabuladb/tabula/vfs"
 )
@@ -171,6 +172,26 @@ func BenchmarkHandlerInsertEntity(b *testing.B) {
 		w := &discardWriter{h: make(http.Header)}
 		ts.Server.ServeHTTP(w, req)
 		if w.status != http.StatusNoContent {
+			b.Fatalf("status %d", w.status)
+		}
+	}
+}
+
+// BenchmarkHandlerGetEntityEmulated is BenchmarkHandlerGetEntity on a
+// server emulating limits, at rates it never reaches: what the emulation
+// costs a request when it is on. Off, a server has no emulator at all.
+func BenchmarkHandlerGetEntityEmulated(b *testing.B) {
+	ts := startServer(b, &server.Options{Limits: &server.Limits{PartitionRate: 1e12, AccountRate: 1e12}})
+	c := &benchClient{ts: ts, client: &http.Client{}}
+	createBenchTable(b, c, "bench")
+	fillPartition(b, ts.Store, "bench", "p", 1000)
+	req := rawRequest(b, ts, "GET", "/bench(PartitionKey='p',RowKey='r000042')", nil, true)
+	req.RequestURI = req.URL.RequestURI()
+	b.ReportAllocs()
+	for b.Loop() {
+		w := &discardWriter{h: make(http.Header)}
+		ts.Server.ServeHTTP(w, req)
+		if w.status != http.StatusOK {
 			b.Fatalf("status %d", w.status)
 		}
 	}

@@ -21,4 +21,11 @@
 // runs on net/http, over TLS when configured, with header, read, write and
 // idle timeouts and a connection cap, so a slow or numerous client cannot
 // hold the server (docs/http.md).
+//
+// With Options.Limits or Options.Faults, an emulator stands between the
+// handlers and the store and does what the service does to a busy or
+// unlucky client: 503 ServerBusy past the per-partition and per-account
+// rates, queries scanning at them, and injected failures, latency and
+// outages (docs/limits.md, docs/faults.md). Without them there is no
+// emulator and requests run as before.
 package server

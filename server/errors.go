@@ -104,6 +104,10 @@ func (rq *request) fail(err error) {
 	if rq.status != 0 {
 		return
 	}
+	if errors.Is(err, errInjectedReset) {
+		rq.resetConnection()
+		return
+	}
 	status, code, message, ok := describe(err)
 	if !ok && rq.ctx.Err() == nil { // a cancelled request is logged by ServeHTTP
 		rq.s.log.Error("internal error", "request_id", rq.id, "method", rq.r.Method, "path", rq.r.URL.Path, "err", err)

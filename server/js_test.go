@@ -22,28 +22,8 @@ const requireJSEnv = "TABULA_REQUIRE_JS_SDK"
 // bearer token. .ci/run installs Node.js and the SDK; elsewhere the test
 // skips, saying why, when Node.js is missing.
 func TestJSSDK(t *testing.T) {
-	skip := t.Skip
-	if os.Getenv(requireJSEnv) != "" {
-		skip = t.Fatal
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		skip("Node.js not found: the JS SDK test needs it (.ci/run installs it)")
-	}
+	node := requireJSSDK(t)
 	dir := filepath.Join("testdata", "jssdk")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@azure", "data-tables")); err != nil {
-		npm, err := exec.LookPath("npm")
-		if err != nil {
-			skip("npm not found: the JS SDK test needs it to install @azure/data-tables (.ci/run installs it)")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci: %v\n%s", err, out)
-		}
-	}
 	for _, w := range sdkWays {
 		t.Run(w.name, func(t *testing.T) {
 			ts := startServerFor(t, w, nil)
@@ -75,4 +55,34 @@ func TestJSSDK(t *testing.T) {
 			t.Logf("%s", out)
 		})
 	}
+}
+
+// requireJSSDK returns Node.js, with the JS SDK installed in
+// testdata/jssdk, or skips the test saying why (fails it where
+// TABULA_REQUIRE_JS_SDK is set).
+func requireJSSDK(t *testing.T) (node string) {
+	t.Helper()
+	skip := t.Skip
+	if os.Getenv(requireJSEnv) != "" {
+		skip = t.Fatal
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		skip("Node.js not found: the JS SDK test needs it (.ci/run installs it)")
+	}
+	dir := filepath.Join("testdata", "jssdk")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@azure", "data-tables")); err != nil {
+		npm, err := exec.LookPath("npm")
+		if err != nil {
+			skip("npm not found: the JS SDK test needs it to install @azure/data-tables (.ci/run installs it)")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci: %v\n%s", err, out)
+		}
+	}
+	return node
 }

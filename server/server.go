@@ -81,6 +81,12 @@ type Options struct {
 	// the emulator's --oauth basic checks them: audience, issuer and
 	// lifetime, not the signature.
 	OAuth bool
+	// Limits, when set, emulates the service's throughput limits per
+	// partition and per account (docs/limits.md).
+	Limits *Limits
+	// Faults, when set, injects the failures it specifies
+	// (docs/faults.md).
+	Faults *FaultSpec
 }
 
 func (o *Options) withDefaults() Options {
@@ -147,6 +153,10 @@ type Server struct {
 	// its grace period ends, so long handlers stop.
 	base       context.Context
 	cancelBase context.CancelFunc
+
+	// emu throttles and fails requests as Options.Limits and .Faults
+	// say; nil without them, when store is the one New was given.
+	emu *emulator
 }
 
 // New returns a server for store. A nil opts means defaults. The server
@@ -154,7 +164,7 @@ type Server struct {
 func New(store Store, opts *Options) *Server {
 	o := opts.withDefaults()
 	base, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		store:      store,
 		opts:       o,
 		log:        o.Logger,
@@ -162,6 +172,11 @@ func New(store Store, opts *Options) *Server {
 		base:       base,
 		cancelBase: cancel,
 	}
+	if o.Limits != nil || (o.Faults != nil && !o.Faults.empty()) {
+		s.emu = newEmulator(store, &o)
+		s.store = s.emu
+	}
+	return s
 }
 
 // Serve accepts connections on ln until Shutdown, answering each request
@@ -249,6 +264,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.running.RUnlock()
+	if s.emu != nil && r.URL.Path == HotPath {
+		s.serveHot(w, r)
+		return
+	}
 	if len(r.TransferEncoding) > 0 || !r.ProtoAtLeast(1, 1) {
 		// net/http reads some framings another parser on the path may
 		// read differently, and drops the evidence before a handler sees

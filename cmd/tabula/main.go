@@ -3,6 +3,7 @@
 //
 //	tabula serve [flags]   serve the Azure Table API (default 127.0.0.1:10002, data in ./tabula-data)
 //	tabula inspect DIR     print the levels, tables and WAL segments of the store in DIR
+//	tabula inspect --hot ADDR  the hottest partitions and accounts of a server run with --emulate-limits
 //	tabula cluster status  list a cluster's nodes, leader, terms and replication
 //	tabula backup [--data DIR] OUT   copy the store into OUT, online while a server runs
 //	tabula restore BACKUP DIR        check a backup and restore it into a new DIR
@@ -31,8 +32,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return serve(args[1:], stdout, stderr)
 	case "inspect":
+		if len(args) >= 2 && (args[1] == "--hot" || args[1] == "-hot") {
+			return inspectHot(args[2:], stdout, stderr)
+		}
 		if len(args) != 2 {
-			fmt.Fprintln(stderr, "usage: tabula inspect DIR")
+			fmt.Fprintln(stderr, "usage: tabula inspect DIR | tabula inspect --hot ADDR")
 			return 2
 		}
 		if err := inspect(args[1], stdout); err != nil {
@@ -69,7 +73,13 @@ func usage(w io.Writer) {
 commands:
   serve [flags]   serve the Azure Table API; "tabula serve -h" lists the flags
   inspect DIR     print the levels, tables and WAL segments of the store in DIR
-  cluster status  the nodes of a cluster, their raft state and replication
+  inspect --hot ADDR
+                  the hottest partitions and accounts of a running server
+                  started with --emulate-limits
+  cluster status --node ADDR
+                  the nodes of a cluster, their raft state and replication
+  cluster decommission --node ADDR --id N
+                  remove node N from the cluster
   backup [--data DIR] OUT
                   copy the store into the new directory OUT, online while a server runs
   restore BACKUP DIR
