@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,60 +15,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 	"github.com/tabuladb/tabula/partition"
-	"github.com/tabuladb/tabula/server"
-	"github.com/tabuladb/tabula/server/auth"
 )
-
-// The online backup test needs a server that runs startAdmin, which
-// `tabula serve` does once serve.go makes the one call startAdmin's
-// comment gives. Until then the test binary, re-executed with
-// TABULA_TEST_ADMIN_SERVE set, is that server: the store, the REST
-// server and the admin socket exactly as serve wires them, in a real
-// process on real files. (With TABULA_TEST_ADMIN_SERVE=none it serves
-// without the socket, as a server of an older build does.)
-func init() {
-	if mode := os.Getenv("TABULA_TEST_ADMIN_SERVE"); mode != "" {
-		os.Exit(adminTestServe(mode, os.Args[1:]))
-	}
-}
-
-func adminTestServe(mode string, args []string) int {
-	if len(args) != 3 || args[0] != "serve" || args[1] != "--data" {
-		fmt.Fprintln(os.Stderr, "admin test server: want serve --data DIR")
-		return 2
-	}
-	dir := args[2]
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	store, err := partition.Open(dir, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	stopAdmin := func() {}
-	if mode == "admin" {
-		stopAdmin = startAdmin(dir, store.DB(), log)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	srv := server.New(store, &server.Options{Accounts: auth.DefaultAccounts(), Logger: log})
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	go srv.Serve(ln)
-	fmt.Printf("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=%s;TableEndpoint=http://%s/devstoreaccount1;\n", auth.DevAccountKey, ln.Addr())
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	srv.Shutdown(sctx)
-	cancel()
-	stopAdmin()
-	if err := store.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
-}
 
 // tabula runs the tabula command as a real process and returns its exit
 // code, stdout and stderr.
@@ -176,7 +120,7 @@ func presentOps(t *testing.T, s *partition.Store, n, limit int) []bool {
 func TestBackupOnlineUnderLoad(t *testing.T) {
 	root := t.TempDir()
 	data := filepath.Join(root, "data")
-	p := startServeEnv(t, []string{"TABULA_TEST_ADMIN_SERVE=admin"}, "--data", data)
+	p := startServe(t, "--addr", "127.0.0.1:0", "--data", data)
 	c := tableClient(t, p.connStr, "load")
 	if _, err := c.CreateTable(context.Background(), nil); err != nil {
 		t.Fatal(err)
@@ -317,7 +261,11 @@ func TestBackupOfflineAndRefusals(t *testing.T) {
 		t.Fatalf("backup of a missing store: exit %d: %s", code, stderr)
 	}
 
-	p := startServeEnv(t, []string{"TABULA_TEST_ADMIN_SERVE=none"}, "--data", data)
+	// A process that holds the store without an admin socket: this one.
+	held, err := partition.Open(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	code, _, stderr = tabula(t, "backup", "--data", data, filepath.Join(root, "b3"))
 	if code != 1 || !strings.Contains(stderr, "offers no admin socket") {
 		t.Fatalf("backup of a store held without an admin socket: exit %d: %s", code, stderr)
@@ -331,8 +279,9 @@ func TestBackupOfflineAndRefusals(t *testing.T) {
 	if code, _, stderr := tabula(t, "verify", "--data", data); code != 1 || !strings.Contains(stderr, "held by a running server") {
 		t.Fatalf("verify of a held store: exit %d: %s", code, stderr)
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	p.wait(t)
+	if err := held.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	restored := filepath.Join(root, "r")
 	if code, _, stderr := tabula(t, "restore", out, restored); code != 0 {

@@ -10,10 +10,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/server"
 	"github.com/tabuladb/tabula/server/auth"
@@ -174,6 +177,44 @@ func TestAnnounce(t *testing.T) {
 	for _, want := range []string{"partition_rate=50 account_rate=20000", `spec="insert:503=0.05" seed=` + fmt.Sprint(seed)} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// TestServeEmulatesAndKeepsInMemory runs the real `tabula serve` with
+// the emulation flags and --in-memory: an injected fault reaches the SDK
+// with the service's answer, the start log names the spec, bad flags
+// exit 2, and nothing of the in-memory store is left on disk.
+func TestServeEmulatesAndKeepsInMemory(t *testing.T) {
+	data := t.TempDir()
+	p := startServe(t, "--addr", "127.0.0.1:0", "--data", data, "--in-memory", "--emulate-limits", "--faults", "seed=7;insert:503=1")
+	ctx := context.Background()
+	c := tableClient(t, p.connStr, "emulated")
+	if _, err := c.CreateTable(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.AddEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"r"}`), nil)
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) || re.StatusCode != 503 || re.ErrorCode != "ServerBusy" {
+		t.Fatalf("insert under insert:503=1: %v, want 503 ServerBusy", err)
+	}
+	if _, err := c.UpsertEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"r"}`), nil); err != nil {
+		t.Fatalf("an upsert, which the spec spares: %v", err)
+	}
+	if !strings.Contains(p.stderr.String(), "seed=7;insert:503=1") {
+		t.Errorf("the start log does not name the fault spec:\n%s", p.stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(data, "CURRENT")); !os.IsNotExist(err) {
+		t.Errorf("--in-memory wrote a store into --data (%v)", err)
+	}
+	for _, args := range [][]string{
+		{"--partition-rate", "10"},
+		{"--faults", "insert:503=2"},
+		{"--in-memory", "--join", "127.0.0.1:1", "--node-addr", "127.0.0.1:1"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(append([]string{"serve", "--data", t.TempDir()}, args...), &out, &errOut); code != 2 {
+			t.Errorf("serve %q: exit %d, want 2: %s", args, code, errOut.String())
 		}
 	}
 }

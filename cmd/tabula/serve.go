@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -45,8 +46,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	pathStyleOnly := fs.Bool("disable-production-style-url", false, "address accounts by the path's first segment only, never by the Host's first label")
 	skipVersionCheck := fs.Bool("skip-api-version-check", false, "accept any well-formed x-ms-version, not only published ones")
 	maxConns := fs.Int("max-conns", 4096, "connections open at once; more are closed as they arrive")
+	inMemory := fs.Bool("in-memory", false, "keep the store in memory only, lost at exit, like the emulator's --inMemoryPersistence (--data then holds only --https's certificate)")
 	var cf clusterFlags
 	cf.register(fs)
+	var ef emulateFlags
+	ef.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -70,6 +74,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	case *maxConns < 1:
 		fmt.Fprintf(stderr, "tabula serve: --max-conns %d: want at least 1\n", *maxConns)
 		return 2
+	case *inMemory && (cf.join != "" || cf.nodeAddr != ""):
+		fmt.Fprintln(stderr, "tabula serve: --in-memory is for a single node: a cluster's nodes keep their raft logs and stores on disk")
+		return 2
+	}
+	limits, faults, err := ef.options(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "tabula serve: %v\n", err)
+		return 2
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -89,19 +101,29 @@ func serve(args []string, stdout, stderr io.Writer) int {
 
 	var plan clusterPlan
 	var store *partition.Store
-	var err error
-	if cf.join != "" || cf.nodeAddr != "" {
+	switch {
+	case cf.join != "" || cf.nodeAddr != "":
 		if plan, err = cf.prepare(*data); err != nil {
 			fmt.Fprintf(stderr, "tabula serve: %v\n", err)
 			return 1
 		}
 		store, err = cluster.OpenStore(*data, nil)
-	} else {
+	case *inMemory:
+		store, err = openInMemoryStore()
+	default:
 		store, err = partition.Open(*data, nil)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tabula serve: cannot open the data directory %s: %v\n", *data, err)
 		return 1
+	}
+	stopAdmin := func() {}
+	if plan.dir == "" && !*inMemory {
+		// A cluster node's store changes under it when a snapshot is
+		// installed, and an in-memory one has no directory: backups are
+		// of a single node's store on disk.
+		stopAdmin = sync.OnceFunc(startAdmin(*data, store.DB(), log))
+		defer stopAdmin()
 	}
 	var tlsConfig *tls.Config
 	switch {
@@ -136,6 +158,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	opts := &server.Options{
 		Accounts: accounts, Logger: log, TLSConfig: tlsConfig, MaxConns: *maxConns,
 		PathStyleOnly: *pathStyleOnly, SkipAPIVersionCheck: *skipVersionCheck, OAuth: *oauth != "",
+		Limits: limits, Faults: faults,
 	}
 	var backend server.Store = store
 	var node *clusterSetup
@@ -150,6 +173,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		backend, opts.Front = node.node.Store(), node.http.Public
 	}
 	srv = server.New(backend, opts)
+	announce(log, limits, faults, srv)
 
 	if *pprofAddr != "" {
 		pln, err := net.Listen("tcp", *pprofAddr)
@@ -223,6 +247,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		log.Info("stopped; the store is closed")
 		return code
 	}
+	stopAdmin() // before the store closes under a checkpoint
 	if err := store.Close(); err != nil {
 		log.Error("closing the store", "err", err)
 		return 1
