@@ -93,6 +93,7 @@ type svcReport struct {
 	Durability []durabilityRun   `json:"durability,omitempty"` // kill -9
 	PowerLoss  []powerLossRun    `json:"power_loss,omitempty"`
 	Failover   *failoverReport   `json:"failover,omitempty"` // -cluster
+	Limits     *limitsReport     `json:"limits,omitempty"`   // -emulate-limits
 	Acks       []ackMeaning      `json:"acknowledgements,omitempty"`
 	Versions   []string          `json:"versions,omitempty"` // of the peers, as the report states them
 	Summary    []svcSummary      `json:"summary"`
@@ -191,6 +192,9 @@ func (rep *svcReport) charts() map[string]barChart {
 			lat[i] = append(lat[i], float64(sys.P50), float64(sys.P95), float64(sys.P99))
 		}
 	}
+	if rep.Limits != nil && len(rep.Limits.Timeline) > 0 {
+		charts["limits.svg"] = rep.Limits.chart()
+	}
 	charts["latency.svg"] = barChart{Title: rep.Suite + ": latency percentiles of single operations (median)", Unit: "ms (log)", Log: true,
 		Series: latSeries, Category: cats, Values: lat}
 	return charts
@@ -252,6 +256,7 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 	rep.writeFloorTable(&b)
 	rep.writeDurability(&b)
 	rep.Failover.write(&b)
+	rep.Limits.write(&b, chartPrefix)
 	if failed := rep.failures(); len(failed) > 0 {
 		fmt.Fprintf(&b, "\n### Errors (their rows are invalid)\n\n- %s\n", strings.Join(failed, "\n- "))
 	}
@@ -292,6 +297,7 @@ func (rep *svcReport) failures() []string {
 		}
 	}
 	out = append(out, rep.Failover.failures()...)
+	out = append(out, rep.Limits.failures()...)
 	return out
 }
 

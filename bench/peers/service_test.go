@@ -258,6 +258,46 @@ func TestRESTSuiteClusterSmoke(t *testing.T) {
 	}
 }
 
+// TestRESTSuiteLimitsSmoke runs the limits phase alone at small rates:
+// the hot partition and the account must each be held within ±10% of
+// their limits, with every answer either served or ServerBusy.
+func TestRESTSuiteLimitsSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the limits smoke run builds Tabula and loads it for three seconds")
+	}
+	out := t.TempDir()
+	var log bytes.Buffer
+	args := []string{"rest", "-workloads", "", "-emulate-limits", "-partition-rate", "200", "-account-rate", "1000",
+		"-limits-secs", "3", "-durability-n", "0", "-conns", "4", "-out", out}
+	if err := run(args, io.Discard, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	data, err := os.ReadFile(filepath.Join(out, "rest", "rest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep svcReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	lr := rep.Limits
+	if lr == nil || !lr.held() || lr.Errors != 0 || len(lr.Timeline) != 3 {
+		t.Fatalf("limits: %+v", lr)
+	}
+	var refused int64
+	for _, s := range lr.Timeline {
+		refused += s.HotRefused + s.ScatteredRefused
+	}
+	if refused == 0 {
+		t.Errorf("nothing was refused: the writers never reached the limits (%+v)", lr.Timeline)
+	}
+	svg, err := os.ReadFile(filepath.Join(out, "rest", "limits.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wellFormedSVG(t, "limits.svg", string(svg))
+}
+
 func checkSuiteOutput(t *testing.T, dir, suite string, systems []string) {
 	t.Helper()
 	md, err := os.ReadFile(filepath.Join(dir, "report.md"))

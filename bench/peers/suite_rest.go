@@ -32,6 +32,10 @@ type restFlags struct {
 	tabulaArgs         string
 	baseBin            string
 	clusterN, kills    int
+	emulateLimits      bool
+	partitionRate      float64
+	accountRate        float64
+	limitsSecs         int
 }
 
 func (f *restFlags) register(fs *flag.FlagSet) {
@@ -49,6 +53,10 @@ func (f *restFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.results, "results", "", "also write the report to this file, e.g. ../RESULTS-rest.md")
 	fs.IntVar(&f.clusterN, "cluster", 0, "run system \"cluster\", Tabula as this many nodes on this machine, first among the systems (so the ratios are the cluster against the single node), and its failover test")
 	fs.IntVar(&f.kills, "kills", 5, "with -cluster: leader kills in the failover test (0: none)")
+	fs.BoolVar(&f.emulateLimits, "emulate-limits", false, "also run the limits phase: tabula serve --emulate-limits, one hot partition beside scattered ones (-workloads \"\" runs it alone)")
+	fs.Float64Var(&f.partitionRate, "partition-rate", 2000, "with -emulate-limits: the partition limit, entities/s")
+	fs.Float64Var(&f.accountRate, "account-rate", 20000, "with -emulate-limits: the account limit, entities/s")
+	fs.IntVar(&f.limitsSecs, "limits-secs", 10, "with -emulate-limits: seconds the limits phase runs")
 	fs.StringVar(&f.tabulaArgs, "tabula-args", "", "extra arguments for `tabula serve`, space-separated, e.g. \"--pprof 127.0.0.1:6060\" to profile it under load")
 }
 
@@ -238,6 +246,10 @@ func runRESTSuite(args []string, log io.Writer) error {
 	if f.clusterN > 0 {
 		rep.Params["cluster"], rep.Params["kills"] = strconv.Itoa(f.clusterN), strconv.Itoa(f.kills)
 	}
+	if f.emulateLimits {
+		rep.Params["partition-rate"], rep.Params["account-rate"] = fmt.Sprint(f.partitionRate), fmt.Sprint(f.accountRate)
+		rep.Params["limits-secs"] = strconv.Itoa(f.limitsSecs)
+	}
 	kinds := map[string]serverKind{}
 	for _, sys := range rep.Systems {
 		switch sys {
@@ -295,6 +307,9 @@ func runRESTSuite(args []string, log io.Writer) error {
 			return fmt.Errorf("unknown workload %q", w)
 		}
 	}
+	if len(rep.Workloads) == 0 {
+		rep.Systems = nil // the limits phase alone
+	}
 	steps := f.repeats * len(rep.Systems)
 	if f.durabilityN > 0 {
 		for _, sys := range rep.Systems {
@@ -308,6 +323,9 @@ func runRESTSuite(args []string, log io.Writer) error {
 	}
 	failover := f.clusterN > 0 && f.kills > 0 && slices.Contains(rep.Systems, clusterSystem)
 	if failover {
+		steps++
+	}
+	if f.emulateLimits {
 		steps++
 	}
 	prog := newProgress(steps)
@@ -343,6 +361,16 @@ func runRESTSuite(args []string, log io.Writer) error {
 		rep.Failover = &fo
 		prog.finish()
 	}
+	if f.emulateLimits {
+		bin, err := buildTabula(env.repo, f.cache)
+		if err != nil {
+			return err
+		}
+		prog.start("emulated limits: a hot partition beside scattered ones")
+		lr := limitsPhase(bin, env.run.tmpRoot, f.partitionRate, f.accountRate, f.limitsSecs, f.conns)
+		rep.Limits = &lr
+		prog.finish()
+	}
 	rep.Elapsed = time.Since(rep.Started).Seconds()
 	rep.summarize()
 	path, err := rep.write(env.out, f.results)
@@ -356,6 +384,9 @@ func runRESTSuite(args []string, log io.Writer) error {
 func (f *restFlags) check() error {
 	if f.conns < 1 || f.dataN < 100 || f.scanN < 1 {
 		return errors.New("-conns must be positive, -data-n at least 100, -scan-n positive")
+	}
+	if f.emulateLimits && (!(f.partitionRate > 0) || !(f.accountRate >= f.partitionRate) || f.limitsSecs < 2) {
+		return errors.New("-emulate-limits: -partition-rate must be positive, -account-rate at least -partition-rate, -limits-secs at least 2")
 	}
 	return f.common.check()
 }
