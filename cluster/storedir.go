@@ -125,28 +125,7 @@ func (d *storeDir) writePointer(p storePointer) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(d.dir, storePointerFile+".tmp")
-	f, err := d.fs.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = d.fs.Rename(tmp, filepath.Join(d.dir, storePointerFile))
-	}
-	if err == nil {
-		err = vfs.SyncDir(d.fs, d.dir)
-	}
-	if err != nil {
-		return fmt.Errorf("cluster: write %s: %w", storePointerFile, err)
-	}
-	return nil
+	return d.writeFile(storePointerFile, b)
 }
 
 // OpenStore opens the node's replica of the store in dataDir (creating

@@ -24,56 +24,6 @@ func memStore(t *testing.T) *partition.Store {
 	return s
 }
 
-// storeEntities reads every entity of every table: "account/table" ->
-// entities in key order.
-func storeEntities(t *testing.T, s *partition.Store) map[string][]*odata.Entity {
-	t.Helper()
-	out := map[string][]*odata.Entity{}
-	for _, tr := range s.AllTables() {
-		key := tr.Account + "/" + tr.Name
-		out[key] = []*odata.Entity{}
-		q := partition.EntityQuery{}
-		for {
-			next, err := s.QueryEntities(context.Background(), tr.Account, tr.Name, q, func(se *partition.StoredEntity) error {
-				e, err := se.Entity()
-				out[key] = append(out[key], e)
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if next.IsZero() {
-				break
-			}
-			q.NextPartitionKey, q.NextRowKey = next.NextPartitionKey, next.NextRowKey
-		}
-	}
-	return out
-}
-
-func sameStores(t *testing.T, got, want map[string][]*odata.Entity) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%d tables, want %d", len(got), len(want))
-	}
-	for table, ws := range want {
-		gs, ok := got[table]
-		if !ok {
-			t.Fatalf("table %s missing", table)
-		}
-		if len(gs) != len(ws) {
-			t.Fatalf("table %s: %d entities, want %d", table, len(gs), len(ws))
-		}
-		for i := range ws {
-			g, w := *gs[i], *ws[i]
-			g.Timestamp, w.Timestamp = 0, 0
-			if !edmtest.Same(&g, &w) {
-				t.Fatalf("table %s entity %d:\n got %+v\nwant %+v", table, i, g, w)
-			}
-		}
-	}
-}
-
 func TestStoreRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	src := memStore(t)
@@ -107,7 +57,7 @@ func TestStoreRoundTrip(t *testing.T) {
 	if st.Tables != 2 || st.Entities != entities {
 		t.Fatalf("imported %+v", st)
 	}
-	sameStores(t, storeEntities(t, dst), storeEntities(t, src))
+	edmtest.SameStores(t, edmtest.StoreEntities(t, dst), edmtest.StoreEntities(t, src))
 
 	// Only the tables asked for.
 	buf.Reset()
@@ -158,7 +108,7 @@ func TestImportResumes(t *testing.T) {
 	if !errors.Is(err, errStop) || st.Batches != 3 {
 		t.Fatalf("interrupted import: %+v, %v", st, err)
 	}
-	got := storeEntities(t, s)["devstoreaccount1/Resume"]
+	got := edmtest.StoreEntities(t, s)["devstoreaccount1/Resume"]
 	if len(got) != 3*perPartition {
 		t.Fatalf("after the interruption the store holds %d entities, want the 3 batches' %d", len(got), 3*perPartition)
 	}
@@ -169,7 +119,7 @@ func TestImportResumes(t *testing.T) {
 	if total := int64(partitions*perPartition + 250); st.Entities != total-done {
 		t.Fatalf("the resumed import wrote %d entities, want the %d left", st.Entities, total-done)
 	}
-	sameStores(t, storeEntities(t, s), storeEntities(t, want))
+	edmtest.SameStores(t, edmtest.StoreEntities(t, s), edmtest.StoreEntities(t, want))
 	if st.Batches != partitions-3+3 { // zbig: 100 + 100 + 50
 		t.Fatalf("resumed import ran %d batches", st.Batches)
 	}

@@ -1,6 +1,6 @@
 // Package edmtest holds test fixtures shared by the tests of several
-// packages: entities with every Edm type at its edges, and an exact
-// comparison of entities.
+// packages: entities with every Edm type at its edges, an exact
+// comparison of entities, and of whole stores.
 package edmtest
 
 import (
