@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/cluster/transport"
+	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/server/batch"
 )
 
@@ -235,6 +236,20 @@ type Status struct {
 	// made for lagging followers, and installed to catch up itself.
 	SnapshotsMade      int `json:"snapshots_made"`
 	SnapshotsInstalled int `json:"snapshots_installed"`
+	// Ranges are the range partitions of every table, from the leader
+	// only: it serves the reads, so its rates are the ranges' load. Today
+	// one raft group (Group) replicates them all on every member, and the
+	// leader holds every lease.
+	Ranges []RangeStatus `json:"ranges,omitempty"`
+}
+
+// RangeStatus is one range partition of a table as the leader sees it.
+type RangeStatus struct {
+	Account string `json:"account"`
+	Table   string `json:"table"`
+	partition.RangeInfo
+	Group       uint64 `json:"group"`
+	Leaseholder uint64 `json:"leaseholder"`
 }
 
 // PeerStatus is a peer as the node sees it; replication progress only
@@ -261,6 +276,9 @@ func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
 		st.Peers = append(st.Peers, PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active})
 	}
 	sortPeers(st.Peers)
+	if st.State == "StateLeader" {
+		st.Ranges = h.node.ranges(r.Context(), st.Node)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(st.Status)
 }

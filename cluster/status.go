@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"context"
+
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/tracker"
 )
@@ -57,4 +59,22 @@ func (n *Node) Status() nodeStatus {
 	st.SnapshotsMade, st.SnapshotsInstalled = n.snaps.made, n.snaps.installed
 	n.snaps.mu.Unlock()
 	return st
+}
+
+// ranges lists the range partitions of every table in the node's store,
+// as replicated by its one group with leaseholder as the lease's holder.
+// A table dropped while it is listed is left out.
+func (n *Node) ranges(ctx context.Context, leaseholder uint64) []RangeStatus {
+	st := n.st()
+	var out []RangeStatus
+	for _, t := range st.AllTables() {
+		infos, err := st.Ranges(ctx, t.Account, t.Name)
+		if err != nil {
+			continue
+		}
+		for _, ri := range infos {
+			out = append(out, RangeStatus{Account: t.Account, Table: t.Name, RangeInfo: ri, Group: group, Leaseholder: leaseholder})
+		}
+	}
+	return out
 }

@@ -464,11 +464,13 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	match := map[uint64]uint64{}
+	var ranges []cluster.RangeStatus
 	for _, st := range statuses {
 		if st.State == "StateLeader" {
 			for _, p := range st.Peers {
 				match[p.Node] = p.Match
 			}
+			ranges = st.Ranges
 		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -483,6 +485,20 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 			st.Leader, st.Term, st.Commit, st.Applied, match[p.Node], st.Failed)
 	}
 	tw.Flush()
+	if len(ranges) > 0 {
+		var replicas []string
+		for _, p := range first.Peers {
+			replicas = append(replicas, strconv.FormatUint(p.Node, 10))
+		}
+		fmt.Fprintln(stdout)
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "table\tstart\tend\tentities\tbytes\treads/s\twrites/s\tgroup\treplicas\tleaseholder")
+		for _, r := range ranges {
+			fmt.Fprintf(tw, "%s/%s\t%q\t%q\t%d\t%d\t%.1f\t%.1f\t%d\t%s\t%d\n", r.Account, r.Table, r.StartPartitionKey, r.EndPartitionKey,
+				r.Entities, r.Bytes, r.ReadsPerSecond, r.WritesPerSecond, r.Group, strings.Join(replicas, ","), r.Leaseholder)
+		}
+		tw.Flush()
+	}
 	return 0
 }
 

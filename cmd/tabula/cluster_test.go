@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,6 +207,18 @@ func TestClusterOfProcesses(t *testing.T) {
 	}
 	if got := strings.Count(out.String(), "Leader"); got != 1 || strings.Count(out.String(), "Follower") != 2 {
 		t.Errorf("cluster status:\n%s", out.String())
+	}
+	// And the table's one range, on all three replicas, its lease with
+	// the leader, holding what was written.
+	st, err := fetchStatus(c.nodeAddrs[c.leader()], 0, []byte(testSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Ranges) != 1 || st.Ranges[0].Table != "clustered" || st.Ranges[0].Leaseholder != st.Node || st.Ranges[0].Entities < 40 {
+		t.Errorf("ranges: %+v", st.Ranges)
+	}
+	if !regexp.MustCompile(`devstoreaccount1/clustered\s+""\s+""\s+\d+\s+\d+\s+[0-9.]+\s+[0-9.]+\s+1\s+1,2,3\s+[123]`).MatchString(out.String()) {
+		t.Errorf("cluster status lacks the range line:\n%s", out.String())
 	}
 }
 
