@@ -227,20 +227,22 @@ func clusterFailover(kind serverKind, tmp string, nodes, kills, conns int) failo
 	}
 	// firstAckAfter waits for an insert sent after t to be acknowledged
 	// and returns how long after t the first such acknowledgement came.
+	// Such an insert was answered after t, so it is appended after every
+	// ack there was at t: the scan starts there and never goes back.
 	firstAckAfter := func(t time.Time, limit time.Duration) (time.Duration, error) {
+		mu.Lock()
+		next := len(acks)
+		mu.Unlock()
 		deadline := time.Now().Add(limit)
 		for time.Now().Before(deadline) {
 			mu.Lock()
-			var first time.Time
-			for _, a := range acks {
-				if a.sent.After(t) && (first.IsZero() || a.answered.Before(first)) {
-					first = a.answered
+			for ; next < len(acks); next++ {
+				if a := acks[next]; a.sent.After(t) {
+					mu.Unlock()
+					return a.answered.Sub(t), nil
 				}
 			}
 			mu.Unlock()
-			if !first.IsZero() {
-				return first.Sub(t), nil
-			}
 			time.Sleep(time.Millisecond)
 		}
 		return 0, fmt.Errorf("no insert acknowledged within %s of the kill", limit)
