@@ -96,8 +96,16 @@ func (n *Node) applyEntry(e *raftpb.Entry) error {
 		return fmt.Errorf("cluster: apply entry %d (%s): %w", e.GetIndex(), c.Kind, r.err)
 	}
 	if k := len(c.Ops); c.Timestamp != 0 && k > 0 {
-		// Raised even for a refused command: its timestamps were issued.
-		if last := int64(c.Timestamp) + int64(k) - 1; last > n.appliedTS.Load() {
+		// Raised even for a refused command, whose timestamps were issued,
+		// and past the stamp when the store committed above it (Stamp).
+		last := int64(c.Timestamp) + int64(k) - 1
+		if r.err == nil {
+			last = max(last, int64(r.entity.Timestamp))
+			for _, se := range r.entities {
+				last = max(last, int64(se.Timestamp))
+			}
+		}
+		if last > n.appliedTS.Load() {
 			n.appliedTS.Store(last)
 		}
 	}

@@ -33,6 +33,7 @@ type simNet struct {
 	maxDelay time.Duration
 	closed   bool
 	wg       sync.WaitGroup
+	held     map[uint64]chan struct{} // nodes whose sends wait (hold)
 }
 
 func newSimNet(seed uint64) *simNet {
@@ -48,6 +49,12 @@ type simTransport struct {
 
 func (t simTransport) Send(msgs []*raftpb.Message) {
 	s := t.net
+	s.mu.Lock()
+	h := s.held[t.from]
+	s.mu.Unlock()
+	if h != nil {
+		<-h
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.dead[t.from] {
@@ -109,6 +116,25 @@ func (s *simNet) setFaults(dropRate float64, maxDelay time.Duration) {
 	s.dropRate, s.maxDelay = dropRate, maxDelay
 }
 
+// hold makes node id's next sends wait until release is called: its loop
+// stops in the middle of a Ready, as a stalled disk or scheduler stops it,
+// while messages and proposals queue up for it.
+func (s *simNet) hold(id uint64) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = map[uint64]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	s.held[id] = ch
+	return func() {
+		s.mu.Lock()
+		delete(s.held, id)
+		s.mu.Unlock()
+		close(ch)
+	}
+}
+
 func (s *simNet) heal() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -160,6 +186,8 @@ type testCluster struct {
 	net   *simNet
 	peers []uint64
 	nodes map[uint64]*testNode
+	// clock is the wall clock of the nodes started next (nil: time.Now).
+	clock func() time.Time
 }
 
 func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
@@ -203,6 +231,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		// Small: the log is compacted often, so lagging nodes catch up by
 		// snapshot in every run.
 		SyncEvery: 50, LogRetention: 30, RequestTimeout: 300 * time.Millisecond,
+		Now: c.clock,
 	})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)

@@ -260,6 +260,12 @@ func NewNode(cfg Config) (*Node, error) {
 		MaxUncommittedEntriesSize: 64 << 20,
 		CheckQuorum:               true,
 		PreVote:                   true,
+		// A proposal is stamped by the leader that takes it (above what
+		// that leader has applied). Forwarded by a node that has just
+		// stepped down, it would reach a leader whose stamps it was never
+		// ordered against: raft drops it instead, and the client is told
+		// to retry (ServerBusy; nothing was written).
+		DisableProposalForwarding: true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		Logger:                    raftLogger{c.Logger},
 	})

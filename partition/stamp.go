@@ -14,7 +14,11 @@ import (
 // applies the write as the command at Index of that log. Its commit
 // timestamps are Timestamp, Timestamp+1, ... (one per entity written),
 // chosen by the command's proposer rather than by this store's clock, so
-// every replica stamps the same write alike. Index is recorded with the
+// every replica stamps the same write alike. A proposer stamps above
+// everything it has seen applied, but one that restarted, or whose clock
+// fell behind another's, may not have seen the newest timestamp of an
+// entity: the store then commits at one past the entity's newest instead,
+// which every replica, holding the same data, computes alike. Index is recorded with the
 // write's data in one engine batch, and the batch is not synced: the log
 // holds the write durably, and a replica restarted after a crash replays
 // it from AppliedIndex on.
@@ -54,18 +58,16 @@ func (s *Store) writeOptions(ctx context.Context, b *lsm.Batch) *lsm.WriteOption
 
 // commitTimestamps returns the first of n commit timestamps for a write
 // under ctx of entities whose newest timestamp is floor: the store's clock
-// for an ordinary write, the stamp's for a replicated one, which must lie
-// past floor (its proposer stamps commands above everything applied).
+// for an ordinary write, the stamp's for a replicated one, raised past
+// floor if it is not already past it (see Stamp).
 func (s *Store) commitTimestamps(ctx context.Context, n int, floor odata.DateTime) (odata.DateTime, error) {
 	st, ok := stampOf(ctx)
 	if !ok {
 		return s.clock.next(n, floor)
 	}
-	if st.Timestamp <= floor {
-		return 0, fmt.Errorf("partition: command %d stamped %d, not after its entity's %d", st.Index, st.Timestamp, floor)
-	}
-	s.clock.observe(st.Timestamp + odata.DateTime(n) - 1)
-	return st.Timestamp, nil
+	ts := max(st.Timestamp, floor+1)
+	s.clock.observe(ts + odata.DateTime(n) - 1)
+	return ts, nil
 }
 
 // AppliedIndex returns the index of the last stamped write whose data the
