@@ -84,6 +84,10 @@ func (t simTransport) Send(msgs []*raftpb.Message) {
 	}
 }
 
+// Unreachable reports nothing: the simulated network drops messages
+// silently, as a lossy link does, and raft finds out by their absence.
+func (t simTransport) Unreachable() []uint64 { return nil }
+
 // fetchSnapshot fetches a snapshot from a node of the network, as the
 // HTTP transport does between processes.
 func (s *simNet) fetchSnapshot(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {

@@ -28,6 +28,10 @@ const group = 1
 type Transport interface {
 	// Send queues messages for their recipients (m.To) without blocking.
 	Send(msgs []*raftpb.Message)
+	// Unreachable returns the peers whose messages failed to go out since
+	// the last call: raft then stops streaming appends to them until they
+	// answer again (ReportUnreachable).
+	Unreachable() []uint64
 }
 
 // Config configures a Node. Zero durations and counts mean their defaults.
@@ -373,6 +377,9 @@ func (n *Node) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ticks:
+			for _, id := range n.cfg.Transport.Unreachable() {
+				n.rn.ReportUnreachable(id)
+			}
 			n.rn.Tick()
 			n.promoteLearners()
 			n.snapshotStatus()

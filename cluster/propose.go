@@ -103,6 +103,11 @@ func (n *Node) propose(ctx context.Context, c *command.Command, stamps int) (res
 	case <-ctx.Done():
 		n.waiters.forget(w)
 		return result{}, errAmbiguous
+	case <-n.stopped:
+		// Queued but perhaps never proposed, or proposed and not yet
+		// applied: either way this node can no longer tell.
+		n.waiters.forget(w)
+		return result{}, errAmbiguous
 	}
 }
 

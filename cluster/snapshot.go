@@ -304,6 +304,17 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	if st == nil || st.meta.GetIndex() != meta.GetIndex() || st.meta.GetTerm() != meta.GetTerm() {
 		return fmt.Errorf("cluster: raft accepted snapshot %d/%d, which is not the one staged", meta.GetIndex(), meta.GetTerm())
 	}
+	// The address book first: the members it names may include the
+	// leader, and a crash after the switch below must not leave this node
+	// with the snapshot's store but not the addresses to answer it at.
+	for id, addr := range st.members {
+		if n.members.get(id) != addr {
+			if err := n.setMember(id, addr); err != nil {
+				st.store.Close()
+				return err
+			}
+		}
+	}
 	if err := n.dir.writePointer(st.ptr); err != nil {
 		st.store.Close()
 		return err
@@ -319,13 +330,6 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	}
 	if st.ts > n.appliedTS.Load() {
 		n.appliedTS.Store(st.ts)
-	}
-	for id, addr := range st.members {
-		if n.members.get(id) != addr {
-			if err := n.setMember(id, addr); err != nil {
-				return err
-			}
-		}
 	}
 	n.advanceApplied(meta.GetIndex())
 	n.snaps.mu.Lock()

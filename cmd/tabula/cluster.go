@@ -176,12 +176,43 @@ func readIdentity(dir string) (id identity, ok bool, err error) {
 	return id, true, nil
 }
 
+// writeIdentity replaces the identity file atomically and durably: a
+// power loss must not leave a directory that a later start, under another
+// --join list or secret, takes for a new one (or a removed node's
+// directory without its mark).
 func writeIdentity(dir string, id identity) error {
 	path := filepath.Join(dir, identityFile)
-	if err := os.WriteFile(path+".tmp", id.encode(), 0o600); err != nil {
+	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
 		return err
 	}
-	return os.Rename(path+".tmp", path)
+	_, err = f.Write(id.encode())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(path+".tmp", path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// syncDir makes the entries of dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // clusterPlan is a cluster node's identity, checked against its data
