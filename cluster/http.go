@@ -111,7 +111,7 @@ func (h *HTTP) Internal() http.Handler {
 	mux.HandleFunc(statusPath, h.status)
 	mux.HandleFunc(membersPath, h.membersHandler)
 	mux.HandleFunc(snapshotPath, func(w http.ResponseWriter, r *http.Request) {
-		if _, err := transport.Verify(r.Header, h.secret, purposeSnapshot, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r, h.secret, purposeSnapshot, h.node.cfg.ID, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
@@ -128,7 +128,7 @@ func (h *HTTP) Internal() http.Handler {
 		}
 	})
 	mux.HandleFunc(helloPath, func(w http.ResponseWriter, r *http.Request) {
-		if _, err := transport.Verify(r.Header, h.secret, purposeHello, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r, h.secret, purposeHello, h.node.cfg.ID, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
@@ -139,7 +139,7 @@ func (h *HTTP) Internal() http.Handler {
 			mux.ServeHTTP(w, r)
 			return
 		}
-		if _, err := transport.Verify(r.Header, h.secret, purposeForward, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r, h.secret, purposeForward, h.node.cfg.ID, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
@@ -180,7 +180,7 @@ func (h *HTTP) FetchSnapshot(ctx context.Context, from uint64, token []byte) (io
 	if err != nil {
 		return nil, err
 	}
-	transport.Sign(req.Header, h.secret, purposeSnapshot, h.node.cfg.ID, from, h.now())
+	transport.Sign(req, h.secret, purposeSnapshot, h.node.cfg.ID, from, h.now())
 	resp, err := h.proxy.Transport.RoundTrip(req)
 	if err != nil {
 		return nil, err
@@ -204,7 +204,7 @@ func (h *HTTP) rewrite(pr *httputil.ProxyRequest) {
 	}
 	pr.Out.Header.Set(forwardedProto, proto)
 	pr.Out.Header.Set(forwardedFor, pr.In.RemoteAddr)
-	transport.Sign(pr.Out.Header, h.secret, purposeForward, h.node.cfg.ID, leader, h.now())
+	transport.Sign(pr.Out, h.secret, purposeForward, h.node.cfg.ID, leader, h.now())
 }
 
 // forwardFailed answers a request the leader could not be reached for:
@@ -264,8 +264,8 @@ type PeerStatus struct {
 func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
 	// A status request may be signed for this node, or for any (receiver
 	// 0: an operator's tool that has not learned the node's id yet).
-	if _, err := transport.Verify(r.Header, h.secret, purposeStatus, h.node.cfg.ID, h.now()); err != nil {
-		if _, err := transport.Verify(r.Header, h.secret, purposeStatus, 0, h.now()); err != nil {
+	if _, err := transport.Verify(r, h.secret, purposeStatus, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r, h.secret, purposeStatus, 0, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
@@ -303,8 +303,8 @@ func leaderOf(ctx context.Context) (uint64, bool) {
 // membersHandler adds (POST ?addr=) and removes (DELETE ?id=) members. A
 // node that does not lead refuses with 503 and the leader's address.
 func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
-	if _, err := transport.Verify(r.Header, h.secret, purposeMember, h.node.cfg.ID, h.now()); err != nil {
-		if _, err := transport.Verify(r.Header, h.secret, purposeMember, 0, h.now()); err != nil {
+	if _, err := transport.Verify(r, h.secret, purposeMember, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r, h.secret, purposeMember, 0, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}

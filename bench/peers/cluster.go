@@ -107,7 +107,7 @@ func loadClusterAddrs(dir string, size int) (clusterAddrs, error) {
 func nodeStatus(addr string, id uint64) (cluster.Status, error) {
 	var st cluster.Status
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/cluster/status", nil)
-	transport.Sign(req.Header, []byte(clusterSecret), "status", 0, id, time.Now())
+	transport.Sign(req, []byte(clusterSecret), "status", 0, id, time.Now())
 	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
 	if err != nil {
 		return st, err

@@ -19,9 +19,11 @@ import (
 //	from=<id> to=<id> time=<unix seconds> mac=<hex HMAC-SHA256>
 //
 // where the MAC is taken under the cluster secret over
-// "tabula-<purpose>|<from>|<to>|<time>" (decimal numbers). The purpose is
-// not carried: the receiver knows which one it expects, so a header signed
-// for one use does not authenticate another.
+// "tabula-<purpose>|<from>|<to>|<time>|<method>|<request target>" (decimal
+// numbers; the target is the path and query as sent). The purpose is not
+// carried: the receiver knows which one it expects, so a header signed for
+// one use does not authenticate another, and one signed for a request
+// (adding a member at one address, say) does not authenticate another.
 const AuthHeader = "Tabula-Cluster-Auth"
 
 // MaxClockSkew is how far the time in an AuthHeader may be from the
@@ -31,12 +33,13 @@ const MaxClockSkew = 5 * time.Minute
 // ErrUnauthenticated is wrapped by every error Verify returns.
 var ErrUnauthenticated = errors.New("the cluster secret or the cluster does not match")
 
-// Sign adds the authentication header for a request from node `from` to node
-// `to`; purpose distinguishes uses ("raft", "forward", "hello").
-func Sign(h http.Header, secret []byte, purpose string, from, to uint64, now time.Time) {
+// Sign adds the authentication header to req, a request from node `from`
+// to node `to` whose method and URL are final; purpose distinguishes uses
+// ("raft", "forward", "hello").
+func Sign(req *http.Request, secret []byte, purpose string, from, to uint64, now time.Time) {
 	ts := now.Unix()
-	mac := authMAC(secret, purpose, from, to, ts)
-	h.Set(AuthHeader, "from="+strconv.FormatUint(from, 10)+
+	mac := authMAC(secret, purpose, from, to, ts, req.Method, target(req))
+	req.Header.Set(AuthHeader, "from="+strconv.FormatUint(from, 10)+
 		" to="+strconv.FormatUint(to, 10)+
 		" time="+strconv.FormatInt(ts, 10)+
 		" mac="+hex.EncodeToString(mac))
@@ -47,8 +50,8 @@ func Sign(h http.Header, secret []byte, purpose string, from, to uint64, now tim
 // MaxClockSkew of now. It returns the sender's id. Every error wraps
 // ErrUnauthenticated and its text says what did not match; it is meant to
 // be answered with 401 and that text.
-func Verify(h http.Header, secret []byte, purpose string, self uint64, now time.Time) (from uint64, err error) {
-	v := h.Get(AuthHeader)
+func Verify(r *http.Request, secret []byte, purpose string, self uint64, now time.Time) (from uint64, err error) {
+	v := r.Header.Get(AuthHeader)
 	if v == "" {
 		return 0, fmt.Errorf("no %s header: %w", AuthHeader, ErrUnauthenticated)
 	}
@@ -56,8 +59,8 @@ func Verify(h http.Header, secret []byte, purpose string, self uint64, now time.
 	if !ok {
 		return 0, fmt.Errorf("malformed %s header: %w", AuthHeader, ErrUnauthenticated)
 	}
-	if !hmac.Equal(mac, authMAC(secret, purpose, from, to, ts)) {
-		return 0, fmt.Errorf("the %s request from node %d is not signed with this node's cluster secret: %w", purpose, from, ErrUnauthenticated)
+	if !hmac.Equal(mac, authMAC(secret, purpose, from, to, ts, r.Method, target(r))) {
+		return 0, fmt.Errorf("the %s request from node %d is not signed with this node's cluster secret (or not for this request): %w", purpose, from, ErrUnauthenticated)
 	}
 	if to != self {
 		return 0, fmt.Errorf("the %s request from node %d is addressed to node %d, but this is node %d (do the nodes share the same --join list?): %w", purpose, from, to, self, ErrUnauthenticated)
@@ -70,7 +73,16 @@ func Verify(h http.Header, secret []byte, purpose string, self uint64, now time.
 	return from, nil
 }
 
-func authMAC(secret []byte, purpose string, from, to uint64, ts int64) []byte {
+// target is a request's path and query as they go on the wire: what the
+// server receives as RequestURI is what the client wrote from its URL.
+func target(r *http.Request) string {
+	if r.RequestURI != "" {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
+}
+
+func authMAC(secret []byte, purpose string, from, to uint64, ts int64, method, target string) []byte {
 	m := hmac.New(sha256.New, secret)
 	b := make([]byte, 0, 80)
 	b = append(b, "tabula-"...)
@@ -81,6 +93,10 @@ func authMAC(secret []byte, purpose string, from, to uint64, ts int64) []byte {
 	b = strconv.AppendUint(b, to, 10)
 	b = append(b, '|')
 	b = strconv.AppendInt(b, ts, 10)
+	b = append(b, '|')
+	b = append(b, method...)
+	b = append(b, '|')
+	b = append(b, target...)
 	m.Write(b)
 	return m.Sum(nil)
 }

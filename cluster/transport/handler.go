@@ -49,7 +49,7 @@ func (t *Transport) serveStream(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("tabula: raft stream version %q is not supported: this node speaks %q", v, StreamVersion), http.StatusBadRequest)
 		return
 	}
-	from, err := Verify(r.Header, t.secret, "raft", t.self, t.now())
+	from, err := Verify(r, t.secret, "raft", t.self, t.now())
 	if err != nil {
 		t.log.Warn("raft stream refused", "remote", r.RemoteAddr, "err", err)
 		http.Error(w, "tabula: raft stream refused: "+err.Error(), http.StatusUnauthorized)

@@ -157,7 +157,7 @@ func (p *peer) stream() (up bool, err error) {
 	}
 	req.Header.Set(VersionHeader, StreamVersion)
 	req.Header.Set("Content-Type", streamContentType)
-	Sign(req.Header, p.t.secret, "raft", p.t.self, p.id, p.t.now())
+	Sign(req, p.t.secret, "raft", p.t.self, p.id, p.t.now())
 	timer := time.AfterFunc(p.t.tune.connectTimeout, func() { cancel(errConnectTimeout) })
 	resp, err := p.t.client.Do(req)
 	timer.Stop()

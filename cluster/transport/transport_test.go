@@ -471,7 +471,7 @@ func rawStream(t *testing.T, n *node, from uint64, secret []byte, now time.Time,
 		t.Fatal(err)
 	}
 	req.Header.Set(VersionHeader, StreamVersion)
-	Sign(req.Header, secret, "raft", from, n.id, now)
+	Sign(req, secret, "raft", from, n.id, now)
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
@@ -488,17 +488,17 @@ func TestRefused(t *testing.T) {
 		secret []byte
 		from   uint64
 		at     time.Time
-		mutate func(h http.Header)
+		mutate func(req *http.Request)
 		status int
 		says   string
 	}{
 		{"wrong secret", []byte("another secret"), 3, time.Now(), nil, 401, "secret or the cluster does not match"},
 		{"clock 6 minutes ahead", testSecret, 3, time.Now().Add(6 * time.Minute), nil, 401, "away from this node's clock"},
 		{"clock 6 minutes behind", testSecret, 3, time.Now().Add(-6 * time.Minute), nil, 401, "away from this node's clock"},
-		{"wrong receiver", testSecret, 3, time.Now(), func(h http.Header) { Sign(h, testSecret, "raft", 3, 4, time.Now()) }, 401, "addressed to node 4"},
-		{"signed for another purpose", testSecret, 3, time.Now(), func(h http.Header) { Sign(h, testSecret, "forward", 3, 2, time.Now()) }, 401, "not signed with this node's cluster secret"},
-		{"no signature", testSecret, 3, time.Now(), func(h http.Header) { h.Del(AuthHeader) }, 401, "no Tabula-Cluster-Auth header"},
-		{"other version", testSecret, 3, time.Now(), func(h http.Header) { h.Set(VersionHeader, "2") }, 400, "version"},
+		{"wrong receiver", testSecret, 3, time.Now(), func(req *http.Request) { Sign(req, testSecret, "raft", 3, 4, time.Now()) }, 401, "addressed to node 4"},
+		{"signed for another purpose", testSecret, 3, time.Now(), func(req *http.Request) { Sign(req, testSecret, "forward", 3, 2, time.Now()) }, 401, "not signed with this node's cluster secret"},
+		{"no signature", testSecret, 3, time.Now(), func(req *http.Request) { req.Header.Del(AuthHeader) }, 401, "no Tabula-Cluster-Auth header"},
+		{"other version", testSecret, 3, time.Now(), func(req *http.Request) { req.Header.Set(VersionHeader, "2") }, 400, "version"},
 		{"clock 4 minutes ahead", testSecret, 3, time.Now().Add(4 * time.Minute), nil, 200, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -508,9 +508,9 @@ func TestRefused(t *testing.T) {
 			defer rt.CloseIdleConnections()
 			req, _ := http.NewRequest(http.MethodPost, "http://"+b.addr+StreamPath, bytes.NewReader(frame))
 			req.Header.Set(VersionHeader, StreamVersion)
-			Sign(req.Header, c.secret, "raft", c.from, 2, c.at)
+			Sign(req, c.secret, "raft", c.from, 2, c.at)
 			if c.mutate != nil {
-				c.mutate(req.Header)
+				c.mutate(req)
 			}
 			resp, err := rt.RoundTrip(req)
 			if err != nil {

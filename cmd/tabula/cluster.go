@@ -288,7 +288,7 @@ func (p *clusterPlan) join() error {
 	for attempt := 0; attempt < 50; attempt++ {
 		addr := targets[attempt%len(targets)]
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/cluster/members?addr="+url.QueryEscape(p.flags.nodeAddr), nil)
-		transport.Sign(req.Header, p.secret, "member", 0, 0, time.Now())
+		transport.Sign(req, p.secret, "member", 0, 0, time.Now())
 		resp, err := client.Do(req)
 		if err != nil {
 			last = err
@@ -423,7 +423,7 @@ func helloPeers(peers map[uint64]string, self uint64, secret []byte, route func(
 		}
 		addr = route(id, addr)
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/cluster/hello", nil)
-		transport.Sign(req.Header, secret, "hello", self, id, time.Now())
+		transport.Sign(req, secret, "hello", self, id, time.Now())
 		resp, err := client.Do(req)
 		if err != nil {
 			continue
@@ -538,7 +538,7 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 func fetchStatus(addr string, id uint64, secret []byte) (cluster.Status, error) {
 	var st cluster.Status
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/cluster/status", nil)
-	transport.Sign(req.Header, secret, "status", 0, id, time.Now())
+	transport.Sign(req, secret, "status", 0, id, time.Now())
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
 	if err != nil {
 		return st, err
@@ -577,7 +577,7 @@ func decommission(args []string, stdout, stderr io.Writer) int {
 	var last string
 	for range 60 {
 		req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("http://%s/cluster/members?id=%d", addr, *id), nil)
-		transport.Sign(req.Header, secret, "member", 0, 0, time.Now())
+		transport.Sign(req, secret, "member", 0, 0, time.Now())
 		resp, err := client.Do(req)
 		if err != nil {
 			last = err.Error()
