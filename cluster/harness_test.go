@@ -190,8 +190,10 @@ type testCluster struct {
 	net   *simNet
 	peers []uint64
 	nodes map[uint64]*testNode
-	// clock is the wall clock of the nodes started next (nil: time.Now).
-	clock func() time.Time
+	// clock is the wall clock of the nodes started next (nil: time.Now);
+	// snapshotKeep their Config.SnapshotKeep (0: the default).
+	clock        func() time.Time
+	snapshotKeep time.Duration
 }
 
 func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
@@ -235,7 +237,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		// Small: the log is compacted often, so lagging nodes catch up by
 		// snapshot in every run.
 		SyncEvery: 50, LogRetention: 30, RequestTimeout: 300 * time.Millisecond,
-		Now: c.clock,
+		Now: c.clock, SnapshotKeep: c.snapshotKeep,
 	})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)
@@ -264,6 +266,21 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 	c.net.setNode(id, node)
 	c.nodes[id] = tn
 	return tn
+}
+
+// restartAll stops every node and starts it again on its disk, as a clean
+// restart of the whole cluster.
+func (c *testCluster) restartAll() {
+	fss := map[uint64]*vfs.MemFS{}
+	for id, tn := range c.nodes {
+		fss[id] = tn.fs
+	}
+	for id := range fss {
+		c.stop(id)
+	}
+	for id, fs := range fss {
+		c.start(id, fs)
+	}
 }
 
 // stop ends node id's run and closes its store and log.

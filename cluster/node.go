@@ -87,6 +87,10 @@ type Config struct {
 	// read refused. Default 10 s: the service's own timeouts are tens of
 	// seconds, and a cluster that has not answered in ten is not going to.
 	RequestTimeout time.Duration
+	// SnapshotKeep is how long a leader keeps a snapshot it made for a
+	// lagging follower after the snapshot was last handed out or streamed
+	// (one being streamed is kept however long it takes). Default 10m.
+	SnapshotKeep time.Duration
 	// OnReady, when set, is called each time the node becomes the ready
 	// leader (the server forgets what it cached as another node's
 	// follower).
@@ -116,6 +120,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.RequestTimeout <= 0 {
 		out.RequestTimeout = 10 * time.Second
+	}
+	if out.SnapshotKeep <= 0 {
+		out.SnapshotKeep = 10 * time.Minute
 	}
 	if out.SyncEvery == 0 {
 		out.SyncEvery = 4096

@@ -32,17 +32,23 @@ import (
 // snapshotReuse is how long a leader hands out the same snapshot.
 const snapshotReuse = time.Minute
 
-// snapshotKeep is how long a leader keeps a snapshot it handed out, for
-// its followers to fetch.
-const snapshotKeep = 10 * time.Minute
+// snapshotIdle is how long a follower's fetch of a snapshot may go
+// without a byte arriving before it gives up. A large store takes as long
+// as it takes to move; a stalled transfer is cut.
+const snapshotIdle = time.Minute
 
-// servedSnapshot is a snapshot a leader made, pinned until it expires.
+// servedSnapshot is a snapshot a leader made, pinned while followers
+// stream it and until Config.SnapshotKeep after its last use.
 type servedSnapshot struct {
 	token []byte
 	ss    *partition.StoreSnapshot
 	meta  *raftpb.SnapshotMetadata
 	ts    int64 // the newest commit timestamp applied at its index
 	made  time.Time
+	// Under snapshots.mu: streams in progress, and when it was last
+	// handed out or streamed.
+	streams int
+	used    time.Time
 }
 
 // stagedSnapshot is a snapshot a follower fetched and restored, waiting
@@ -62,7 +68,8 @@ type snapshots struct {
 	latest   *servedSnapshot
 	staged   *stagedSnapshot
 	fetching bool
-	nextDir  int // the number of the last store directory made
+	nextDir  int  // the number of the last store directory made
+	closed   bool // the node stopped: stage nothing more
 
 	made, installed int // counts, for Status
 }
@@ -108,6 +115,9 @@ func parseSnapshotData(b []byte) (from uint64, token []byte, err error) {
 func (n *Node) leaderSnapshot(first uint64) (*raftpb.Snapshot, error) {
 	n.snaps.mu.Lock()
 	l := n.snaps.latest
+	if l != nil {
+		l.used = time.Now()
+	}
 	n.snaps.mu.Unlock()
 	if l == nil || l.meta.GetIndex()+1 < first || time.Since(l.made) > snapshotReuse {
 		if err := n.onApply(func() (err error) {
@@ -138,12 +148,15 @@ func (n *Node) takeSnapshot() (*servedSnapshot, error) {
 	}
 	token := make([]byte, 16)
 	rand.Read(token)
-	s := &servedSnapshot{token: token, ss: n.st().Snapshot(), ts: n.appliedTS.Load(), made: time.Now(),
+	now := time.Now()
+	s := &servedSnapshot{token: token, ss: n.st().Snapshot(), ts: n.appliedTS.Load(), made: now, used: now,
 		meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: proto.Clone(cs).(*raftpb.ConfState)}}
 	n.snaps.mu.Lock()
 	defer n.snaps.mu.Unlock()
 	for k, old := range n.snaps.served {
-		if time.Since(old.made) > snapshotKeep {
+		// One a follower is still reading stays, however long the store
+		// takes to move.
+		if old.streams == 0 && now.Sub(old.used) > n.cfg.SnapshotKeep {
 			old.ss.Close()
 			delete(n.snaps.served, k)
 		}
@@ -165,10 +178,20 @@ var snapshotMagic = []byte("TBLCSNP\x01")
 func (n *Node) ServeSnapshot(w io.Writer, token []byte) error {
 	n.snaps.mu.Lock()
 	s := n.snaps.served[string(token)]
+	if s != nil {
+		s.streams++
+		s.used = time.Now()
+	}
 	n.snaps.mu.Unlock()
 	if s == nil {
 		return errors.New("cluster: no such snapshot (expired, or made by an earlier run)")
 	}
+	defer func() {
+		n.snaps.mu.Lock()
+		s.streams--
+		s.used = time.Now()
+		n.snaps.mu.Unlock()
+	}()
 	hdr := append([]byte(nil), snapshotMagic...)
 	hdr = binary.BigEndian.AppendUint64(hdr, s.meta.GetIndex())
 	hdr = binary.BigEndian.AppendUint64(hdr, s.meta.GetTerm())
@@ -187,6 +210,7 @@ func (n *Node) ServeSnapshot(w io.Writer, token []byte) error {
 func (n *Node) closeSnapshots() {
 	n.snaps.mu.Lock()
 	defer n.snaps.mu.Unlock()
+	n.snaps.closed = true
 	for k, s := range n.snaps.served {
 		s.ss.Close()
 		delete(n.snaps.served, k)
@@ -237,14 +261,22 @@ func (n *Node) stage(m *raftpb.Message) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), snapshotKeep)
+	// Cancelled when the node stops, or when the transfer stalls.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		select {
+		case <-n.stopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	rc, err := n.cfg.FetchSnapshot(ctx, from, token)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	br := bufio.NewReader(rc)
+	br := bufio.NewReader(newIdleReader(rc, snapshotIdle, cancel))
 	var hdr [8 + 24]byte
 	if _, err := io.ReadFull(br, hdr[:]); err != nil || string(hdr[:8]) != string(snapshotMagic) {
 		return fmt.Errorf("cluster: snapshot from node %d: bad header", from)
@@ -284,6 +316,11 @@ func (n *Node) stage(m *raftpb.Message) error {
 		return err
 	}
 	n.snaps.mu.Lock()
+	if n.snaps.closed {
+		n.snaps.mu.Unlock()
+		store.Close()
+		return ErrStopped
+	}
 	if old := n.snaps.staged; old != nil {
 		old.store.Close()
 		partition.RemoveStore(n.dir.fs, old.ptr.dir(n.dir.dir))
@@ -337,4 +374,24 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	n.snaps.mu.Unlock()
 	n.log.Info("cluster: snapshot installed", "node", n.cfg.ID, "index", meta.GetIndex())
 	return nil
+}
+
+// idleReader cancels a transfer when no byte has come for idle: a slow
+// transfer of a large store goes on, a stalled one ends.
+type idleReader struct {
+	r     io.Reader
+	idle  time.Duration
+	timer *time.Timer
+}
+
+func newIdleReader(r io.Reader, idle time.Duration, cancel func()) *idleReader {
+	return &idleReader{r: r, idle: idle, timer: time.AfterFunc(idle, cancel)}
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	n, err := ir.r.Read(p)
+	if n > 0 {
+		ir.timer.Reset(ir.idle)
+	}
+	return n, err
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/partition"
-	"github.com/tabuladb/tabula/vfs"
 )
 
 // The tests of this file hold the cluster to its promise on commit
@@ -23,20 +22,8 @@ import (
 func TestStampsAfterRestartWithAClockBehind(t *testing.T) {
 	c := newTestCluster(t, 3, 21)
 	ctx := context.Background()
-	restartAll := func() {
-		fss := map[uint64]*vfs.MemFS{}
-		for id, tn := range c.nodes {
-			fss[id] = tn.fs
-		}
-		for id := range fss {
-			c.stop(id)
-		}
-		for id, fs := range fss {
-			c.start(id, fs)
-		}
-	}
 	c.clock = func() time.Time { return time.Now().Add(time.Hour) }
-	restartAll()
+	c.restartAll()
 	s := c.leader(10 * time.Second).node.Store()
 	if _, err := s.CreateTable(ctx, acct, "clock"); err != nil {
 		t.Fatal(err)
@@ -48,7 +35,7 @@ func TestStampsAfterRestartWithAClockBehind(t *testing.T) {
 	c.converge(10 * time.Second)
 
 	c.clock = nil
-	restartAll()
+	c.restartAll()
 	after, err := c.leader(10*time.Second).node.Store().Apply(ctx, acct, "clock", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", "x", 2)})
 	if err != nil {
 		t.Fatalf("the update after the restart: %v", err)
