@@ -46,9 +46,13 @@ type Options struct {
 	// the emulator's devstoreaccount1 with its well-known key.
 	Accounts *auth.Accounts
 	// Logger receives the server's records: a request cancelled by its
-	// client at info, one debug record per request, and every internal
-	// failure. Default: discard.
+	// client at info, and every internal failure. Default: discard. The
+	// access log, a record per request, is an Observer (AccessLog).
 	Logger *slog.Logger
+	// Observer, when set, is told about every request once it is
+	// answered (RequestDone): the access log, metrics. Default none, and
+	// then requests pay nothing for it.
+	Observer Observer
 	// Now is the clock of request dates, SAS expiry and error trailers.
 	// Default time.Now.
 	Now func() time.Time
@@ -261,6 +265,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 		rq := s.newRequest(w, r)
 		rq.fail(errShuttingDown)
+		s.observe(rq)
 		return
 	}
 	defer s.running.RUnlock()
@@ -282,7 +287,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rq := s.newRequest(w, r)
 	defer func() {
 		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
+			if p == http.ErrAbortHandler { // an injected reset on HTTP/2
+				s.observe(rq)
 				panic(p)
 			}
 			s.log.Error("panic serving request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p))
@@ -294,12 +300,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.log.Info("request cancelled", "request_id", rq.id, "method", r.Method, "path", r.URL.Path,
 				"duration", time.Since(rq.start), "cause", context.Cause(rq.ctx))
 		}
-		if s.log.Enabled(rq.ctx, slog.LevelDebug) { // spares a disabled log its argument boxing
-			s.log.Debug("request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path,
-				"status", rq.status, "duration", time.Since(rq.start))
-		}
+		s.observe(rq)
 	}()
 	s.route(rq)
+}
+
+// observe tells the Observer, if there is one, about the answered
+// request.
+func (s *Server) observe(rq *request) {
+	if s.opts.Observer == nil {
+		return
+	}
+	r := rq.r
+	status := max(rq.status, 0) // -1: reset, nothing answered
+	path := rq.path
+	if path == "" { // refused before routing read it
+		path = r.URL.EscapedPath()
+	}
+	s.opts.Observer.RequestDone(RequestInfo{
+		Method:          r.Method,
+		Path:            path,
+		Query:           MaskSignature(r.URL.RawQuery),
+		Account:         rq.account,
+		Table:           rq.target.Table,
+		Operation:       rq.op,
+		Status:          status,
+		ErrorCode:       rq.errCode,
+		Start:           rq.start,
+		Duration:        time.Since(rq.start),
+		BytesIn:         rq.body.n,
+		BytesOut:        rq.bytesOut,
+		RequestID:       rq.id,
+		ClientRequestID: rq.clientRequestID(),
+		RemoteAddr:      r.RemoteAddr,
+	})
 }
 
 // newRequestID returns a random id in the GUID form the service uses.
