@@ -143,6 +143,7 @@ type Server struct {
 	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
 	propertiesWrite sync.Mutex                              // serializes Set Table Service Properties
 	httpServer      *http.Server
+	shuttingDown    bool // Shutdown has begun
 	conns           *limitListener
 	// pages recycles the buffers query pages are built in (*[]byte):
 	// a page of a hundred entities is tens of kilobytes, and growing a
@@ -237,6 +238,15 @@ func (s *Server) ConnStats() ConnStats {
 	return ConnStats{Accepted: s.conns.accepted.Load(), Refused: s.conns.refused.Load(), Open: s.conns.open.Load()}
 }
 
+// Serving reports whether the server takes requests: Serve has been
+// called and Shutdown has not. A readiness check reports not ready from
+// the moment a shutdown begins, while requests in flight finish.
+func (s *Server) Serving() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.httpServer != nil && !s.shuttingDown
+}
+
 // Shutdown stops accepting connections and waits, until ctx ends, for the
 // requests in flight to finish. When ctx ends first, the requests still
 // running are cancelled and their connections closed. Either way it
@@ -245,6 +255,7 @@ func (s *Server) ConnStats() ConnStats {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	hs := s.httpServer
+	s.shuttingDown = true
 	s.mu.Unlock()
 	var err error
 	if hs != nil {
