@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -149,9 +150,18 @@ func TestEveryMetricIsServed(t *testing.T) {
 			t.Errorf("%s: type %q, want %q", name, got, typ)
 		}
 	}
+	doc, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name := range f {
 		if strings.HasPrefix(name, "tabula_") && want[name] == "" {
-			t.Errorf("%s is served but not listed here (nor, likely, in docs/metrics.md)", name)
+			t.Errorf("%s is served but not listed here", name)
+		}
+	}
+	for name := range want {
+		if strings.HasPrefix(name, "tabula_") && !strings.Contains(string(doc), "| `"+name+"` | "+strings.ToLower(want[name])+" |") {
+			t.Errorf("docs/metrics.md has no row for %s, a %s", name, strings.ToLower(want[name]))
 		}
 	}
 	if f.Sum("tabula_lsm_level_files") != 0 || !f.Has("tabula_lsm_level_bytes", "level", "6") {
