@@ -371,7 +371,7 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 	if err := db.log.file.Close(); err != nil {
 		return fmt.Errorf("lsm: close WAL %06d: %w", db.log.num, err)
 	}
-	f, w, err := createLog(db.fs, db.dir, newLogNum)
+	f, w, err := createLog(db.fs, db.dir, newLogNum, db.metrics.recordSync)
 	if err != nil {
 		return err
 	}
@@ -387,8 +387,9 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 	return nil
 }
 
-// createLog creates WAL segment num and makes its name durable.
-func createLog(fs vfs.FS, dir string, num uint64) (vfs.File, *wal.Writer, error) {
+// createLog creates WAL segment num and makes its name durable. onSync
+// receives the writer's fsyncs (wal.WriterOptions.OnSync).
+func createLog(fs vfs.FS, dir string, num uint64, onSync func(time.Duration, int)) (vfs.File, *wal.Writer, error) {
 	name := makeFilename(dir, fileTypeLog, num)
 	f, err := fs.Create(name)
 	if err != nil {
@@ -398,7 +399,7 @@ func createLog(fs vfs.FS, dir string, num uint64) (vfs.File, *wal.Writer, error)
 		f.Close()
 		return nil, nil, fmt.Errorf("lsm: create WAL %s: %w", name, err)
 	}
-	return f, wal.NewWriter(f, wal.WriterOptions{}), nil
+	return f, wal.NewWriter(f, wal.WriterOptions{OnSync: onSync}), nil
 }
 
 // signal wakes a background goroutine without blocking.

@@ -112,3 +112,33 @@ func sumSizes(files []*fileMetadata) int64 {
 	}
 	return n
 }
+
+// compactionDebt estimates the bytes compactions must still read and
+// write before every level is within its target. L0, once it holds
+// L0CompactionThreshold tables, moves into L1 whole, rewriting L1 with
+// it. Then from L1 down, each level's excess over its target (counting
+// what the level above pushes into it) moves one level down, rewriting
+// the part of the next level it overlaps, estimated in proportion to the
+// two levels' sizes. It is 0 while L0 is under its threshold and every
+// other level within its target; otherwise it says how far behind
+// compaction is, in bytes. Called with db.mu held.
+func (db *DB) compactionDebt(v *version) int64 {
+	var debt, incoming int64
+	if len(v.levels[0]) >= db.opts.L0CompactionThreshold {
+		l0 := v.levelBytes(0)
+		debt += l0 + v.levelBytes(1)
+		incoming = l0
+	}
+	for level := 1; level < NumLevels-1; level++ {
+		size := v.levelBytes(level) + incoming
+		excess := size - db.opts.levelMaxBytes(level)
+		if excess <= 0 {
+			incoming = 0
+			continue
+		}
+		next := v.levelBytes(level + 1)
+		debt += excess + int64(float64(excess)*float64(next)/float64(size))
+		incoming = excess
+	}
+	return debt
+}

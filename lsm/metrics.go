@@ -14,6 +14,13 @@ type Metrics struct {
 		Files        int   // live segments
 		Bytes        int64 // size of live segments
 		BytesWritten int64 // batch bytes appended since Open
+		// SyncLatency is the duration of each WAL fsync since Open, in
+		// seconds.
+		SyncLatency Histogram
+		// GroupSize is, for each WAL fsync since Open that a synced write
+		// waited for, how many synced writes it made durable at once
+		// (group commit).
+		GroupSize Histogram
 	}
 	MemTable struct {
 		Size      int64 // bytes used in the mutable memtable
@@ -30,6 +37,12 @@ type Metrics struct {
 		BytesRead    int64
 		BytesWritten int64
 		Duration     time.Duration
+		// Running is the number of compactions in progress (the DB runs
+		// at most one at a time).
+		Running int
+		// Debt estimates the bytes compactions must still read and write
+		// to bring every level within its target (see compactionDebt).
+		Debt int64
 	}
 	BlockCache struct {
 		Hits, Misses int64
@@ -102,6 +115,22 @@ type dbMetrics struct {
 	levelWritten      [NumLevels]atomic.Int64
 	stallCount        atomic.Int64
 	stallNanos        atomic.Int64
+	walSyncs          *histogram // nanoseconds per WAL fsync
+	walGroups         *histogram // synced writes per WAL fsync
+}
+
+func (m *dbMetrics) init() {
+	m.walSyncs = newSyncLatencyHistogram()
+	m.walGroups = newGroupSizeHistogram()
+}
+
+// recordSync is the WAL writers' OnSync. An fsync nobody waited for (a
+// segment's last, when it is closed) is no commit group.
+func (m *dbMetrics) recordSync(d time.Duration, waiters int) {
+	m.walSyncs.observe(int64(d))
+	if waiters > 0 {
+		m.walGroups.observe(int64(waiters))
+	}
 }
 
 func (m *dbMetrics) recordCompaction(c *compaction, outputs []*fileMetadata, d time.Duration) {
@@ -131,6 +160,10 @@ func (db *DB) Metrics() Metrics {
 			BytesWritten: db.metrics.levelWritten[level].Load(),
 		}
 	}
+	m.Compaction.Debt = db.compactionDebt(v)
+	if db.compacting {
+		m.Compaction.Running = 1
+	}
 	m.MemTable.Size = int64(db.mem.mutable.Size())
 	m.MemTable.Immutable = len(db.mem.queue)
 	m.Snapshots = db.snapshots.l.Len()
@@ -146,6 +179,8 @@ func (db *DB) Metrics() Metrics {
 		}
 	}
 	m.WAL.BytesWritten = db.metrics.walBytesWritten.Load()
+	m.WAL.SyncLatency = db.metrics.walSyncs.snapshot()
+	m.WAL.GroupSize = db.metrics.walGroups.snapshot()
 	m.Levels[0].BytesWritten = db.metrics.flushBytes.Load()
 	m.Flush.Count = db.metrics.flushCount.Load()
 	m.Flush.BytesWritten = db.metrics.flushBytes.Load()

@@ -29,6 +29,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		cleanSignal:   make(chan struct{}, 1),
 		closing:       make(chan struct{}),
 	}
+	db.metrics.init()
 	db.cond.L = &db.mu
 	db.commit.pubCond.L = &db.commit.pubMu
 	if err := mkdirAllDurable(db.fs, dir); err != nil {
@@ -132,7 +133,7 @@ func (db *DB) recover() error {
 	// The recovered writes are in tables now; a fresh WAL segment takes new
 	// writes, and a fresh manifest records it all.
 	logNum := vs.newFileNum()
-	f, w, err := createLog(db.fs, db.dir, logNum)
+	f, w, err := createLog(db.fs, db.dir, logNum, db.metrics.recordSync)
 	if err != nil {
 		db.removeTables(tablesOf(edit))
 		return err

@@ -278,7 +278,7 @@ func missingIsNil(v []byte, err error) ([]byte, error) {
 // told about a write that was never acknowledged and may be lost. The
 // wait is outside the latch, and only for this latch's writes.
 func (s *Store) underLatch(l *latch, enqueue func() (lsm.PendingCommit, error)) (lsm.PendingCommit, error) {
-	l.Lock()
+	s.latch.acquire(l)
 	p, err := enqueue()
 	if err == nil {
 		l.lastSeq = p.Seq()

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // latchStripes is the number of partition latches. Partitions share a latch
@@ -28,8 +30,11 @@ const latchStripes = 1024
 // A writer takes its table's t.mu shared before the latch and releases it
 // after the latch, once its statistics are recorded (see recordWrite).
 type latches struct {
-	seed    maphash.Seed
-	stripes [latchStripes]struct {
+	seed maphash.Seed
+	// waits and waitNanos count the acquisitions that found the latch
+	// held, and how long they waited (Stats).
+	waits, waitNanos atomic.Int64
+	stripes          [latchStripes]struct {
 		latch
 		_ [48]byte // one stripe per cache line: no false sharing
 	}
@@ -56,4 +61,16 @@ func (l *latches) forPartition(account string, id uint64, pk string) *latch {
 	h.Write(idb[:])
 	h.WriteString(pk)
 	return &l.stripes[h.Sum64()%latchStripes].latch
+}
+
+// acquire locks x, one of l's stripes, counting the wait if it is held: an
+// uncontended latch costs one TryLock, no clock read.
+func (l *latches) acquire(x *latch) {
+	if x.TryLock() {
+		return
+	}
+	start := time.Now()
+	x.Lock()
+	l.waits.Add(1)
+	l.waitNanos.Add(int64(time.Since(start)))
 }

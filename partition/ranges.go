@@ -400,6 +400,7 @@ func (s *Store) split(t *table, r *rangeState) (bool, error) {
 		// r stays; its counters saw every write, deltas included.
 		return false, err
 	}
+	s.counters.splits.Add(1)
 	return true, nil
 }
 
@@ -465,7 +466,11 @@ func (s *Store) merge(t *table, i int) error {
 	next = append(next, old[:i]...)
 	next = append(next, m)
 	next = append(next, old[i+2:]...)
-	return s.installRanges(t, next)
+	if err := s.installRanges(t, next); err != nil {
+		return err
+	}
+	s.counters.merges.Add(1)
+	return nil
 }
 
 // installRanges persists a new range map and then makes it current. The

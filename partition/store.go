@@ -67,6 +67,8 @@ type Store struct {
 	clock  *clock
 	latch  *latches
 
+	counters storeCounters // behind Stats and Ready
+
 	// catMu serializes catalog edits (create and drop, id allocation).
 	catMu  sync.Mutex
 	nextID uint64 // under catMu
@@ -177,6 +179,7 @@ func (s *Store) DB() *lsm.DB { return s.db }
 // It reports any failure of background work since Open.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.counters.closed.Store(true)
 		close(s.stop)
 		s.wg.Wait()
 		var errs []error

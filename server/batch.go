@@ -28,7 +28,7 @@ type batchOp struct {
 func (s *Server) batch(rq *request) error {
 	// Parse enforces the size limit itself (413), reading at most one byte
 	// past it.
-	req, err := batch.Parse(rq.r.Header.Get("Content-Type"), rq.r.Body, batch.Limits{MaxBodyBytes: s.opts.MaxBodyBytes})
+	req, err := batch.Parse(rq.r.Header.Get("Content-Type"), &rq.body, batch.Limits{MaxBodyBytes: s.opts.MaxBodyBytes})
 	var be *batch.Error
 	switch {
 	case errors.As(err, &be) && be.Index >= 0:
@@ -222,7 +222,7 @@ func (s *Server) replyBatchFailure(rq *request, w *batch.ResponseWriter, index i
 	}
 	// The service names the failure on the 202 too; the Go SDK reads the
 	// code of a failed transaction from there.
-	rq.setHeader("X-Ms-Error-Code", code)
+	rq.setErrorCode(code)
 	return s.replyBatch(rq, w, []batch.SubResponse{batch.FailureResponse(index, contentID, status, code, message, rq.id, rq.now)})
 }
 

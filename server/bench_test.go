@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
@@ -135,8 +137,23 @@ func (w *discardWriter) WriteHeader(status int)      { w.status = status }
 // BenchmarkHandlerGetEntity runs the handler of a Shared Key signed point
 // get without a connection: routing, authentication, the store read and
 // the JSON response, and nothing of HTTP.
-func BenchmarkHandlerGetEntity(b *testing.B) {
-	ts := startServer(b, nil)
+func BenchmarkHandlerGetEntity(b *testing.B) { benchHandlerGetEntity(b, nil) }
+
+// BenchmarkHandlerGetEntityLogged is BenchmarkHandlerGetEntity with the
+// access log, in JSON to nowhere: at info level, a record per request; at
+// warn level, none (no request is slow), which should cost next to
+// nothing.
+func BenchmarkHandlerGetEntityLogged(b *testing.B) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelWarn} {
+		b.Run(level.String(), func(b *testing.B) {
+			log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: level}))
+			benchHandlerGetEntity(b, &server.Options{Observer: server.NewAccessLog(log, time.Second)})
+		})
+	}
+}
+
+func benchHandlerGetEntity(b *testing.B, opts *server.Options) {
+	ts := startServer(b, opts)
 	c := &benchClient{ts: ts, client: &http.Client{}}
 	createBenchTable(b, c, "bench")
 	fillPartition(b, ts.Store, "bench", "p", 1000)

@@ -28,4 +28,9 @@
 // rates, queries scanning at them, and injected failures, latency and
 // outages (docs/limits.md, docs/faults.md). Without them there is no
 // emulator and requests run as before.
+//
+// Options.Observer is told about every answered request (RequestInfo):
+// AccessLog writes the access log from it, and package metrics counts
+// it; the server itself knows nothing of Prometheus. Without an observer
+// a request pays nothing for them (docs/metrics.md).
 package server

@@ -121,7 +121,7 @@ func (rq *request) fail(err error) {
 			rq.setHeader("Www-Authenticate", se.Challenge)
 		}
 	}
-	rq.setHeader("X-Ms-Error-Code", code)
+	rq.setErrorCode(code)
 	if rq.xmlErrors {
 		rq.reply(status, "application/xml", storagexml.ErrorDocument(code, message, rq.id, rq.now))
 		return

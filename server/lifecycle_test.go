@@ -153,6 +153,9 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := server.New(store, nil)
+	if srv.Serving() {
+		t.Fatal("Serving before Serve")
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fillTable(t, store, "long", 32_000)
@@ -175,10 +178,16 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 		answered <- resp.StatusCode
 	}()
 	<-started
+	if !srv.Serving() {
+		t.Fatal("not Serving while a request runs")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err == nil {
 		t.Fatal("Shutdown reported the query finished inside its grace period")
+	}
+	if srv.Serving() {
+		t.Fatal("Serving after Shutdown")
 	}
 	if n := inHandler.Load(); n != 0 {
 		t.Fatalf("Shutdown returned with the handler still reading the store (%d clock looks under way)", n)

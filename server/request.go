@@ -37,6 +37,13 @@ type request struct {
 	xmlErrors bool             // the operation speaks XML (ACLs, service properties)
 	status    int              // 0 until the response header is written
 
+	// What an Observer learns (RequestInfo).
+	path     string      // the URL path as sent, percent-encoded
+	op       string      // the operation's name, once the router knows it
+	errCode  string      // the x-ms-error-code sent, if any
+	body     countedBody // the request body; handlers read it through this
+	bytesOut int64       // response body bytes written
+
 	// headerValues backs the one-value slices of the response headers
 	// the server sets, so setting one costs no allocation (see setHeader).
 	headerValues [12]string
@@ -48,13 +55,23 @@ type request struct {
 // through the header map.
 func (s *Server) newRequest(w http.ResponseWriter, r *http.Request) *request {
 	rq := &request{s: s, w: w, r: r, ctx: r.Context(), id: newRequestID(), start: time.Now(), now: s.opts.Now()}
+	rq.body.r = r.Body
 	rq.setHeader("X-Ms-Request-Id", rq.id)
 	rq.setHeader("X-Ms-Version", s.responseVersion(r.Header.Get("X-Ms-Version")))
 	rq.setHeader("Server", "Tabula")
-	if id := r.Header.Get("X-Ms-Client-Request-Id"); id != "" && len(id) <= 1024 {
+	if id := rq.clientRequestID(); id != "" {
 		rq.setHeader("X-Ms-Client-Request-Id", id)
 	}
 	return rq
+}
+
+// clientRequestID is the client's x-ms-client-request-id, echoed in the
+// response and logged; "" when it sent none, or one too long to repeat.
+func (rq *request) clientRequestID() string {
+	if id := rq.r.Header.Get("X-Ms-Client-Request-Id"); len(id) <= 1024 {
+		return id
+	}
+	return ""
 }
 
 // setHeader sets a response header; key must be in canonical form.
@@ -98,8 +115,39 @@ func (rq *request) reply(status int, contentType string, body []byte) {
 	}
 	rq.writeHeader(status)
 	if body != nil && rq.r.Method != http.MethodHead {
-		_, _ = rq.w.Write(body) // a failed write is the client's disconnect
+		n, _ := rq.w.Write(body) // a failed write is the client's disconnect
+		rq.bytesOut += int64(n)
 	}
+}
+
+// setErrorCode sends code as the response's x-ms-error-code.
+func (rq *request) setErrorCode(code string) {
+	rq.errCode = code
+	rq.setHeader("X-Ms-Error-Code", code)
+}
+
+// countedBody reads a request's body, counting the bytes read for
+// RequestInfo.BytesIn. It is a field of the request, so it costs no
+// allocation of its own.
+type countedBody struct {
+	r io.ReadCloser // nil for a request built without a body
+	n int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	if b.r == nil {
+		return 0, io.EOF
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	return n, err
+}
+
+func (b *countedBody) Close() error {
+	if b.r == nil {
+		return nil
+	}
+	return b.r.Close()
 }
 
 // replyCreated answers a successful insert or table creation: Location
@@ -151,12 +199,12 @@ func (rq *request) readBody() ([]byte, error) {
 		// The usual case: the length is declared, so the body is read
 		// into one buffer of its size rather than a growing one.
 		body = make([]byte, n)
-		_, err = io.ReadFull(rq.r.Body, body)
+		_, err = io.ReadFull(&rq.body, body)
 		if err == io.ErrUnexpectedEOF {
 			err = errors.New("the body is shorter than its Content-Length")
 		}
 	} else {
-		body, err = io.ReadAll(http.MaxBytesReader(rq.w, rq.r.Body, limit))
+		body, err = io.ReadAll(http.MaxBytesReader(rq.w, &rq.body, limit))
 	}
 	var tooLarge *http.MaxBytesError
 	switch {

@@ -26,6 +26,7 @@ func (s *Server) route(rq *request) {
 		return
 	}
 	if rq.r.Method == http.MethodOptions {
+		rq.op = "Preflight"
 		rq.xmlErrors = true
 		if err := s.preflight(rq); err != nil {
 			rq.fail(err)
@@ -39,6 +40,7 @@ func (s *Server) route(rq *request) {
 	}
 	h, op, err := s.pick(rq, method)
 	if err == nil {
+		rq.op = op.String()
 		err = rq.checkVersion()
 	}
 	if err == nil {
@@ -67,6 +69,7 @@ func resourceNotFound(kind batch.TargetKind, err error) error {
 // prepare reads the account, the target and the query string.
 func (s *Server) prepare(rq *request) error {
 	path := rq.r.URL.EscapedPath()
+	rq.path = path
 	pathAccount := "" // the account the path starts with, path-style
 	account, secondary, hostStyle := s.hostAccount(rq.r.Host)
 	if hostStyle {

@@ -46,9 +46,13 @@ type Options struct {
 	// the emulator's devstoreaccount1 with its well-known key.
 	Accounts *auth.Accounts
 	// Logger receives the server's records: a request cancelled by its
-	// client at info, one debug record per request, and every internal
-	// failure. Default: discard.
+	// client at info, and every internal failure. Default: discard. The
+	// access log, a record per request, is an Observer (AccessLog).
 	Logger *slog.Logger
+	// Observer, when set, is told about every request once it is
+	// answered (RequestDone): the access log, metrics. Default none, and
+	// then requests pay nothing for it.
+	Observer Observer
 	// Now is the clock of request dates, SAS expiry and error trailers.
 	// Default time.Now.
 	Now func() time.Time
@@ -139,6 +143,7 @@ type Server struct {
 	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
 	propertiesWrite sync.Mutex                              // serializes Set Table Service Properties
 	httpServer      *http.Server
+	shuttingDown    bool // Shutdown has begun
 	conns           *limitListener
 	// pages recycles the buffers query pages are built in (*[]byte):
 	// a page of a hundred entities is tens of kilobytes, and growing a
@@ -233,6 +238,15 @@ func (s *Server) ConnStats() ConnStats {
 	return ConnStats{Accepted: s.conns.accepted.Load(), Refused: s.conns.refused.Load(), Open: s.conns.open.Load()}
 }
 
+// Serving reports whether the server takes requests: Serve has been
+// called and Shutdown has not. A readiness check reports not ready from
+// the moment a shutdown begins, while requests in flight finish.
+func (s *Server) Serving() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.httpServer != nil && !s.shuttingDown
+}
+
 // Shutdown stops accepting connections and waits, until ctx ends, for the
 // requests in flight to finish. When ctx ends first, the requests still
 // running are cancelled and their connections closed. Either way it
@@ -241,6 +255,7 @@ func (s *Server) ConnStats() ConnStats {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	hs := s.httpServer
+	s.shuttingDown = true
 	s.mu.Unlock()
 	var err error
 	if hs != nil {
@@ -261,6 +276,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 		rq := s.newRequest(w, r)
 		rq.fail(errShuttingDown)
+		s.observe(rq)
 		return
 	}
 	defer s.running.RUnlock()
@@ -282,7 +298,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rq := s.newRequest(w, r)
 	defer func() {
 		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
+			if p == http.ErrAbortHandler { // an injected reset on HTTP/2
+				s.observe(rq)
 				panic(p)
 			}
 			s.log.Error("panic serving request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p))
@@ -294,12 +311,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.log.Info("request cancelled", "request_id", rq.id, "method", r.Method, "path", r.URL.Path,
 				"duration", time.Since(rq.start), "cause", context.Cause(rq.ctx))
 		}
-		if s.log.Enabled(rq.ctx, slog.LevelDebug) { // spares a disabled log its argument boxing
-			s.log.Debug("request", "request_id", rq.id, "method", r.Method, "path", r.URL.Path,
-				"status", rq.status, "duration", time.Since(rq.start))
-		}
+		s.observe(rq)
 	}()
 	s.route(rq)
+}
+
+// observe tells the Observer, if there is one, about the answered
+// request.
+func (s *Server) observe(rq *request) {
+	if s.opts.Observer == nil {
+		return
+	}
+	r := rq.r
+	status := max(rq.status, 0) // -1: reset, nothing answered
+	path := rq.path
+	if path == "" { // refused before routing read it
+		path = r.URL.EscapedPath()
+	}
+	s.opts.Observer.RequestDone(RequestInfo{
+		Method:          r.Method,
+		Path:            path,
+		Query:           MaskSignature(r.URL.RawQuery),
+		Account:         rq.account,
+		Table:           rq.target.Table,
+		Operation:       rq.op,
+		Status:          status,
+		ErrorCode:       rq.errCode,
+		Start:           rq.start,
+		Duration:        time.Since(rq.start),
+		BytesIn:         rq.body.n,
+		BytesOut:        rq.bytesOut,
+		RequestID:       rq.id,
+		ClientRequestID: rq.clientRequestID(),
+		RemoteAddr:      r.RemoteAddr,
+	})
 }
 
 // newRequestID returns a random id in the GUID form the service uses.

@@ -27,6 +27,12 @@ type WriterOptions struct {
 	// single record larger than the bound is still accepted whole. Zero
 	// means DefaultMaxBuffered.
 	MaxBuffered int
+	// OnSync, when set, is called by the background goroutine after each
+	// successful fsync, outside the Writer's lock, with how long the fsync
+	// took and how many SyncTo callers were waiting for it when it began
+	// (the size of the commit group it serves; 0 for the fsync of Close).
+	// It must be quick: the next fsync waits for it. It is for metrics.
+	OnSync func(d time.Duration, waiters int)
 }
 
 // ErrWriterClosed is returned by calls made on a Writer after Close.
@@ -50,6 +56,7 @@ type block struct {
 type Writer struct {
 	f           SyncFile
 	maxBuffered int64
+	onSync      func(time.Duration, int)
 	// maxFree bounds the recycled blocks kept for reuse, so that one huge
 	// record does not pin its memory for the life of the Writer.
 	maxFree int
@@ -118,6 +125,7 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 	w := &Writer{
 		f:           f,
 		maxBuffered: int64(maxBuffered),
+		onSync:      opts.OnSync,
 		maxFree:     maxBuffered/BlockSize + 2,
 		wake:        make(chan struct{}, 1),
 		quit:        make(chan struct{}),
@@ -336,6 +344,9 @@ func (w *Writer) flushLoop() {
 			if len(batch) == 0 && from == to && !doSync {
 				break
 			}
+			// Every SyncTo caller that joined since the last round asked
+			// for an offset at most target, so this fsync serves them all.
+			group := w.joined
 			w.joined = 0
 			w.mu.Unlock()
 
@@ -347,6 +358,9 @@ func (w *Writer) flushLoop() {
 					err = fmt.Errorf("wal: fsync up to offset %d: %w", target, serr)
 				}
 				syncTime = time.Since(t0)
+				if err == nil && w.onSync != nil {
+					w.onSync(syncTime, group)
+				}
 			}
 
 			w.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -244,11 +245,21 @@ func (f *gatedSyncFile) Sync() error {
 // durability while an fsync runs are all covered by the next one. The
 // first fsync is held until every committer waits in SyncTo, so the count
 // does not depend on timing: one fsync for whatever it started with, one
-// for everyone else.
+// for everyone else. OnSync reports each fsync with the committers it
+// served: every committer exactly once.
 func TestGroupCommitSharesFsyncs(t *testing.T) {
 	const writers = 16
 	f := newGatedSyncFile()
-	w := NewWriter(f, WriterOptions{})
+	var reported []int // OnSync's waiters, fsync by fsync
+	var reportedMu sync.Mutex
+	w := NewWriter(f, WriterOptions{OnSync: func(d time.Duration, waiters int) {
+		reportedMu.Lock()
+		reported = append(reported, waiters)
+		reportedMu.Unlock()
+		if d < 0 {
+			t.Errorf("OnSync reported an fsync of %v", d)
+		}
+	}})
 	var commit sync.Mutex
 	var wg sync.WaitGroup
 	for g := range writers {
@@ -289,6 +300,16 @@ func TestGroupCommitSharesFsyncs(t *testing.T) {
 	}
 	if syncs > 2 {
 		t.Fatalf("%d fsyncs for %d committers that all waited together; want at most 2", syncs, writers)
+	}
+	reportedMu.Lock()
+	groups := slices.Clone(reported)
+	reportedMu.Unlock()
+	sum := 0
+	for _, n := range groups {
+		sum += n
+	}
+	if len(groups) != syncs || sum != writers {
+		t.Fatalf("OnSync reported groups %v for %d fsyncs of %d committers", groups, syncs, writers)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)

@@ -51,6 +51,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	cf.register(fs)
 	var ef emulateFlags
 	ef.register(fs)
+	var of observeFlags
+	of.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -88,7 +90,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tabula serve: --log-level %q: want debug, info, warn or error\n", *level)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	log, err := of.logger(stderr, lv)
+	if err != nil {
+		fmt.Fprintf(stderr, "tabula serve: %v\n", err)
+		return 2
+	}
 
 	accounts, custom := auth.DefaultAccounts(), strings.TrimSpace(*accountsSpec) != ""
 	if custom {
@@ -172,7 +178,20 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 		backend, opts.Front = node.node.Store(), node.http.Public
 	}
+	watch, err := of.start(log, opts, store, node)
+	if err != nil {
+		ln.Close()
+		if node != nil {
+			node.stop()
+		} else {
+			store.Close()
+		}
+		fmt.Fprintf(stderr, "tabula serve: %v\n", err)
+		return 1
+	}
+	defer watch.stop()
 	srv = server.New(backend, opts)
+	watch.serve(srv)
 	announce(log, limits, faults, srv)
 
 	if *pprofAddr != "" {
