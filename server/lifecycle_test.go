@@ -200,4 +200,16 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 	if code := <-answered; code == http.StatusOK {
 		t.Fatal("the cancelled query was answered 200")
 	}
+	// A second Shutdown (a signal handler and a deferred call, say)
+	// returns at once instead of waiting for good.
+	again := make(chan error, 1)
+	go func() { again <- srv.Shutdown(context.Background()) }()
+	select {
+	case err := <-again:
+		if err != nil {
+			t.Fatalf("the second Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a second Shutdown did not return")
+	}
 }

@@ -143,7 +143,8 @@ type Server struct {
 	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
 	propertiesWrite sync.Mutex                              // serializes Set Table Service Properties
 	httpServer      *http.Server
-	shuttingDown    bool // Shutdown has begun
+	shuttingDown    bool          // Shutdown has begun
+	shutDown        chan struct{} // closed when the first Shutdown returns
 	conns           *limitListener
 	// pages recycles the buffers query pages are built in (*[]byte):
 	// a page of a hundred entities is tens of kilobytes, and growing a
@@ -255,8 +256,23 @@ func (s *Server) Serving() bool {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	hs := s.httpServer
+	again := s.shuttingDown
 	s.shuttingDown = true
+	if !again {
+		s.shutDown = make(chan struct{})
+	}
+	done := s.shutDown
 	s.mu.Unlock()
+	if again {
+		// The first call takes running for good: wait for it instead.
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	defer close(done)
 	var err error
 	if hs != nil {
 		if err = hs.Shutdown(ctx); err != nil {
