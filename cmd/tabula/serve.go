@@ -161,6 +161,20 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tabula serve: %v\n", err)
 		return 1
 	}
+	// Before a cluster node starts: a failure here has only the store to close.
+	if *pprofAddr != "" {
+		pln, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			ln.Close()
+			store.Close()
+			fmt.Fprintf(stderr, "tabula serve: --pprof: %v\n", err)
+			return 1
+		}
+		defer pln.Close()
+		go http.Serve(pln, profileHandler())
+		log.Info("serving profiles", "endpoint", "http://"+pln.Addr().String()+"/debug/pprof/")
+	}
+
 	opts := &server.Options{
 		Accounts: accounts, Logger: log, TLSConfig: tlsConfig, MaxConns: *maxConns,
 		PathStyleOnly: *pathStyleOnly, SkipAPIVersionCheck: *skipVersionCheck, OAuth: *oauth != "",
@@ -193,19 +207,6 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	srv = server.New(backend, opts)
 	watch.serve(srv)
 	announce(log, limits, faults, srv)
-
-	if *pprofAddr != "" {
-		pln, err := net.Listen("tcp", *pprofAddr)
-		if err != nil {
-			ln.Close()
-			store.Close()
-			fmt.Fprintf(stderr, "tabula serve: --pprof: %v\n", err)
-			return 1
-		}
-		defer pln.Close()
-		go http.Serve(pln, profileHandler())
-		log.Info("serving profiles", "endpoint", "http://"+pln.Addr().String()+"/debug/pprof/")
-	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
