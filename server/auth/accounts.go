@@ -54,12 +54,16 @@ func DefaultAccounts() *Accounts {
 }
 
 // ParseAccounts reads the emulator's AZURITE_ACCOUNTS format,
-// "name1:key1[:key2];name2:key1", with base64 keys. Whitespace around
-// entries and a trailing ";" are allowed. Like the emulator, an explicit
-// list replaces the default account rather than adding to it.
+// "name1:key1[:key2];name2:key1", with base64 keys. A newline separates
+// entries as ";" does, so a file may hold one account a line. Whitespace
+// around entries and a trailing ";" are allowed. Like the emulator, an
+// explicit list replaces the default account rather than adding to it.
 func ParseAccounts(spec string) (*Accounts, error) {
 	a := &Accounts{byName: make(map[string]*account)}
-	for i, entry := range strings.Split(spec, ";") {
+	// A newline must end an entry rather than fall inside a key: the
+	// base64 decoder skips newlines, so "a:k1\nb:k2" would otherwise read
+	// as one account, a, with the keys "k1b" and "k2".
+	for i, entry := range strings.Split(strings.ReplaceAll(spec, "\n", ";"), ";") {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
 			continue
