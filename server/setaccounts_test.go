@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,6 +144,7 @@ func TestSetAccountsUnderLoad(t *testing.T) {
 	setA, setB := mustAccounts(t, "acct1:"+rotKeyA), mustAccounts(t, "acct1:"+rotKeyB)
 	ts := startServer(t, &server.Options{Accounts: setA})
 	stop := make(chan struct{})
+	var swaps atomic.Int64
 	var swapper sync.WaitGroup
 	swapper.Go(func() {
 		for i := 0; ; i++ {
@@ -156,12 +158,11 @@ func TestSetAccountsUnderLoad(t *testing.T) {
 			} else {
 				ts.Server.SetAccounts(setA)
 			}
+			swaps.Add(1)
 			time.Sleep(100 * time.Microsecond)
 		}
 	})
 	var clients sync.WaitGroup
-	var mu sync.Mutex
-	seen := map[int]int{}
 	for c := range 4 {
 		clients.Go(func() {
 			for i := range 50 {
@@ -173,17 +174,15 @@ func TestSetAccountsUnderLoad(t *testing.T) {
 				if status != 200 && (status != 403 || code != "AuthenticationFailed") {
 					t.Errorf("answer %d %q during swaps", status, code)
 				}
-				mu.Lock()
-				seen[status]++
-				mu.Unlock()
 			}
 		})
 	}
+	before := swaps.Load()
 	clients.Wait()
 	close(stop)
 	swapper.Wait()
-	if seen[200] == 0 || seen[403] == 0 {
-		t.Errorf("answers %v: want both keys to have been in force at some point", seen)
+	if swaps.Load()-before < 2 {
+		t.Errorf("%d swaps while the requests ran: the test swapped nothing under them", swaps.Load()-before)
 	}
 }
 
