@@ -106,9 +106,12 @@ func validAccountName(name string) error {
 	if len(name) > 64 {
 		return fmt.Errorf("account name longer than 64 characters")
 	}
-	for _, c := range []byte(name) {
+	for i, c := range []byte(name) {
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
-			return fmt.Errorf("account name %q holds %q; use letters, digits and '-'", name, c)
+			// The name is not quoted: one that is not a name may be a key
+			// in the wrong place (base64 holds '+', '/' and '='), and this
+			// message reaches logs.
+			return fmt.Errorf("the account name holds %q at byte %d; use letters, digits and '-'", c, i+1)
 		}
 	}
 	return nil

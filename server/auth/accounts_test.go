@@ -62,6 +62,7 @@ func TestParseAccountsErrors(t *testing.T) {
 		":" + devKey,
 		"bad/name:" + devKey,
 		"acct:" + secret + "!", // the bad key must not be echoed
+		secret + "=:" + devKey, // nor a key written where the name goes
 	} {
 		_, err := ParseAccounts(spec)
 		if err == nil {
