@@ -13,7 +13,10 @@
 // x-ms-error-code header and error body: JSON for the OData operations, XML
 // for ACLs and service properties. Entity group transactions are parsed
 // and framed by server/batch, XML documents by server/storagexml; the
-// table semantics are the partition package's.
+// table semantics are the partition package's. SetAccounts replaces the
+// accounts and keys of a running server at once, for key rotation: each
+// request authenticates against the set in force when it arrived
+// (docs/accounts.md).
 //
 // The handler never panics to a client: a panic becomes a logged 500
 // InternalError. Request bodies are capped (4 MiB, the service's batch

@@ -27,6 +27,10 @@ type request struct {
 	id    string
 	start time.Time
 	now   time.Time
+	// accounts is the server's set as the request arrived: one request
+	// authenticates and routes against one set, whatever SetAccounts does
+	// meanwhile.
+	accounts *auth.Accounts
 
 	account   string       // as addressed, without "-secondary"
 	hostStyle bool         // the Host named the account (production-style URL)
@@ -54,7 +58,8 @@ type request struct {
 // net/http adds Date itself, straight into the response rather than
 // through the header map.
 func (s *Server) newRequest(w http.ResponseWriter, r *http.Request) *request {
-	rq := &request{s: s, w: w, r: r, ctx: r.Context(), id: newRequestID(), start: time.Now(), now: s.opts.Now()}
+	rq := &request{s: s, w: w, r: r, ctx: r.Context(), id: newRequestID(), start: time.Now(), now: s.opts.Now(),
+		accounts: s.accounts.Load()}
 	rq.body.r = r.Body
 	rq.setHeader("X-Ms-Request-Id", rq.id)
 	rq.setHeader("X-Ms-Version", s.responseVersion(r.Header.Get("X-Ms-Version")))

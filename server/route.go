@@ -71,7 +71,7 @@ func (s *Server) prepare(rq *request) error {
 	path := rq.r.URL.EscapedPath()
 	rq.path = path
 	pathAccount := "" // the account the path starts with, path-style
-	account, secondary, hostStyle := s.hostAccount(rq.r.Host)
+	account, secondary, hostStyle := s.hostAccount(rq.accounts, rq.r.Host)
 	if hostStyle {
 		rq.account, rq.hostStyle = account, true
 	} else {
@@ -97,9 +97,10 @@ func (s *Server) prepare(rq *request) error {
 
 // hostAccount reads a production-style Host (devstoreaccount1.table.localhost,
 // devstoreaccount1-secondary.example.com): its first label names the
-// account when it is one this server holds. An IP address, a single-label
-// name, or a first label naming no account leaves the URL path-style.
-func (s *Server) hostAccount(host string) (account string, secondary, ok bool) {
+// account when it is one of accounts, the request's set. An IP address, a
+// single-label name, or a first label naming no account leaves the URL
+// path-style.
+func (s *Server) hostAccount(accounts *auth.Accounts, host string) (account string, secondary, ok bool) {
 	if s.opts.PathStyleOnly {
 		return "", false, false
 	}
@@ -109,7 +110,7 @@ func (s *Server) hostAccount(host string) (account string, secondary, ok bool) {
 	}
 	label = strings.ToLower(label)
 	account, secondary = strings.CutSuffix(label, "-secondary")
-	if !s.opts.Accounts.Has(account) {
+	if !accounts.Has(account) {
 		return "", false, false
 	}
 	if h, _, err := net.SplitHostPort(host); err == nil {
@@ -202,9 +203,9 @@ func (s *Server) authorize(rq *request, op auth.Operation) error {
 	var p *auth.Principal
 	var err error
 	if s.opts.OAuth && auth.IsBearer(rq.r) {
-		p, err = s.opts.Accounts.AuthenticateBearer(rq.r, rq.account, rq.now)
+		p, err = rq.accounts.AuthenticateBearer(rq.r, rq.account, rq.now)
 	} else {
-		p, err = s.opts.Accounts.Authenticate(rq.ctx, rq.r, auth.Address{Account: rq.account, HostStyle: rq.hostStyle},
+		p, err = rq.accounts.Authenticate(rq.ctx, rq.r, auth.Address{Account: rq.account, HostStyle: rq.hostStyle},
 			rq.now, s.lookupPolicy(rq.account))
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tabuladb/tabula/partition"
@@ -42,8 +43,9 @@ var _ Store = (*partition.Store)(nil)
 // Options configures a Server. The zero value of every field means its
 // default.
 type Options struct {
-	// Accounts are the storage accounts served and their keys. Default:
-	// the emulator's devstoreaccount1 with its well-known key.
+	// Accounts are the storage accounts served and their keys, until
+	// SetAccounts replaces them. Default: the emulator's devstoreaccount1
+	// with its well-known key.
 	Accounts *auth.Accounts
 	// Logger receives the server's records: a request cancelled by its
 	// client at info, and every internal failure. Default: discard. The
@@ -138,6 +140,10 @@ type Server struct {
 	store Store
 	opts  Options
 	log   *slog.Logger
+	// accounts is the set in force: each request loads it once, when it
+	// arrives, so a set SetAccounts swaps in reaches new requests whole
+	// while those in flight finish with the set they started with.
+	accounts atomic.Pointer[auth.Accounts]
 
 	mu              sync.Mutex
 	properties      map[string]storagexml.ServiceProperties // per account, loaded on first use
@@ -182,8 +188,25 @@ func New(store Store, opts *Options) *Server {
 		s.emu = newEmulator(store, &o)
 		s.store = s.emu
 	}
+	s.accounts.Store(o.Accounts)
 	return s
 }
+
+// SetAccounts replaces the accounts and keys the server authenticates
+// against, at once and whole: a request that arrives after it returns
+// sees only the new set, one already in flight keeps the set it arrived
+// with. It is how keys rotate without a restart. a must not be nil: a nil
+// set is a caller's bug, and falling back to the default account would
+// serve its well-known key.
+func (s *Server) SetAccounts(a *auth.Accounts) {
+	if a == nil {
+		panic("server: SetAccounts(nil)")
+	}
+	s.accounts.Store(a)
+}
+
+// Accounts returns the accounts in force.
+func (s *Server) Accounts() *auth.Accounts { return s.accounts.Load() }
 
 // Serve accepts connections on ln until Shutdown, answering each request
 // with the server, over TLS when Options.TLSConfig is set. It returns

@@ -21,7 +21,7 @@ func (s *Server) serviceProperties(ctx context.Context, account string) (storage
 		return p, nil
 	}
 	p = storagexml.DefaultServiceProperties()
-	if !s.opts.Accounts.Has(account) {
+	if !s.Accounts().Has(account) {
 		return p, nil // not cached: the set of names a client can send is unbounded
 	}
 	raw, err := s.store.GetServiceProperties(ctx, account)

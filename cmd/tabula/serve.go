@@ -13,7 +13,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,6 +36,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	data := fs.String("data", "./tabula-data", "data directory, created if missing")
 	accountsSpec := fs.String("accounts", os.Getenv("AZURITE_ACCOUNTS"),
 		`accounts and keys, "name1:key1[:key2];name2:key1" (default $AZURITE_ACCOUNTS, else devstoreaccount1)`)
+	accountsFile := fs.String("accounts-file", "", "read the accounts from this file, as --accounts takes them (newlines may separate accounts), and re-read it on SIGHUP; it takes precedence over $AZURITE_ACCOUNTS")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	pprofAddr := fs.String("pprof", "", "also serve Go's net/http/pprof profiles on this address, e.g. 127.0.0.1:6060 (off by default)")
 	certFile := fs.String("cert", "", "serve HTTPS with this PEM certificate (with --key)")
@@ -96,13 +96,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	accounts, custom := auth.DefaultAccounts(), strings.TrimSpace(*accountsSpec) != ""
-	if custom {
-		var err error
-		if accounts, err = auth.ParseAccounts(*accountsSpec); err != nil {
-			fmt.Fprintf(stderr, "tabula serve: --accounts: %v\n", err)
-			return 2
-		}
+	accounts, custom, err := startAccounts(fs, *accountsSpec, *accountsFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "tabula serve: %v\n", err)
+		return 2
 	}
 
 	var plan clusterPlan
@@ -208,6 +205,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	watch.serve(srv)
 	announce(log, limits, faults, srv)
 
+	stopReload := reloadAccountsOnHangup(*accountsFile, srv, log)
+	defer stopReload()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	served := make(chan error, 1)

@@ -54,12 +54,16 @@ func DefaultAccounts() *Accounts {
 }
 
 // ParseAccounts reads the emulator's AZURITE_ACCOUNTS format,
-// "name1:key1[:key2];name2:key1", with base64 keys. Whitespace around
-// entries and a trailing ";" are allowed. Like the emulator, an explicit
-// list replaces the default account rather than adding to it.
+// "name1:key1[:key2];name2:key1", with base64 keys. A newline separates
+// entries as ";" does, so a file may hold one account a line. Whitespace
+// around entries and a trailing ";" are allowed. Like the emulator, an
+// explicit list replaces the default account rather than adding to it.
 func ParseAccounts(spec string) (*Accounts, error) {
 	a := &Accounts{byName: make(map[string]*account)}
-	for i, entry := range strings.Split(spec, ";") {
+	// A newline must end an entry rather than fall inside a key: the
+	// base64 decoder skips newlines, so "a:k1\nb:k2" would otherwise read
+	// as one account, a, with the keys "k1b" and "k2".
+	for i, entry := range strings.Split(strings.ReplaceAll(spec, "\n", ";"), ";") {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
 			continue
@@ -102,9 +106,12 @@ func validAccountName(name string) error {
 	if len(name) > 64 {
 		return fmt.Errorf("account name longer than 64 characters")
 	}
-	for _, c := range []byte(name) {
+	for i, c := range []byte(name) {
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
-			return fmt.Errorf("account name %q holds %q; use letters, digits and '-'", name, c)
+			// The name is not quoted: one that is not a name may be a key
+			// in the wrong place (base64 holds '+', '/' and '='), and this
+			// message reaches logs.
+			return fmt.Errorf("the account name holds %q at byte %d; use letters, digits and '-'", c, i+1)
 		}
 	}
 	return nil

@@ -28,6 +28,27 @@ func TestParseAccounts(t *testing.T) {
 	}
 }
 
+// TestParseAccountsLines reads an accounts file's form: one account a
+// line, CRLF or LF, blank lines between. Without newlines as separators
+// the first two lines would run together into one key, as base64 skips
+// newlines.
+func TestParseAccountsLines(t *testing.T) {
+	a, err := ParseAccounts("acct1:" + devKey + ":" + devKey2 + "\r\n\nacct2:" + otherKey + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Names(); !reflect.DeepEqual(got, []string{"acct1", "acct2"}) {
+		t.Fatalf("names %v", got)
+	}
+	acct, _ := a.lookup("acct1")
+	if len(acct.keys) != 2 {
+		t.Fatalf("acct1 has %d keys, want 2", len(acct.keys))
+	}
+	if _, err := ParseAccounts("acct1:" + devKey + "\nacct1:" + otherKey); err == nil {
+		t.Error("an account on two lines was accepted")
+	}
+}
+
 func TestParseAccountsErrors(t *testing.T) {
 	secret := "c2VjcmV0c2VjcmV0c2VjcmV0"
 	for _, spec := range []string{
@@ -41,6 +62,7 @@ func TestParseAccountsErrors(t *testing.T) {
 		":" + devKey,
 		"bad/name:" + devKey,
 		"acct:" + secret + "!", // the bad key must not be echoed
+		secret + "=:" + devKey, // nor a key written where the name goes
 	} {
 		_, err := ParseAccounts(spec)
 		if err == nil {
