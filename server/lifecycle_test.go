@@ -213,3 +213,36 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 		t.Fatal("a second Shutdown did not return")
 	}
 }
+
+// TestShutdownBeforeServe: a Shutdown that comes before Serve has begun
+// (a signal at start-up) makes Serve return at once rather than serve a
+// store that is about to close.
+func TestShutdownBeforeServe(t *testing.T) {
+	store, err := partition.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	srv := server.New(store, nil)
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		if err != http.ErrServerClosed {
+			t.Fatalf("Serve after Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve after Shutdown went on serving")
+	}
+	if conn, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		conn.Close()
+		t.Fatal("the listener still accepts after Serve returned")
+	}
+}

@@ -236,6 +236,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		return errors.New("server: Serve called twice")
 	}
+	if s.shuttingDown {
+		// Shutdown came first (it found nothing to stop): serve nothing,
+		// as net/http's Serve does after its Shutdown.
+		s.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
 	s.httpServer = hs
 	s.conns = newLimitListener(ln, s.opts.MaxConns, s.log)
 	s.mu.Unlock()
