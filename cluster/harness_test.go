@@ -268,6 +268,30 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 	return tn
 }
 
+// stallAndCutOff stops old's raft clock (its process stalls) and cuts it
+// off from the others, and returns the leader they elect: old still
+// believes it leads.
+func (c *testCluster) stallAndCutOff(old *testNode) *testNode {
+	c.t.Helper()
+	old.paused.Store(true)
+	var others []uint64
+	for _, id := range c.peers {
+		if id != old.id {
+			others = append(others, id)
+		}
+	}
+	c.net.partition([]uint64{old.id}, others)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, id := range others {
+			if c.nodes[id].node.IsLeader() {
+				return c.nodes[id]
+			}
+		}
+	}
+	c.t.Fatal("the majority elected no leader")
+	return nil
+}
+
 // restartAll stops every node and starts it again on its disk, as a clean
 // restart of the whole cluster.
 func (c *testCluster) restartAll() {

@@ -157,26 +157,7 @@ func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 	if _, err := s.Apply(ctx, acct, "stale", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", "k", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	old.paused.Store(true)
-	var others []uint64
-	for _, id := range c.peers {
-		if id != old.id {
-			others = append(others, id)
-		}
-	}
-	c.net.partition([]uint64{old.id}, others)
-	var ld *testNode
-	for deadline := time.Now().Add(10 * time.Second); ld == nil; {
-		for _, id := range others {
-			if c.nodes[id].node.IsLeader() {
-				ld = c.nodes[id]
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the majority elected no leader")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	ld := c.stallAndCutOff(old)
 	if _, err := ld.node.Store().Apply(ctx, acct, "stale", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", "k", 2)}); err != nil {
 		t.Fatal(err)
 	}

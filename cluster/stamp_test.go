@@ -74,26 +74,7 @@ func TestDeposedLeaderForwardsNoStampedProposal(t *testing.T) {
 			t.Fatal("the leader's status never showed its term")
 		}
 	}
-	old.paused.Store(true)
-	var others []uint64
-	for _, id := range c.peers {
-		if id != old.id {
-			others = append(others, id)
-		}
-	}
-	c.net.partition([]uint64{old.id}, others)
-	var ld *testNode
-	for deadline := time.Now().Add(10 * time.Second); ld == nil; {
-		for _, id := range others {
-			if c.nodes[id].node.IsLeader() {
-				ld = c.nodes[id]
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the majority elected no leader")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	ld := c.stallAndCutOff(old)
 
 	release := c.net.hold(old.id)
 	var wg sync.WaitGroup
