@@ -99,20 +99,24 @@ func startClusterServer(t testing.TB, opts *server.Options) *testServer {
 		ts := serveStoreAs(t, store, node.Store(), &o)
 		members = append(members, member{node: node, ts: ts})
 	}
+	// Ready when a leader has committed an entry of its term and a
+	// follower knows it: before that the follower answers 503 ServerBusy,
+	// which the tests' clients do not retry.
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, m := range members {
-			if m.node.IsLeader() {
-				for _, f := range members {
-					if f.node != m.node {
-						return f.ts
-					}
+			if !m.node.IsLeader() {
+				continue
+			}
+			for _, f := range members {
+				if f.node != m.node && f.node.Leader() == m.node.Leader() {
+					return f.ts
 				}
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("the cluster elected no leader in 20 s")
+	t.Fatal("the cluster elected no leader that a follower knows in 20 s")
 	return nil
 }
 
