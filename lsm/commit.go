@@ -311,9 +311,10 @@ func (db *DB) makeRoomForWrite(b *Batch) error {
 			// A batch larger than a whole memtable gets a memtable of its
 			// own size, on the same WAL segment.
 			size := max(db.opts.MemTableSize, int64(b.memSize)+int64(b.memSize)/8+4096)
-			db.mem.mutable = newMemTable(size, mem.logNum)
+			db.mem.mutable = db.newMemTable(size, mem.logNum)
 			db.updateReadState()
 			db.mu.Unlock()
+			mem.unref()
 			continue
 		}
 		var stallStart time.Time
@@ -380,7 +381,7 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 	old := db.mem.mutable
 	old.lastSeq = base.SeqNum(db.commit.logSeq.Load())
 	db.mem.queue = append(db.mem.queue, old)
-	db.mem.mutable = newMemTable(db.opts.MemTableSize, newLogNum)
+	db.mem.mutable = db.newMemTable(db.opts.MemTableSize, newLogNum)
 	db.log.num, db.log.file, db.log.writer = newLogNum, f, w
 	db.updateReadState()
 	signal(db.flushSignal)

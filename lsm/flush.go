@@ -114,6 +114,7 @@ func (db *DB) flushOne() bool {
 	}
 	db.mem.queue = db.mem.queue[1:]
 	db.updateReadState()
+	m.unref() // the DB's: readers still holding it keep it until they are done
 	db.metrics.flushCount.Add(1)
 	db.metrics.flushNanos.Add(int64(time.Since(start)))
 	for _, meta := range metas {

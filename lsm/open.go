@@ -160,7 +160,7 @@ func (db *DB) recover() error {
 	vs.lastSeq = lastSeq
 	db.commit.logSeq.Store(uint64(lastSeq))
 	db.visibleSeq.Store(uint64(lastSeq))
-	db.mem.mutable = newMemTable(db.opts.MemTableSize, logNum)
+	db.mem.mutable = db.newMemTable(db.opts.MemTableSize, logNum)
 	db.updateReadState()
 	db.deleteUnreferencedFiles(names)
 	return nil
@@ -191,7 +191,7 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 	}
 	var (
 		metas []*fileMetadata
-		mem   = newMemTable(db.opts.MemTableSize, num)
+		mem   = db.newMemTable(db.opts.MemTableSize, num)
 		r     = wal.NewReader(f, info.Size())
 		b     Batch
 	)
@@ -234,7 +234,8 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 			if err := flushMem(); err != nil {
 				return lastSeq, metas, err
 			}
-			mem = newMemTable(max(db.opts.MemTableSize, int64(b.memSize)+4096), num)
+			mem.unref()
+			mem = db.newMemTable(max(db.opts.MemTableSize, int64(b.memSize)+4096), num)
 		}
 		if err := db.applyToMemTable(&b, mem); err != nil {
 			return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
@@ -246,7 +247,11 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 	if torn, off := r.TornTail(); torn && !last {
 		return lastSeq, metas, fmt.Errorf("%s: record at offset %d is torn, but a newer WAL segment follows: %w", name, off, ErrCorruption)
 	}
-	return lastSeq, metas, flushMem()
+	if err := flushMem(); err != nil {
+		return lastSeq, metas, err
+	}
+	mem.unref() // its arena becomes the spare the DB's first memtable takes
+	return lastSeq, metas, nil
 }
 
 // deleteUnreferencedFiles removes, at open, what earlier runs left behind:

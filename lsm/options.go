@@ -23,7 +23,10 @@ const (
 // Options configures a DB. The zero value of every field means its default.
 type Options struct {
 	// MemTableSize is the size of a memtable's arena: once full, the
-	// memtable is rotated and flushed to L0. Default 64 MiB.
+	// memtable is rotated and flushed to L0. Default 64 MiB. The arenas
+	// take at most MemTableStopWritesThreshold+2 times this (the mutable
+	// one, those waiting for flush, and the arena of a flushed one kept
+	// for reuse), plus a flushed memtable's while a reader still holds it.
 	MemTableSize int64
 	// MemTableStopWritesThreshold is how many full memtables may wait for
 	// their flush before writes stall. Default 2.

@@ -31,7 +31,9 @@
 // # Invariants
 //
 //  1. Allocated nodes are never deleted or moved until the MemTable is
-//     garbage collected, so an offset a reader has loaded stays valid forever.
+//     garbage collected or Reset, so an offset a reader has loaded stays
+//     valid as long as the reader may use the MemTable (Reset is for an
+//     owner that knows no reader is left).
 //  2. Apart from its links, a node (trailer, key, value, height) is immutable
 //     once it is linked into the list. The writer builds it completely, then
 //     publishes it with atomic stores of the links that point to it, bottom

@@ -49,21 +49,44 @@ func New(arenaSize int) *MemTable {
 	if arenaSize < 0 || uint64(arenaSize) > maxArenaSize {
 		panic(fmt.Sprintf("memtable: arena size %d out of range [0, %d]", arenaSize, uint64(maxArenaSize)))
 	}
-	m := &MemTable{
-		arena: newArena(arenaSize),
-		// Any nonzero seed will do; a fixed one makes tower heights,
-		// and so benchmarks, reproducible.
-		rng: 0x9e3779b97f4a7c15,
-	}
+	m := &MemTable{arena: newArena(arenaSize)}
+	m.init()
+	return m
+}
+
+// Reset empties the memtable and keeps its arena for new entries, without
+// clearing it: Add writes every field of a node it links, and nothing reads
+// the bytes between nodes. Allocating and zeroing a fresh arena of tens of
+// MiB takes milliseconds; reusing one takes nothing.
+//
+// The caller must guarantee that nothing reads the memtable any more: no
+// iterator open, no Get under way, and no value or key slice returned from
+// it still in use, since all of them alias the arena that Add now rewrites.
+func (m *MemTable) Reset() {
+	m.arena.used.Store(uint64(sentinelsSize))
+	m.init()
+}
+
+// Capacity returns the arena bytes the memtable has for entries in all:
+// Size plus Available.
+func (m *MemTable) Capacity() int { return int(m.arena.limit - uint64(sentinelsSize)) }
+
+// init links the sentinels of an empty list and resets the writer's state.
+func (m *MemTable) init() {
+	// Any nonzero seed will do; a fixed one makes tower heights, and so
+	// benchmarks, reproducible.
+	m.rng = 0x9e3779b97f4a7c15
 	m.height.Store(1)
-	m.arena.node(headOffset).height = maxHeight
+	head := m.arena.node(headOffset)
+	*head = node{height: maxHeight}
 	for i := range maxHeight {
 		m.arena.next(headOffset, i).Store(tailOffset)
 		m.splice.prev[i] = headOffset
 		m.splice.next[i] = tailOffset
 	}
-	m.arena.node(tailOffset).prev.Store(headOffset)
-	return m
+	tail := m.arena.node(tailOffset)
+	*tail = node{}
+	tail.prev.Store(headOffset)
 }
 
 // EntrySize is an upper bound of the arena bytes Add(key, value) consumes
@@ -101,15 +124,16 @@ func (m *MemTable) Add(key base.InternalKey, value []byte) error {
 		return ErrArenaFull
 	}
 
-	// Build the node completely while no reader can reach it. The arena
-	// was zeroed by make and is never reused, so only nonzero fields need
-	// writing; the tower is stored below.
+	// Build the node completely while no reader can reach it: every field,
+	// since the arena may hold an earlier life's bytes (Reset). The tower
+	// is stored below.
 	off := start + uint32(towerSize(height))
 	nd := a.node(off)
 	nd.trailer = key.Trailer
 	nd.keySize = uint32(len(key.UserKey))
 	nd.valueSize = uint32(len(value))
 	nd.height = uint32(height)
+	// prev is stored once the splice is known, below.
 	keyStart := off + uint32(nodeHeaderSize)
 	copy(a.buf[keyStart:], key.UserKey)
 	copy(a.buf[keyStart+nd.keySize:], value)

@@ -97,70 +97,98 @@ func TestAgainstModel(t *testing.T) {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(n), 1))
 			m := New(1 << 20)
-			md := fill(t, rng, m, n)
-			checkInvariants(t, m)
-			if m.Empty() != (n == 0) {
-				t.Fatalf("Empty() = %v with %d entries", m.Empty(), n)
-			}
-
-			// Full scans, both directions.
-			it := m.NewIter(nil, nil)
-			i := 0
-			for ok := it.First(); ok; ok = it.Next() {
-				if i >= len(md) || !sameEntry(it, md[i]) {
-					t.Fatalf("forward %d: got %s, want %v", i, it.Key(), md[i:min(i+1, len(md))])
-				}
-				i++
-			}
-			if i != len(md) {
-				t.Fatalf("forward scan saw %d entries, want %d", i, len(md))
-			}
-			i = len(md) - 1
-			for ok := it.Last(); ok; ok = it.Prev() {
-				if i < 0 || !sameEntry(it, md[i]) {
-					t.Fatalf("reverse %d: got %s", i, it.Key())
-				}
-				i--
-			}
-			if i != -1 {
-				t.Fatalf("reverse scan stopped at %d", i)
-			}
-
-			// Get every user key (and some that are absent) at every
-			// sequence number where its answer can change: each
-			// version's, the ones around it, and the extremes.
-			versions := map[string]model{}
-			for _, e := range md {
-				versions[string(e.key.UserKey)] = append(versions[string(e.key.UserKey)], e)
-			}
-			for range 20 {
-				if uk := string(randomKey(rng, 6)); versions[uk] == nil {
-					versions[uk] = model{}
-				}
-			}
-			for uk, vs := range versions {
-				seqs := []base.SeqNum{0, base.SeqNumMax}
-				for _, e := range vs {
-					seqs = append(seqs, e.key.SeqNum()-1, e.key.SeqNum(), e.key.SeqNum()+1)
-				}
-				for _, seq := range seqs {
-					want, wantOK := vs.get([]byte(uk), seq)
-					v, kind, ok := m.Get([]byte(uk), seq)
-					if ok != wantOK || (ok && (kind != want.key.Kind() || !bytes.Equal(v, want.value))) {
-						t.Fatalf("Get(%q, %d) = %q, %s, %v; want %v, %v", uk, seq, v, kind, ok, want, wantOK)
-					}
-				}
-			}
-			if _, _, ok := m.Get([]byte("a"), base.SeqNumMax+1); ok != (len(md.within([]byte("a"), []byte("a\x00"))) > 0) {
-				t.Fatalf("Get above SeqNumMax: found = %v", ok)
-			}
-
-			// Random walks with random bounds.
-			for range 100 {
-				lower, upper := randomBounds(rng)
-				walk(t, rng, m.NewIter(lower, upper), md.within(lower, upper), 200)
-			}
+			checkAgainstModel(t, rng, m, fill(t, rng, m, n))
 		})
+	}
+}
+
+// TestResetReusesArena fills a memtable, poisons every byte of its arena
+// (sentinels included) as an earlier life's leftovers would, resets it and
+// checks the new entries against the model: nothing may rely on an arena
+// that was zeroed.
+func TestResetReusesArena(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	m := New(1 << 20)
+	fill(t, rng, m, 3000)
+	for i := range m.arena.buf {
+		m.arena.buf[i] = 0xA5
+	}
+	m.Reset()
+	if !m.Empty() || m.Size() != 0 || m.Available() != 1<<20 || m.Capacity() != 1<<20 {
+		t.Fatalf("after Reset: empty %v, size %d, available %d, capacity %d", m.Empty(), m.Size(), m.Available(), m.Capacity())
+	}
+	for _, n := range []int{0, 1, 300, 3000} {
+		m.Reset()
+		checkAgainstModel(t, rng, m, fill(t, rng, m, n))
+	}
+}
+
+// checkAgainstModel checks m, holding what fill recorded in md, against md:
+// its invariants, scans both ways, Get at every interesting sequence number
+// and random iterator walks.
+func checkAgainstModel(t *testing.T, rng *rand.Rand, m *MemTable, md model) {
+	t.Helper()
+	n := len(md)
+	checkInvariants(t, m)
+	if m.Empty() != (n == 0) {
+		t.Fatalf("Empty() = %v with %d entries", m.Empty(), n)
+	}
+	// Full scans, both directions.
+	it := m.NewIter(nil, nil)
+	i := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if i >= len(md) || !sameEntry(it, md[i]) {
+			t.Fatalf("forward %d: got %s, want %v", i, it.Key(), md[i:min(i+1, len(md))])
+		}
+		i++
+	}
+	if i != len(md) {
+		t.Fatalf("forward scan saw %d entries, want %d", i, len(md))
+	}
+	i = len(md) - 1
+	for ok := it.Last(); ok; ok = it.Prev() {
+		if i < 0 || !sameEntry(it, md[i]) {
+			t.Fatalf("reverse %d: got %s", i, it.Key())
+		}
+		i--
+	}
+	if i != -1 {
+		t.Fatalf("reverse scan stopped at %d", i)
+	}
+
+	// Get every user key (and some that are absent) at every
+	// sequence number where its answer can change: each
+	// version's, the ones around it, and the extremes.
+	versions := map[string]model{}
+	for _, e := range md {
+		versions[string(e.key.UserKey)] = append(versions[string(e.key.UserKey)], e)
+	}
+	for range 20 {
+		if uk := string(randomKey(rng, 6)); versions[uk] == nil {
+			versions[uk] = model{}
+		}
+	}
+	for uk, vs := range versions {
+		seqs := []base.SeqNum{0, base.SeqNumMax}
+		for _, e := range vs {
+			seqs = append(seqs, e.key.SeqNum()-1, e.key.SeqNum(), e.key.SeqNum()+1)
+		}
+		for _, seq := range seqs {
+			want, wantOK := vs.get([]byte(uk), seq)
+			v, kind, ok := m.Get([]byte(uk), seq)
+			if ok != wantOK || (ok && (kind != want.key.Kind() || !bytes.Equal(v, want.value))) {
+				t.Fatalf("Get(%q, %d) = %q, %s, %v; want %v, %v", uk, seq, v, kind, ok, want, wantOK)
+			}
+		}
+	}
+	if _, _, ok := m.Get([]byte("a"), base.SeqNumMax+1); ok != (len(md.within([]byte("a"), []byte("a\x00"))) > 0) {
+		t.Fatalf("Get above SeqNumMax: found = %v", ok)
+	}
+
+	// Random walks with random bounds.
+	for range 100 {
+		lower, upper := randomBounds(rng)
+		walk(t, rng, m.NewIter(lower, upper), md.within(lower, upper), 200)
 	}
 }
 
