@@ -16,7 +16,9 @@ func TestMemTableRecycledOnlyOnceUnread(t *testing.T) {
 	db := openTestDB(t, t.TempDir(), opts)
 	defer db.Close()
 	key := func(gen, i int) []byte { return fmt.Appendf(nil, "g%d-%04d", gen, i) }
-	value := func(gen, i int) []byte { return fmt.Appendf(nil, "value of generation %d, key %d, padded to some length", gen, i) }
+	value := func(gen, i int) []byte {
+		return fmt.Appendf(nil, "value of generation %d, key %d, padded to some length", gen, i)
+	}
 	const perGen = 200 // about 20 KiB: under one 32 KiB memtable
 	put := func(gen int) {
 		t.Helper()
