@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/cluster/raftlog"
+	"github.com/tabuladb/tabula/cluster/transport"
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/vfs"
@@ -47,7 +48,7 @@ type simTransport struct {
 	from uint64
 }
 
-func (t simTransport) Send(msgs []*raftpb.Message) {
+func (t simTransport) Send(msgs []transport.Message) {
 	s := t.net
 	s.mu.Lock()
 	h := s.held[t.from]
@@ -61,7 +62,7 @@ func (t simTransport) Send(msgs []*raftpb.Message) {
 		return
 	}
 	for _, m := range msgs {
-		to := m.GetTo()
+		to := m.Raft.GetTo()
 		if s.cut[[2]uint64{t.from, to}] || (s.dropRate > 0 && s.rng.Float64() < s.dropRate) {
 			continue
 		}
@@ -75,11 +76,11 @@ func (t simTransport) Send(msgs []*raftpb.Message) {
 		}
 		// The receiver must not share the sender's message: each side's
 		// raft keeps what it is given.
-		c := proto.Clone(m).(*raftpb.Message)
+		c := transport.Message{Group: m.Group, Raft: proto.Clone(m.Raft).(*raftpb.Message)}
 		s.wg.Add(1)
 		time.AfterFunc(d, func() {
 			defer s.wg.Done()
-			n.Receive([]*raftpb.Message{c})
+			n.Receive([]transport.Message{c})
 		})
 	}
 }

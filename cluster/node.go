@@ -15,19 +15,22 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/cluster/raftlog"
+	"github.com/tabuladb/tabula/cluster/transport"
 	"github.com/tabuladb/tabula/partition"
 )
 
 // group is the raft group that replicates the whole table service. The
-// log, the messages and the commands carry a group id so that range
-// partitions can become groups of their own; today there is this one.
+// log, the messages on the wire and the store's applied index carry a
+// group id so that range partitions can become groups of their own; today
+// there is this one.
 const group = 1
 
 // Transport sends raft messages to the other nodes (package
 // cluster/transport over the network; an in-memory one in tests).
 type Transport interface {
-	// Send queues messages for their recipients (m.To) without blocking.
-	Send(msgs []*raftpb.Message)
+	// Send queues messages for their recipients (m.Raft.To) without
+	// blocking.
+	Send(msgs []transport.Message)
 	// Unreachable returns the peers whose messages failed to go out since
 	// the last call: raft then stops streaming appends to them until they
 	// answer again (ReportUnreachable).
@@ -325,7 +328,23 @@ func (n *Node) Replica() *partition.Store { return n.st() }
 
 // Receive hands the node messages from another node. It never blocks: a
 // node too busy to take them drops them, and raft sends them again.
-func (n *Node) Receive(msgs []*raftpb.Message) {
+// Messages of a group the node does not hold are dropped too.
+func (n *Node) Receive(msgs []transport.Message) {
+	ours := make([]*raftpb.Message, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Group == group {
+			ours = append(ours, m.Raft)
+		}
+	}
+	n.deliver(ours)
+}
+
+// deliver queues messages of the node's group for the loop, or drops them
+// when the loop is too busy to take them (raft sends them again).
+func (n *Node) deliver(msgs []*raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
 	select {
 	case n.inbox <- msgs:
 	default:
@@ -517,7 +536,11 @@ func (n *Node) send(msgs []*raftpb.Message) {
 	if len(msgs) == 0 {
 		return
 	}
-	n.cfg.Transport.Send(msgs)
+	out := make([]transport.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = transport.Message{Group: group, Raft: m}
+	}
+	n.cfg.Transport.Send(out)
 	for _, m := range msgs {
 		if m.GetType() == raftpb.MessageType_MsgSnap {
 			// Sent: the follower fetches the store itself, and answers

@@ -252,7 +252,7 @@ func (n *Node) fetchSnapshot(m *raftpb.Message) {
 		n.log.Warn("cluster: fetching a snapshot failed; the leader will offer another", "node", n.cfg.ID, "err", err)
 		return
 	}
-	n.Receive([]*raftpb.Message{m})
+	n.deliver([]*raftpb.Message{m})
 }
 
 func (n *Node) stage(m *raftpb.Message) error {

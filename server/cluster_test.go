@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/raft/v3/raftpb"
-
 	"github.com/tabuladb/tabula/cluster"
 	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/cluster/transport"
@@ -53,7 +51,7 @@ func startClusterServer(t testing.TB, opts *server.Options) *testServer {
 		}
 		var node *cluster.Node
 		tr := transport.New(transport.Options{NodeID: id, Secret: secret,
-			Deliver: func(_ uint64, msgs []*raftpb.Message) { node.Receive(msgs) }})
+			Deliver: func(_ uint64, msgs []transport.Message) { node.Receive(msgs) }})
 		for pid, addr := range peers {
 			if pid != id {
 				tr.SetPeer(pid, addr)

@@ -15,17 +15,31 @@ import (
 //
 //	frame   = length:uint32 payload            (length = len(payload) <= MaxFrame)
 //	payload = count:uint32 message{count}
-//	message = length:uint32 raftpb.Message     (proto-marshalled)
+//	message = group:uint64 length:uint32 raftpb.Message (proto-marshalled)
 //
-// All integers are big-endian.
+// All integers are big-endian. Group ids start at 1.
 const (
 	// MaxFrame caps a frame's payload. A receiver closes a stream that
 	// announces a larger frame; a sender splits a batch that would not fit.
 	MaxFrame = 64 << 20
 	// MaxMessage caps one marshalled message: the largest that fits alone
 	// in a frame. A sender drops (and logs) a larger message.
-	MaxMessage = MaxFrame - 8
+	MaxMessage = MaxFrame - countField - messageHeader
 )
+
+// The fixed parts of a frame and of each message in it.
+const (
+	countField    = 4              // a payload's count
+	frameHeader   = 4 + countField // a frame's length, its payload's count
+	messageHeader = 8 + 4          // a message's group, its length
+)
+
+// Message is a raft message and the raft group it belongs to: every group
+// of a node shares the node's streams.
+type Message struct {
+	Group uint64
+	Raft  *raftpb.Message
+}
 
 // errMalformed is wrapped by every error that means the peer sent bytes that
 // are not a valid stream.
@@ -35,7 +49,7 @@ var errMalformed = errors.New("malformed raft frame")
 // payload of at most maxFrame bytes, and returns the extended buffer, the
 // number of frames appended and the messages left out because alone they
 // would not fit in a frame (or do not marshal).
-func appendFrames(dst []byte, msgs []*raftpb.Message, maxFrame int) (out []byte, frames int, dropped []*raftpb.Message) {
+func appendFrames(dst []byte, msgs []Message, maxFrame int) (out []byte, frames int, dropped []Message) {
 	start := -1 // offset of the open frame's header
 	count := 0
 	closeFrame := func(end int) {
@@ -43,27 +57,29 @@ func appendFrames(dst []byte, msgs []*raftpb.Message, maxFrame int) (out []byte,
 		binary.BigEndian.PutUint32(dst[start+4:], uint32(count))
 		frames++
 	}
+	var header [frameHeader]byte
 	for _, m := range msgs {
 		if start < 0 {
 			start, count = len(dst), 0
-			dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
+			dst = append(dst, header[:]...)
 		}
 		at := len(dst)
+		dst = binary.BigEndian.AppendUint64(dst, m.Group)
 		dst = append(dst, 0, 0, 0, 0)
 		var err error
-		dst, err = proto.MarshalOptions{}.MarshalAppend(dst, m)
-		n := len(dst) - at - 4
-		if err != nil || n > maxFrame-8 {
+		dst, err = proto.MarshalOptions{}.MarshalAppend(dst, m.Raft)
+		n := len(dst) - at - messageHeader
+		if err != nil || n > maxFrame-countField-messageHeader {
 			dst = dst[:at]
 			dropped = append(dropped, m)
 			continue
 		}
-		binary.BigEndian.PutUint32(dst[at:], uint32(n))
+		binary.BigEndian.PutUint32(dst[at+8:], uint32(n))
 		if len(dst)-start-4 > maxFrame {
 			// Close the open frame before m and open a new one for m:
 			// shift m's bytes right by a frame header.
-			dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
-			copy(dst[at+8:], dst[at:len(dst)-8])
+			dst = append(dst, header[:]...)
+			copy(dst[at+frameHeader:], dst[at:len(dst)-frameHeader])
 			closeFrame(at)
 			start, count = at, 0
 		}
@@ -93,7 +109,7 @@ func newFrameReader(r io.Reader, maxFrame int) *frameReader {
 // next returns the messages of the next frame. It returns io.EOF at a clean
 // end of the stream (between frames), an error wrapping errMalformed if the
 // bytes are not a frame, and the reader's error otherwise.
-func (fr *frameReader) next() ([]*raftpb.Message, error) {
+func (fr *frameReader) next() ([]Message, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(fr.r, hdr[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
@@ -123,16 +139,20 @@ func (fr *frameReader) next() ([]*raftpb.Message, error) {
 	}
 	count := int(binary.BigEndian.Uint32(p))
 	p = p[4:]
-	if count > len(p)/4 {
+	if count > len(p)/messageHeader {
 		return nil, fmt.Errorf("%w: a frame of %d bytes announces %d messages", errMalformed, n, count)
 	}
-	msgs := make([]*raftpb.Message, count)
+	msgs := make([]Message, count)
 	for i := range msgs {
-		if len(p) < 4 {
+		if len(p) < messageHeader {
 			return nil, fmt.Errorf("%w: message %d of %d is missing", errMalformed, i, count)
 		}
-		l := int(binary.BigEndian.Uint32(p))
-		p = p[4:]
+		g := binary.BigEndian.Uint64(p)
+		l := int(binary.BigEndian.Uint32(p[8:]))
+		p = p[messageHeader:]
+		if g == 0 {
+			return nil, fmt.Errorf("%w: message %d of %d is of group 0", errMalformed, i, count)
+		}
 		if l > len(p) {
 			return nil, fmt.Errorf("%w: message %d of %d has %d bytes, the frame %d left", errMalformed, i, count, l, len(p))
 		}
@@ -140,7 +160,7 @@ func (fr *frameReader) next() ([]*raftpb.Message, error) {
 		if err := proto.Unmarshal(p[:l], m); err != nil {
 			return nil, fmt.Errorf("%w: message %d of %d: %v", errMalformed, i, count, err)
 		}
-		msgs[i] = m
+		msgs[i] = Message{Group: g, Raft: m}
 		p = p[l:]
 	}
 	if len(p) != 0 {

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"time"
-
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 // inbound is a stream being served.
@@ -119,11 +117,11 @@ func (t *Transport) serveStream(w http.ResponseWriter, r *http.Request) {
 
 // check refuses a frame carrying a message not from the stream's sender or
 // not to this node.
-func (t *Transport) check(from uint64, msgs []*raftpb.Message) error {
+func (t *Transport) check(from uint64, msgs []Message) error {
 	for i, m := range msgs {
-		if m.GetFrom() != from || m.GetTo() != t.self {
+		if m.Raft.GetFrom() != from || m.Raft.GetTo() != t.self {
 			return fmt.Errorf("%w: message %d of %d is from %d to %d on the stream from %d to %d",
-				errMalformed, i, len(msgs), m.GetFrom(), m.GetTo(), from, t.self)
+				errMalformed, i, len(msgs), m.Raft.GetFrom(), m.Raft.GetTo(), from, t.self)
 		}
 	}
 	return nil

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -33,7 +32,7 @@ type peer struct {
 
 	mu           sync.Mutex
 	addr         string
-	queue        []*raftpb.Message
+	queue        []Message
 	dropped      int // since the last log of drops
 	lastDropLog  time.Time
 	streamCancel context.CancelCauseFunc
@@ -60,7 +59,7 @@ func (p *peer) setAddr(addr string) {
 }
 
 // enqueue queues msgs up to the bound and drops the rest.
-func (p *peer) enqueue(msgs []*raftpb.Message) {
+func (p *peer) enqueue(msgs []Message) {
 	p.mu.Lock()
 	room := max(p.t.qmax-len(p.queue), 0)
 	n := min(room, len(msgs))
@@ -87,7 +86,7 @@ func (p *peer) signal() {
 }
 
 // take returns everything queued and empties the queue.
-func (p *peer) take() []*raftpb.Message {
+func (p *peer) take() []Message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	q := p.queue
@@ -210,11 +209,11 @@ func (p *peer) stream() (up bool, err error) {
 		if len(msgs) == 0 {
 			continue
 		}
-		var dropped []*raftpb.Message
+		var dropped []Message
 		buf, _, dropped = appendFrames(buf[:0], msgs, p.t.tune.maxFrame)
 		for _, m := range dropped {
-			p.t.log.Error("raft message dropped: too large for a frame or not marshallable", "peer", p.id,
-				"type", m.GetType().String(), "bytes", proto.Size(m), "max", p.t.tune.maxFrame-8)
+			p.t.log.Error("raft message dropped: too large for a frame or not marshallable", "peer", p.id, "group", m.Group,
+				"type", m.Raft.GetType().String(), "bytes", proto.Size(m.Raft), "max", p.t.tune.maxFrame-countField-messageHeader)
 		}
 		if len(buf) == 0 {
 			continue

@@ -23,8 +23,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 // StreamPath is where a node mounts Handler on its internal HTTP server.
@@ -33,7 +31,7 @@ const StreamPath = "/raft/stream"
 // StreamVersion is the version of the stream's wire format, carried in the
 // request's VersionHeader. A receiver refuses a stream of another version
 // with 400.
-const StreamVersion = "1"
+const StreamVersion = "2"
 
 // VersionHeader carries StreamVersion on a stream's request.
 const VersionHeader = "Tabula-Raft-Stream-Version"
@@ -55,7 +53,7 @@ type Options struct {
 	// order, from one goroutine per peer stream. It must not block for
 	// long: while it runs, that peer's stream is not read. Nil discards
 	// what is received.
-	Deliver func(from uint64, msgs []*raftpb.Message)
+	Deliver func(from uint64, msgs []Message)
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock that signs and verifies streams; nil is time.Now.
@@ -95,7 +93,7 @@ func defaultTuning() tuning {
 type Transport struct {
 	self    uint64
 	secret  []byte
-	deliver func(from uint64, msgs []*raftpb.Message)
+	deliver func(from uint64, msgs []Message)
 	log     *slog.Logger
 	now     func() time.Time
 	qmax    int
@@ -148,7 +146,7 @@ func newTransport(opts Options, tune tuning) *Transport {
 		conns:       make(map[*trackedConn]struct{}),
 	}
 	if t.deliver == nil {
-		t.deliver = func(uint64, []*raftpb.Message) {}
+		t.deliver = func(uint64, []Message) {}
 	}
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
@@ -220,18 +218,18 @@ func (t *Transport) SetPeer(id uint64, addr string) {
 	go p.run()
 }
 
-// Send queues messages, each for the peer m.GetTo() names, without
+// Send queues messages, each for the peer m.Raft.GetTo() names, without
 // blocking. The transport keeps the messages until they are written: the
 // caller must not modify them. A message to a peer without an address, or
 // past the peer's queue bound, is dropped.
-func (t *Transport) Send(msgs []*raftpb.Message) {
+func (t *Transport) Send(msgs []Message) {
 	// Group the messages by peer, in order, resolving the peers under
 	// t.mu; then queue each peer's group under that peer's lock at once,
 	// so that the writer takes it whole: one Send's messages to a peer go
 	// in one frame.
 	type group struct {
 		p    *peer
-		msgs []*raftpb.Message
+		msgs []Message
 	}
 	var groups []group
 	t.mu.Lock()
@@ -240,9 +238,9 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		return
 	}
 	for i := 0; i < len(msgs); {
-		to := msgs[i].GetTo()
+		to := msgs[i].Raft.GetTo()
 		j := i + 1
-		for j < len(msgs) && msgs[j].GetTo() == to {
+		for j < len(msgs) && msgs[j].Raft.GetTo() == to {
 			j++
 		}
 		p := t.peers[to]

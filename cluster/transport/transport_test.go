@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -25,16 +24,16 @@ var testSecret = []byte("correct horse battery staple")
 // recorder collects what a transport delivers.
 type recorder struct {
 	mu     sync.Mutex
-	frames map[uint64]int               // Deliver calls per sender
-	got    map[uint64][]*raftpb.Message // messages per sender, in delivery order
-	block  chan struct{}                // if set, Deliver waits for it to close
+	frames map[uint64]int       // Deliver calls per sender
+	got    map[uint64][]Message // messages per sender, in delivery order
+	block  chan struct{}        // if set, Deliver waits for it to close
 }
 
 func newRecorder() *recorder {
-	return &recorder{frames: map[uint64]int{}, got: map[uint64][]*raftpb.Message{}}
+	return &recorder{frames: map[uint64]int{}, got: map[uint64][]Message{}}
 }
 
-func (r *recorder) deliver(from uint64, msgs []*raftpb.Message) {
+func (r *recorder) deliver(from uint64, msgs []Message) {
 	r.mu.Lock()
 	block := r.block
 	r.mu.Unlock()
@@ -64,7 +63,7 @@ func (r *recorder) indexes(from uint64) []uint64 {
 	defer r.mu.Unlock()
 	var ix []uint64
 	for _, m := range r.got[from] {
-		ix = append(ix, m.GetIndex())
+		ix = append(ix, m.Raft.GetIndex())
 	}
 	return ix
 }
@@ -196,7 +195,7 @@ func checkGoroutines(t testing.TB, base int) {
 
 // sendRange sends messages from..to with indexes first..last in batches.
 func sendRange(tr *Transport, from, to, first, last uint64, batch int) {
-	var b []*raftpb.Message
+	var b []Message
 	for i := first; i <= last; i++ {
 		b = append(b, msg(from, to, i))
 		if len(b) == batch || i == last {
@@ -223,7 +222,7 @@ func TestTwoNodesExchangeInOrder(t *testing.T) {
 	checkInOrder(t, "2->1", a.rec.indexes(2), 1, n)
 	// Content arrives intact.
 	for _, m := range b.rec.got[1][:50] {
-		if want := msg(1, 2, m.GetIndex()); !proto.Equal(m, want) {
+		if want := msg(1, 2, m.Raft.GetIndex()); m.Group != want.Group || !proto.Equal(m.Raft, want.Raft) {
 			t.Fatalf("delivered %v, sent %v", m, want)
 		}
 	}
@@ -256,7 +255,7 @@ func TestThreeNodesAllPairs(t *testing.T) {
 			defer wg.Done()
 			// Interleave the peers in each Send, as a raft Ready does.
 			for i := uint64(1); i <= n; i += 10 {
-				var b []*raftpb.Message
+				var b []Message
 				for j := i; j < i+10 && j <= n; j++ {
 					for _, y := range nodes {
 						if y != x {
@@ -302,10 +301,10 @@ func TestBatching(t *testing.T) {
 	defer a.close()
 	defer b.close()
 	a.tr.SetPeer(2, b.addr)
-	a.tr.Send([]*raftpb.Message{msg(1, 2, 1)})
+	a.tr.Send([]Message{msg(1, 2, 1)})
 	<-hooked // the writer woke and is held before it takes the queue
 	for i := uint64(2); i <= 100; i++ {
-		a.tr.Send([]*raftpb.Message{msg(1, 2, i)})
+		a.tr.Send([]Message{msg(1, 2, i)})
 	}
 	close(release)
 	waitFor(t, 5*time.Second, "100 messages", func() bool { return b.rec.count(1) >= 100 })
@@ -330,12 +329,12 @@ func TestSplitFrames(t *testing.T) {
 	defer a.close()
 	defer b.close()
 	a.tr.SetPeer(2, b.addr)
-	var batch []*raftpb.Message
+	var batch []Message
 	for i := uint64(1); i <= 500; i++ {
 		batch = append(batch, msg(1, 2, i))
 		if i == 250 {
 			big := msg(1, 2, 0)
-			big.Context = make([]byte, 5<<10)
+			big.Raft.Context = make([]byte, 5<<10)
 			batch = append(batch, big)
 		}
 	}
@@ -360,7 +359,7 @@ func TestQueueBound(t *testing.T) {
 	defer a.close()
 	defer b.close()
 	a.tr.SetPeer(2, b.addr)
-	a.tr.Send([]*raftpb.Message{msg(1, 2, 1)})
+	a.tr.Send([]Message{msg(1, 2, 1)})
 	<-hooked
 	sendRange(a.tr, 1, 2, 2, 100, 3)
 	close(release)
@@ -395,7 +394,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 	// The stream breaks; sending finds the peer unreachable.
 	i := uint64(101)
 	waitFor(t, 5*time.Second, "peer 2 reported unreachable", func() bool {
-		a.tr.Send([]*raftpb.Message{msg(1, 2, i)})
+		a.tr.Send([]Message{msg(1, 2, i)})
 		i++
 		u := a.tr.Unreachable()
 		return len(u) == 1 && u[0] == 2
@@ -404,7 +403,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 	b.serve(t, b.addr) // the same port
 	// Messages flow again, in order, on the new stream.
 	waitFor(t, 5*time.Second, "a message on the new stream", func() bool {
-		a.tr.Send([]*raftpb.Message{msg(1, 2, i)})
+		a.tr.Send([]Message{msg(1, 2, i)})
 		i++
 		return b.rec.count(1) > 100
 	})
@@ -482,7 +481,7 @@ func rawStream(t *testing.T, n *node, from uint64, secret []byte, now time.Time,
 func TestRefused(t *testing.T) {
 	b := startNode(t, 2)
 	defer b.close()
-	frame, _, _ := appendFrames(nil, []*raftpb.Message{msg(3, 2, 1)}, MaxFrame)
+	frame, _, _ := appendFrames(nil, []Message{msg(3, 2, 1)}, MaxFrame)
 	for _, c := range []struct {
 		name   string
 		secret []byte
@@ -498,7 +497,7 @@ func TestRefused(t *testing.T) {
 		{"wrong receiver", testSecret, 3, time.Now(), func(req *http.Request) { Sign(req, testSecret, "raft", 3, 4, time.Now()) }, 401, "addressed to node 4"},
 		{"signed for another purpose", testSecret, 3, time.Now(), func(req *http.Request) { Sign(req, testSecret, "forward", 3, 2, time.Now()) }, 401, "not signed with this node's cluster secret"},
 		{"no signature", testSecret, 3, time.Now(), func(req *http.Request) { req.Header.Del(AuthHeader) }, 401, "no Tabula-Cluster-Auth header"},
-		{"other version", testSecret, 3, time.Now(), func(req *http.Request) { req.Header.Set(VersionHeader, "2") }, 400, "version"},
+		{"other version", testSecret, 3, time.Now(), func(req *http.Request) { req.Header.Set(VersionHeader, "1") }, 400, "version"},
 		{"clock 4 minutes ahead", testSecret, 3, time.Now().Add(4 * time.Minute), nil, 200, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -586,7 +585,7 @@ func TestMalformedFrame(t *testing.T) {
 	waitFor(t, 5*time.Second, "10 messages", func() bool { return b.rec.count(1) >= 10 })
 	a.tr.Unreachable()
 
-	good, _, _ := appendFrames(nil, []*raftpb.Message{msg(3, 2, 1)}, MaxFrame)
+	good, _, _ := appendFrames(nil, []Message{msg(3, 2, 1)}, MaxFrame)
 	be32 := func(v ...uint32) []byte {
 		var b []byte
 		for _, x := range v {
@@ -602,12 +601,14 @@ func TestMalformedFrame(t *testing.T) {
 	}{
 		{"frame too large", be32(MaxFrame + 1), "a frame of 67108865 bytes"},
 		{"too many messages", be32(8, 5, 0), "announces 5 messages"},
-		{"message past the frame", be32(12, 1, 100, 0), "has 100 bytes"},
-		{"not a message", cat(be32(12, 1, 4), []byte{0xff, 0xff, 0xff, 0xff}), "message 0 of 1"},
+		{"message header past the frame", be32(12, 1, 0, 1), "announces 1 messages"},
+		{"message past the frame", be32(16, 1, 0, 1, 100), "has 100 bytes"},
+		{"not a message", cat(be32(20, 1, 0, 1, 4), []byte{0xff, 0xff, 0xff, 0xff}), "message 0 of 1"},
+		{"group 0", be32(16, 1, 0, 0, 0), "of group 0"},
 		{"bytes after the messages", cat(be32(8, 0, 7)), "4 bytes after"},
 		{"no count", be32(2, 0), "has no count"},
 		{"truncated", be32(100, 1), "ends inside a frame"},
-		{"message from another node", func() []byte { f, _, _ := appendFrames(nil, []*raftpb.Message{msg(1, 2, 1)}, MaxFrame); return f }(), "is from 1 to 2 on the stream from 3"},
+		{"message from another node", func() []byte { f, _, _ := appendFrames(nil, []Message{msg(1, 2, 1)}, MaxFrame); return f }(), "is from 1 to 2 on the stream from 3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			body := cat(good, c.bytes) // the good frame first: delivered
@@ -670,7 +671,7 @@ func TestNewerStreamEndsOlder(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the older stream is still open")
 	}
-	f, _, _ := appendFrames(nil, []*raftpb.Message{msg(3, 2, 7)}, MaxFrame)
+	f, _, _ := appendFrames(nil, []Message{msg(3, 2, 7)}, MaxFrame)
 	pw2.Write(f)
 	waitFor(t, 5*time.Second, "a message on the newer stream", func() bool { return b.rec.count(3) == 1 })
 	pw2.Close()
@@ -704,7 +705,7 @@ func TestCloseStopsEverything(t *testing.T) {
 			}
 		}
 	}
-	a.tr.Send([]*raftpb.Message{msg(1, 4, 1)})
+	a.tr.Send([]Message{msg(1, 4, 1)})
 	waitFor(t, 5*time.Second, "the dead peer reported unreachable", func() bool {
 		return slices.Contains(a.tr.Unreachable(), 4)
 	})
@@ -716,10 +717,10 @@ func TestCloseStopsEverything(t *testing.T) {
 	c.rec.mu.Lock()
 	c.rec.block = block
 	c.rec.mu.Unlock()
-	big := make([]*raftpb.Message, 0, 64)
+	big := make([]Message, 0, 64)
 	for i := range 64 {
 		m := msg(1, 3, uint64(1000+i))
-		m.Context = make([]byte, 256<<10)
+		m.Raft.Context = make([]byte, 256<<10)
 		big = append(big, m)
 	}
 	a.tr.Send(big)
@@ -732,7 +733,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close blocked")
 	}
-	a.tr.Send([]*raftpb.Message{msg(1, 2, 101)})
+	a.tr.Send([]Message{msg(1, 2, 101)})
 	a.tr.SetPeer(5, dead)
 	a.tr.mu.Lock()
 	if q := a.tr.peers[2].queue; len(q) != 0 || len(a.tr.peers) != 3 {

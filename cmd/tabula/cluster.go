@@ -25,8 +25,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"go.etcd.io/raft/v3/raftpb"
-
 	"github.com/tabuladb/tabula/cluster"
 	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/cluster/transport"
@@ -357,7 +355,7 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 	var node *cluster.Node
 	var httpFace *cluster.HTTP
 	c.tr = transport.New(transport.Options{NodeID: self, Secret: secret, Logger: log,
-		Deliver: func(_ uint64, msgs []*raftpb.Message) { node.Receive(msgs) }})
+		Deliver: func(_ uint64, msgs []transport.Message) { node.Receive(msgs) }})
 	members := maps.Clone(plan.founders)
 	maps.Copy(members, plan.members)
 	members[self] = cf.nodeAddr
