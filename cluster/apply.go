@@ -75,7 +75,7 @@ func (n *Node) applyEntry(e *raftpb.Entry) error {
 	if err != nil {
 		return fmt.Errorf("cluster: entry %d: %w", e.GetIndex(), err)
 	}
-	ctx := partition.WithStamp(context.Background(), partition.Stamp{Index: e.GetIndex(), Timestamp: c.Timestamp})
+	ctx := partition.WithStamp(context.Background(), partition.Stamp{Group: group, Index: e.GetIndex(), Timestamp: c.Timestamp})
 	var r result
 	s := n.st()
 	switch c.Kind {
@@ -149,7 +149,7 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 // that lag.
 func (n *Node) syncAndCompact() error {
 	applied := n.applied.Load()
-	if err := n.st().SyncApplied(applied); err != nil {
+	if err := n.st().SyncApplied(group, applied); err != nil {
 		return err
 	}
 	if applied <= n.cfg.LogRetention {

@@ -231,7 +231,7 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %s: %w", membersFile, err)
 	}
-	applied, err := c.Store.AppliedIndex()
+	applied, err := c.Store.AppliedIndex(group)
 	if err != nil {
 		return nil, err
 	}

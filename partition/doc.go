@@ -34,6 +34,14 @@
 // neighbours smaller together than Options.MergeBytes. Splits and merges
 // only edit metadata; scans cross range boundaries transparently.
 //
+// For replication (package cluster), a write may carry a Stamp: it then
+// commits at the proposer's timestamps, unsynced, recording the log index
+// of its raft group in the same engine batch (AppliedIndex, SyncApplied;
+// each group has its own). A replica is caught up from a snapshot: of the
+// whole store (Snapshot, RestoreSnapshot), or of one table's PartitionKey
+// span with its group's applied index (SnapshotSpan, IngestSpan), the
+// unit a range partition's group needs (docs/snapshot.md).
+//
 // A complete program:
 //
 //	package main

@@ -22,6 +22,7 @@ const (
 	nsRanges   = 0x04 // nsRanges | id                                -> range map
 	nsACL      = 0x05 // nsACL | id                                   -> stored access policies
 	nsProps    = 0x06 // nsProps | esc(account)                       -> service properties
+	nsStaged   = 0x07 // nsStaged | group | esc(pk) | esc(rk)          -> entity staged by a span ingest
 	nsEntities = 0x10 // nsEntities | esc(account) | id | esc(pk) | esc(rk) -> entity
 )
 
@@ -31,8 +32,19 @@ const (
 	metaNextID  = 0x02 // 8-byte big-endian next table id
 	metaClock   = 0x03 // 8-byte big-endian clock lease (ticks)
 	metaRunning = 0x04 // present while a Store has the directory open
-	metaApplied = 0x05 // 8-byte big-endian index of the last replicated command applied
+	metaApplied = 0x05 // legacy: 8-byte big-endian applied index of group 1 (see readAppliedIndex)
+	// metaGroupApplied | group -> 8-byte big-endian index of the last
+	// command of that raft group applied.
+	metaGroupApplied = 0x06
+	// metaSpanIngest | group -> a span ingest of that group whose staged
+	// pairs checked out and are being moved into place (span_snapshot.go).
+	metaSpanIngest = 0x07
 )
+
+// legacyAppliedGroup is the group whose applied index a store written
+// before indexes were kept per group holds under metaKey(metaApplied):
+// the single group a cluster had then.
+const legacyAppliedGroup = 1
 
 // idLen is the width of a table id in keys: fixed, big-endian, so that ids
 // sort numerically and a key can be parsed without a length.
@@ -225,6 +237,11 @@ func prefixSuccessor(p []byte) []byte {
 // Keys of the other namespaces.
 
 func metaKey(k byte) []byte { return []byte{nsMeta, k} }
+
+// groupMetaKey is a meta key kept per raft group: nsMeta | k | group.
+func groupMetaKey(k byte, group uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{nsMeta, k}, group)
+}
 
 func catalogPrefix(account string) []byte {
 	return appendEscaped([]byte{nsCatalog}, account)

@@ -17,7 +17,7 @@ type stampedLog []func(ctx context.Context, s *Store) error
 func (l stampedLog) applyAll(t *testing.T, s *Store, from uint64) {
 	t.Helper()
 	for i := from; i < uint64(len(l)); i++ {
-		ctx := WithStamp(context.Background(), Stamp{Index: i + 1, Timestamp: odata.DateTime(1_000_000 + 1000*i)})
+		ctx := WithStamp(context.Background(), Stamp{Group: 1, Index: i + 1, Timestamp: odata.DateTime(1_000_000 + 1000*i)})
 		// A command refused (a condition not met) is applied all the same:
 		// it changes nothing, on every replica alike.
 		if err := l[i](ctx, s); err != nil && ErrorCode(err) == "" {
@@ -96,7 +96,7 @@ func TestStampedWritesReplicate(t *testing.T) {
 		t.Fatalf("replicas differ:\n%s\n---\n%s", want, got)
 	}
 	for _, e := range []*testEnv{a, b} {
-		if idx, err := e.s.AppliedIndex(); err != nil || idx != uint64(len(log)) {
+		if idx, err := e.s.AppliedIndex(1); err != nil || idx != uint64(len(log)) {
 			t.Fatalf("applied index %d, %v; want %d", idx, err, len(log))
 		}
 	}
@@ -110,7 +110,7 @@ func TestStampedWritesReplicate(t *testing.T) {
 	// and the applied index with them, never one without the other.
 	c := newEnv(t, nil)
 	log[:10].applyAll(t, c.s, 0)
-	if err := c.s.SyncApplied(10); err != nil {
+	if err := c.s.SyncApplied(1, 10); err != nil {
 		t.Fatal(err)
 	}
 	log.applyAll(t, c.s, 10)
@@ -118,7 +118,7 @@ func TestStampedWritesReplicate(t *testing.T) {
 	crashed.opts.LSM.FS = crashed.fs
 	crashed.open()
 	defer crashed.s.Close()
-	idx, err := crashed.s.AppliedIndex()
+	idx, err := crashed.s.AppliedIndex(1)
 	if err != nil || idx < 10 {
 		t.Fatalf("after the crash: applied index %d, %v; the synced 10 at least", idx, err)
 	}
@@ -138,16 +138,16 @@ func TestStampBelowTheEntityIsRaised(t *testing.T) {
 	ahead := odata.DateTimeFromTime(time.Now().Add(time.Hour))
 	var got [2]StoredEntity
 	for i, e := range []*testEnv{newEnv(t, nil), newEnv(t, nil)} {
-		ctx := WithStamp(context.Background(), Stamp{Index: 1})
+		ctx := WithStamp(context.Background(), Stamp{Group: 1, Index: 1})
 		if _, err := e.s.CreateTable(ctx, acct, "stamped"); err != nil {
 			t.Fatal(err)
 		}
-		ctx = WithStamp(context.Background(), Stamp{Index: 2, Timestamp: ahead})
+		ctx = WithStamp(context.Background(), Stamp{Group: 1, Index: 2, Timestamp: ahead})
 		if _, err := e.s.Apply(ctx, acct, "stamped", Op{Kind: OpInsert, Entity: ent("p", "r")}); err != nil {
 			t.Fatal(err)
 		}
 		for idx, ts := range []odata.DateTime{ahead, ahead - 1000} {
-			ctx = WithStamp(context.Background(), Stamp{Index: uint64(3 + idx), Timestamp: ts})
+			ctx = WithStamp(context.Background(), Stamp{Group: 1, Index: uint64(3 + idx), Timestamp: ts})
 			se, err := e.s.Apply(ctx, acct, "stamped", Op{Kind: OpInsertOrReplace, Entity: ent("p", "r")})
 			if err != nil {
 				t.Fatalf("replica %d: a stamp at or below the entity's timestamp: %v", i, err)

@@ -83,6 +83,11 @@ type Store struct {
 	tick        atomic.Int64
 	needRecount bool
 
+	// ingestMu serializes span ingests (IngestSpan): two of one group
+	// would share its staged pairs and marker, and ingests are rare
+	// enough to run one at a time.
+	ingestMu sync.Mutex
+
 	dropMu      sync.Mutex
 	dropCond    *sync.Cond
 	dropQ       []droppedTable
@@ -132,6 +137,11 @@ func open(dir string, opts *Options, tune tuning) (*Store, error) {
 	drops, err := s.loadCatalog()
 	if err == nil {
 		err = s.markRunning()
+	}
+	if err == nil {
+		// Before anything is served: a span ingest cut by a crash after
+		// its stream checked out is finished, so no read sees half of it.
+		err = s.finishSpanIngests()
 	}
 	if err != nil {
 		return nil, errors.Join(err, db.Close())

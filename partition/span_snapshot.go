@@ -1,0 +1,655 @@
+package partition
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/tabuladb/tabula/lsm"
+	"github.com/tabuladb/tabula/odata"
+)
+
+// A span snapshot is one key span of one table (the entities of a range
+// partition) with the applied index of the raft group that replicates it,
+// as one stream (docs/snapshot.md, "Span snapshots"): a range group's
+// replica that fell behind its peers' logs is caught up from the data of
+// its span, not from the whole store.
+//
+// The stream carries entities by (PartitionKey, RowKey), not by engine
+// key, so it does not depend on the table id either store gave the table.
+//
+// Ingesting one replaces the span's entities in an open store. The span
+// may be larger than any engine batch should be (ranges split only
+// between partitions, so one partition can make a range of any size),
+// so the ingest cannot be one batch; and a stream is checked
+// only at its end, so the span cannot be cleared before the stream has
+// checked out, or a cut stream would leave it empty. The ingest therefore
+// works in two phases:
+//
+//  1. Stage: the stream's entities are written under the staging
+//     namespace (nsStaged | group | esc(pk) | esc(rk)), unsynced. The span
+//     is not touched: a refused stream, or a crash, leaves it as it was,
+//     and the staged pairs are deleted (by the refusal, or at the next
+//     Open).
+//  2. Move: once the stream has checked out, a marker (meta
+//     metaSpanIngest | group) naming the span is written synced, which
+//     also makes the staged pairs durable; then the span's entities are
+//     deleted, the staged ones copied into it, and the group's applied
+//     index set and the marker deleted in one synced batch; the staged
+//     pairs are deleted last. Every step of the move is idempotent given
+//     the staged pairs, so Open, finding a marker left by a crash, does
+//     the move again before the store serves anything (and a move that
+//     failed on a storage error is done again by the group's next ingest
+//     or the next Open).
+//
+// A crash thus leaves the old span or the new one, never a mix. While a
+// move runs, the table's writes wait (it holds the table's lock), but
+// reads are not held off: the caller must not serve the span while it
+// ingests it, as a replica installing a snapshot does not.
+
+// spanSnapshotMagic opens every span stream; its last byte is the format
+// version.
+var spanSnapshotMagic = []byte("TBLSPAN\x01")
+
+// Record tags of a span stream: each entity is preceded by
+// spanRecordEntity, and spanRecordEnd ends the entities (a PartitionKey
+// or RowKey may be empty, so a zero length cannot end them as it does a
+// store stream).
+const (
+	spanRecordEnd    = 0x00
+	spanRecordEntity = 0x01
+)
+
+// spanIngestBatchBytes bounds the engine batches of an ingest, so that a
+// span of any size moves with bounded memory.
+const spanIngestBatchBytes = 1 << 20
+
+// spanMarkerVersion is the version byte of a span-ingest marker's value.
+const spanMarkerVersion = 1
+
+// ErrBadSpanSnapshot is wrapped by every refusal of a span snapshot
+// stream: cut, damaged, out of order, outside its span, or of another
+// span or group than the one ingested.
+var ErrBadSpanSnapshot = errors.New("partition: bad span snapshot")
+
+// Span is a key span of one table: the entities of table Table of
+// Account whose PartitionKey is in [LowPartitionKey, HighPartitionKey),
+// a HighPartitionKey of "" meaning to the end of the table (so the span
+// {"", ""} is the whole table). Table names are case-insensitive.
+type Span struct {
+	Account, Table                    string
+	LowPartitionKey, HighPartitionKey string
+}
+
+// contains reports whether PartitionKey pk is in the span.
+func (sp Span) contains(pk string) bool {
+	return pk >= sp.LowPartitionKey && (sp.HighPartitionKey == "" || pk < sp.HighPartitionKey)
+}
+
+// check refuses a span that holds nothing.
+func (sp Span) check() error {
+	if sp.HighPartitionKey != "" && sp.HighPartitionKey <= sp.LowPartitionKey {
+		return fmt.Errorf("partition: empty span [%q, %q) of table %s", sp.LowPartitionKey, sp.HighPartitionKey, sp.Table)
+	}
+	return nil
+}
+
+// same reports whether sp and o name the same span.
+func (sp Span) same(o Span) bool {
+	return sp.Account == o.Account && strings.EqualFold(sp.Table, o.Table) &&
+		sp.LowPartitionKey == o.LowPartitionKey && sp.HighPartitionKey == o.HighPartitionKey
+}
+
+// SpanSnapshot is a consistent view of one span of a table and of the
+// applied index of the group replicating it, to stream.
+type SpanSnapshot struct {
+	snap    *lsm.Snapshot
+	span    Span
+	group   uint64
+	applied uint64
+	prefix  []byte // the table's key prefix in this store
+}
+
+// SnapshotSpan returns a view of span sp of the store as of now, with
+// group's applied index as of the same instant: a stamped write records
+// its index in the batch of its data, so the two always agree. A missing
+// table is TableNotFound. The caller closes the view.
+func (s *Store) SnapshotSpan(group uint64, sp Span) (*SpanSnapshot, error) {
+	if err := sp.check(); err != nil {
+		return nil, err
+	}
+	t, err := s.lookupTable(sp.Account, sp.Table)
+	if err != nil {
+		return nil, err
+	}
+	snap := s.db.NewSnapshot()
+	applied, err := readAppliedIndex(snap, group)
+	if err != nil {
+		return nil, errors.Join(err, snap.Close())
+	}
+	sp.Table = t.name // as created, whatever case the caller used
+	return &SpanSnapshot{snap: snap, span: sp, group: group, applied: applied, prefix: t.prefix}, nil
+}
+
+// AppliedIndex is the group's applied index the view holds.
+func (ss *SpanSnapshot) AppliedIndex() uint64 { return ss.applied }
+
+// Close releases the view.
+func (ss *SpanSnapshot) Close() error { return ss.snap.Close() }
+
+// WriteTo streams the view. It returns the bytes written.
+func (ss *SpanSnapshot) WriteTo(w io.Writer) (int64, error) {
+	cw := &checksumWriter{w: bufio.NewWriterSize(w, 256<<10), h: xxhash.New()}
+	buf := append([]byte(nil), spanSnapshotMagic...)
+	for _, s := range []string{ss.span.Account, ss.span.Table, ss.span.LowPartitionKey, ss.span.HighPartitionKey} {
+		buf = appendSpanString(buf, s)
+	}
+	buf = binary.BigEndian.AppendUint64(buf, ss.group)
+	buf = binary.BigEndian.AppendUint64(buf, ss.applied)
+	cw.Write(buf)
+
+	lo, hi := spanBounds(ss.prefix, ss.span)
+	it := ss.snap.NewIter(&lsm.IterOptions{LowerBound: lo, UpperBound: hi})
+	var count uint64
+	var walkErr error
+	for ok := it.First(); ok && cw.err == nil; ok = it.Next() {
+		pk, rk, err := splitEntitySuffix(it.Key()[len(ss.prefix):])
+		if err != nil {
+			walkErr = fmt.Errorf("partition: span snapshot: entity key %x: %w", it.Key(), err)
+			break
+		}
+		buf = append(buf[:0], spanRecordEntity)
+		buf = appendSpanBytes(buf, pk)
+		buf = appendSpanBytes(buf, rk)
+		buf = binary.AppendUvarint(buf, uint64(len(it.Value())))
+		cw.Write(buf)
+		cw.Write(it.Value())
+		count++
+	}
+	if err := errors.Join(walkErr, it.Close()); err != nil {
+		return cw.n, fmt.Errorf("partition: span snapshot: %w", err)
+	}
+	buf = append(buf[:0], spanRecordEnd)
+	buf = binary.BigEndian.AppendUint64(buf, count)
+	cw.Write(buf)
+	var sum [8]byte
+	binary.BigEndian.PutUint64(sum[:], cw.h.Sum64())
+	if cw.err == nil {
+		// Not summed: it is the sum.
+		n, err := cw.w.Write(sum[:])
+		cw.n += int64(n)
+		cw.err = err
+	}
+	if cw.err == nil {
+		cw.err = cw.w.(*bufio.Writer).Flush()
+	}
+	return cw.n, cw.err
+}
+
+func appendSpanString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendSpanBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// spanBounds returns the engine key range of span sp of the table whose
+// key prefix is prefix.
+func spanBounds(prefix []byte, sp Span) (lo, hi []byte) {
+	lo = appendEscaped(append([]byte(nil), prefix...), sp.LowPartitionKey)
+	if sp.HighPartitionKey == "" {
+		return lo, prefixSuccessor(prefix)
+	}
+	return lo, appendEscaped(append([]byte(nil), prefix...), sp.HighPartitionKey)
+}
+
+// splitEntitySuffix decodes esc(pk) | esc(rk), an entity key past its
+// table prefix (or a staged key past its group).
+func splitEntitySuffix(suffix []byte) (pk, rk []byte, err error) {
+	pk, off := readEscaped(suffix, 0, nil)
+	if off < 0 {
+		return nil, nil, fmt.Errorf("%w: bad PartitionKey", errBadKey)
+	}
+	rk, off = readEscaped(suffix, off, nil)
+	if off != len(suffix) {
+		return nil, nil, fmt.Errorf("%w: bad RowKey", errBadKey)
+	}
+	return pk, rk, nil
+}
+
+// stagedPrefix is the prefix of the pairs a span ingest of group stages.
+func stagedPrefix(group uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{nsStaged}, group)
+}
+
+// spanIngest is what the marker of a span ingest records: enough for Open
+// to finish the move without the stream.
+type spanIngest struct {
+	group, applied uint64
+	tableID        uint64
+	account        string
+	low, high      string
+}
+
+// Marker value: version | u64be(table id) | u64be(applied index) |
+// uvarint-prefixed account, low and high PartitionKeys.
+func (m *spanIngest) encode() []byte {
+	v := []byte{spanMarkerVersion}
+	v = binary.BigEndian.AppendUint64(v, m.tableID)
+	v = binary.BigEndian.AppendUint64(v, m.applied)
+	for _, s := range []string{m.account, m.low, m.high} {
+		v = appendSpanString(v, s)
+	}
+	return v
+}
+
+func decodeSpanIngest(group uint64, v []byte) (spanIngest, error) {
+	m := spanIngest{group: group}
+	bad := fmt.Errorf("partition: span ingest marker of group %d: %w", group, lsm.ErrCorruption)
+	if len(v) < 17 || v[0] != spanMarkerVersion {
+		return m, bad
+	}
+	m.tableID = binary.BigEndian.Uint64(v[1:])
+	m.applied = binary.BigEndian.Uint64(v[9:])
+	v = v[17:]
+	for _, dst := range []*string{&m.account, &m.low, &m.high} {
+		n, k := binary.Uvarint(v)
+		if k <= 0 || n > uint64(len(v)-k) {
+			return m, bad
+		}
+		*dst = string(v[k : k+int(n)])
+		v = v[k+int(n):]
+	}
+	if len(v) != 0 {
+		return m, bad
+	}
+	return m, nil
+}
+
+// IngestSpan replaces span sp of the store with a span snapshot stream of
+// it (SpanSnapshot.WriteTo) and sets group's applied index to the
+// stream's, which it returns. A stream that is cut, damaged, out of key
+// order, holds an entity outside its span, or is of another span or
+// group, is refused with an error wrapping ErrBadSpanSnapshot, and the
+// store is left as it was. A crash at any point leaves the span as it was
+// or as the stream has it (see the two phases above). The table must
+// exist (else TableNotFound); while the span moves, the table's writes
+// wait, and the caller must not read the span.
+func (s *Store) IngestSpan(group uint64, sp Span, r io.Reader) (uint64, error) {
+	if err := sp.check(); err != nil {
+		return 0, err
+	}
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	t, err := s.lookupTable(sp.Account, sp.Table)
+	if err != nil {
+		return 0, err
+	}
+	m := spanIngest{group: group, tableID: t.id, account: t.account, low: sp.LowPartitionKey, high: sp.HighPartitionKey}
+	// An earlier ingest of the group whose move failed on a storage error
+	// left its marker: its staged pairs are what its span must become, so
+	// finish it before they are replaced.
+	switch v, err := s.db.Get(groupMetaKey(metaSpanIngest, group)); {
+	case err == nil:
+		prev, err := decodeSpanIngest(group, v)
+		if err == nil {
+			err = s.finishSpanIngest(prev)
+		}
+		if err != nil {
+			return 0, err
+		}
+	case !errors.Is(err, lsm.ErrNotFound):
+		return 0, fmt.Errorf("partition: ingest span of group %d: read marker: %w", group, err)
+	}
+	// Left over by an ingest cut before its marker.
+	if err := s.deleteStaged(group); err != nil {
+		return 0, err
+	}
+	m.applied, err = s.stageSpan(group, sp, r)
+	if err != nil {
+		return 0, errors.Join(err, s.deleteStaged(group))
+	}
+	if err := s.db.Set(groupMetaKey(metaSpanIngest, group), m.encode(), s.syncWO); err != nil {
+		return 0, fmt.Errorf("partition: ingest span of group %d: write marker: %w", group, err)
+	}
+	if err := s.moveStaged(t, m); err != nil {
+		return 0, err
+	}
+	return m.applied, nil
+}
+
+// stageSpan reads a span stream, checks it and writes its entities to the
+// staging namespace of group; it returns the stream's applied index.
+func (s *Store) stageSpan(group uint64, want Span, r io.Reader) (uint64, error) {
+	sr := &summingReader{r: bufio.NewReaderSize(r, 256<<10), h: xxhash.New()}
+	magic := make([]byte, len(spanSnapshotMagic))
+	if err := sr.readFull(magic); err != nil || string(magic) != string(spanSnapshotMagic) {
+		return 0, fmt.Errorf("%w: no span snapshot header", ErrBadSpanSnapshot)
+	}
+	var got Span
+	for _, dst := range []*string{&got.Account, &got.Table, &got.LowPartitionKey, &got.HighPartitionKey} {
+		b, err := sr.spanBytes(maxSnapshotKey, nil)
+		if err != nil {
+			return 0, fmt.Errorf("%w: cut or damaged header", ErrBadSpanSnapshot)
+		}
+		*dst = string(b)
+	}
+	var nums [16]byte
+	if err := sr.readFull(nums[:]); err != nil {
+		return 0, fmt.Errorf("%w: cut header", ErrBadSpanSnapshot)
+	}
+	gotGroup, applied := binary.BigEndian.Uint64(nums[:8]), binary.BigEndian.Uint64(nums[8:])
+	if !got.same(want) || gotGroup != group {
+		return 0, fmt.Errorf("%w: the stream is of group %d, span [%q, %q) of %s/%s; want group %d, span [%q, %q) of %s/%s",
+			ErrBadSpanSnapshot, gotGroup, got.LowPartitionKey, got.HighPartitionKey, got.Account, got.Table,
+			group, want.LowPartitionKey, want.HighPartitionKey, want.Account, want.Table)
+	}
+
+	prefix := stagedPrefix(group)
+	var (
+		b           = s.db.NewBatch()
+		count       uint64
+		key, last   []byte
+		pk, rk, val []byte
+		err         error
+	)
+	for {
+		tag, err := sr.byte()
+		if err != nil {
+			return 0, fmt.Errorf("%w: cut after %d entities: %v", ErrBadSpanSnapshot, count, err)
+		}
+		if tag == spanRecordEnd {
+			break
+		}
+		if tag != spanRecordEntity {
+			return 0, fmt.Errorf("%w: entity %d: unknown record 0x%02x", ErrBadSpanSnapshot, count, tag)
+		}
+		if pk, err = sr.spanBytes(maxSnapshotKey, pk); err != nil {
+			return 0, fmt.Errorf("%w: entity %d: cut or damaged PartitionKey", ErrBadSpanSnapshot, count)
+		}
+		if rk, err = sr.spanBytes(maxSnapshotKey, rk); err != nil {
+			return 0, fmt.Errorf("%w: entity %d: cut or damaged RowKey", ErrBadSpanSnapshot, count)
+		}
+		if val, err = sr.spanBytes(maxSnapshotValue, val); err != nil {
+			return 0, fmt.Errorf("%w: entity %d: cut or damaged value", ErrBadSpanSnapshot, count)
+		}
+		if !want.contains(string(pk)) {
+			return 0, fmt.Errorf("%w: entity %d: PartitionKey %q is outside the span", ErrBadSpanSnapshot, count, pk)
+		}
+		// The staged key orders exactly as (pk, rk) does (keys.md).
+		key = appendEscaped(appendEscaped(append(key[:0], prefix...), string(pk)), string(rk))
+		if last != nil && string(key) <= string(last) {
+			return 0, fmt.Errorf("%w: entity %d (%q, %q) is out of key order", ErrBadSpanSnapshot, count, pk, rk)
+		}
+		last = append(last[:0], key...)
+		// A value the table service could not read back would pass the
+		// checksum if the sender stored it so: refuse it here rather than
+		// serve it.
+		if _, _, err := odata.DecodeEncoded(val); err != nil {
+			return 0, fmt.Errorf("%w: entity %d (%q, %q): %v", ErrBadSpanSnapshot, count, pk, rk, err)
+		}
+		b.Set(key, val)
+		count++
+		if b.Size() >= spanIngestBatchBytes {
+			if err := s.db.Apply(b, unsyncedWO); err != nil {
+				return 0, fmt.Errorf("partition: ingest span of group %d: stage: %w", group, err)
+			}
+			b.Reset()
+		}
+	}
+	var n [8]byte
+	if err = sr.readFull(n[:]); err != nil || binary.BigEndian.Uint64(n[:]) != count {
+		return 0, fmt.Errorf("%w: the stream's count does not match its %d entities", ErrBadSpanSnapshot, count)
+	}
+	want64 := sr.h.Sum64()
+	var sum [8]byte
+	if _, err := io.ReadFull(sr.r, sum[:]); err != nil || binary.BigEndian.Uint64(sum[:]) != want64 {
+		return 0, fmt.Errorf("%w: checksum mismatch", ErrBadSpanSnapshot)
+	}
+	if _, err := sr.r.ReadByte(); err != io.EOF {
+		return 0, fmt.Errorf("%w: bytes past the checksum", ErrBadSpanSnapshot)
+	}
+	// Unsynced: the marker's synced write makes the staged pairs durable
+	// before anything of the span is touched.
+	if err := s.db.Apply(b, unsyncedWO); err != nil {
+		return 0, fmt.Errorf("partition: ingest span of group %d: stage: %w", group, err)
+	}
+	return applied, nil
+}
+
+// byte reads one byte, summed.
+func (s *summingReader) byte() (byte, error) {
+	c, err := s.r.ReadByte()
+	if err != nil {
+		return 0, err
+	}
+	s.h.Write([]byte{c})
+	return c, nil
+}
+
+// spanBytes reads a uvarint length of at most limit and that many bytes
+// into buf's storage.
+func (s *summingReader) spanBytes(limit uint64, buf []byte) ([]byte, error) {
+	n, err := s.uvarint()
+	if err != nil {
+		return nil, err
+	}
+	if n > limit {
+		return nil, fmt.Errorf("%w: a field of %d bytes", ErrBadSpanSnapshot, n)
+	}
+	buf = grow(buf, int(n))
+	if err := s.readFull(buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// moveStaged is the second phase of an ingest, and what Open redoes after
+// a crash: with the marker durable, it replaces the span's entities with
+// the staged ones, sets the applied index and removes the marker in one
+// synced batch, then drops the staged pairs. Every step can run again
+// from the start with the same outcome, since the staged pairs stay until
+// the marker is gone.
+func (s *Store) moveStaged(t *table, m spanIngest) error {
+	sp := Span{Account: m.account, LowPartitionKey: m.low, HighPartitionKey: m.high}
+	wrap := func(step string, err error) error {
+		return fmt.Errorf("partition: ingest span [%q, %q) of table %d for group %d: %s: %w", m.low, m.high, m.tableID, m.group, step, err)
+	}
+	// Writes to the table wait (they hold t.mu shared until their
+	// statistics are recorded), and so do splits, merges and recounts,
+	// which therefore never see half a move.
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+
+	var stats spanStatDeltas
+	b := s.db.NewBatch()
+	flush := func() error {
+		if b.Size() < spanIngestBatchBytes {
+			return nil
+		}
+		err := s.db.Apply(b, unsyncedWO)
+		b.Reset()
+		return err
+	}
+	lo, hi := spanBounds(t.prefix, sp)
+	it := snap.NewIter(&lsm.IterOptions{LowerBound: lo, UpperBound: hi})
+	var err error
+	for ok := it.First(); ok && err == nil; ok = it.Next() {
+		pk, _ := readEscaped(it.Key(), len(t.prefix), nil)
+		stats.add(pk, -1, -int64(len(it.Key())+len(it.Value())))
+		b.Delete(it.Key())
+		err = flush()
+	}
+	if err := errors.Join(err, it.Close()); err != nil {
+		return wrap("clear", err)
+	}
+
+	prefix := stagedPrefix(m.group)
+	var newest odata.DateTime
+	var key []byte
+	it = snap.NewIter(&lsm.IterOptions{LowerBound: prefix, UpperBound: prefixSuccessor(prefix)})
+	for ok := it.First(); ok && err == nil; ok = it.Next() {
+		suffix := it.Key()[len(prefix):]
+		pk, _, kerr := splitEntitySuffix(suffix)
+		ts, verr := odata.EncodedTimestamp(it.Value())
+		if err = errors.Join(kerr, verr); err != nil {
+			break
+		}
+		newest = max(newest, ts)
+		key = append(append(key[:0], t.prefix...), suffix...)
+		stats.add(pk, 1, int64(len(key)+len(it.Value())))
+		b.Set(key, it.Value())
+		err = flush()
+	}
+	if err := errors.Join(err, it.Close()); err != nil {
+		return wrap("copy", err)
+	}
+
+	setAppliedIndex(b, m.group, m.applied)
+	b.Delete(groupMetaKey(metaSpanIngest, m.group))
+	if err := s.db.Apply(b, s.syncWO); err != nil {
+		return wrap("commit", err)
+	}
+	// The entities' timestamps may be past this store's clock: later
+	// writes must commit above them.
+	s.clock.observe(newest)
+	stats.record(t)
+
+	b.Reset()
+	it = snap.NewIter(&lsm.IterOptions{LowerBound: prefix, UpperBound: prefixSuccessor(prefix)})
+	for ok := it.First(); ok && err == nil; ok = it.Next() {
+		b.Delete(it.Key())
+		err = flush()
+	}
+	if err := errors.Join(err, it.Close()); err != nil {
+		return wrap("drop staged pairs", err)
+	}
+	if err := s.db.Apply(b, unsyncedWO); err != nil {
+		return wrap("drop staged pairs", err)
+	}
+	return nil
+}
+
+// deleteStaged deletes the pairs staged for group, key by key (the engine
+// has no range deletion).
+func (s *Store) deleteStaged(group uint64) error {
+	prefix := stagedPrefix(group)
+	return s.deleteRange(prefix, prefixSuccessor(prefix))
+}
+
+// deleteRange deletes every key in [lo, hi), read at a snapshot, in
+// bounded unsynced batches.
+func (s *Store) deleteRange(lo, hi []byte) error {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	it := snap.NewIter(&lsm.IterOptions{LowerBound: lo, UpperBound: hi})
+	b := s.db.NewBatch()
+	var err error
+	for ok := it.First(); ok && err == nil; ok = it.Next() {
+		b.Delete(it.Key())
+		if b.Size() >= spanIngestBatchBytes {
+			err = s.db.Apply(b, unsyncedWO)
+			b.Reset()
+		}
+	}
+	if err == nil {
+		err = s.db.Apply(b, unsyncedWO)
+	}
+	if err := errors.Join(err, it.Close()); err != nil {
+		return fmt.Errorf("partition: delete staged span pairs: %w", err)
+	}
+	return nil
+}
+
+// spanStatDeltas gathers an ingest's changes to the range statistics, one
+// entry per partition (keys come in order, so runs of one partition
+// merge), to record once the ingest has committed.
+type spanStatDeltas []statDelta
+
+func (d *spanStatDeltas) add(pk []byte, entities, size int64) {
+	if n := len(*d); n > 0 && (*d)[n-1].pk == string(pk) {
+		(*d)[n-1].entities += entities
+		(*d)[n-1].bytes += size
+		return
+	}
+	*d = append(*d, statDelta{pk: string(pk), entities: entities, bytes: size})
+}
+
+// record adds the deltas to t's ranges as writes do, minus the load: an
+// ingest is not client traffic and must not split a range by its size.
+// The caller holds t.mu exclusively.
+func (d spanStatDeltas) record(t *table) {
+	rs := t.rangeList()
+	for _, x := range d {
+		r := findRange(rs, x.pk)
+		r.entities.Add(x.entities)
+		r.bytes.Add(x.bytes)
+		if r.tracking {
+			r.trackMu.Lock()
+			r.deltas = append(r.deltas, x)
+			r.trackMu.Unlock()
+		}
+	}
+	if len(d) > 0 {
+		t.dirty.Store(true)
+	}
+}
+
+// finishSpanIngest finishes the move of an ingest whose marker is
+// present; if its table has been dropped since, it drops the marker and
+// the staged pairs instead.
+func (s *Store) finishSpanIngest(m spanIngest) error {
+	for _, t := range s.liveTables() {
+		if t.id == m.tableID && t.account == m.account {
+			return s.moveStaged(t, m)
+		}
+	}
+	if err := s.deleteStaged(m.group); err != nil {
+		return err
+	}
+	if err := s.db.Delete(groupMetaKey(metaSpanIngest, m.group), s.syncWO); err != nil {
+		return fmt.Errorf("partition: drop span ingest marker of group %d: %w", m.group, err)
+	}
+	return nil
+}
+
+// finishSpanIngests runs at Open: it redoes the move of every ingest a
+// crash interrupted after its stream had checked out (a marker is
+// present), then drops whatever staged pairs remain (of ingests cut before
+// their marker, or after their move). The persisted range statistics
+// predate the move, so the ranges are recounted.
+func (s *Store) finishSpanIngests() error {
+	lo := []byte{nsMeta, metaSpanIngest}
+	var markers []spanIngest
+	err := s.scan(lo, prefixSuccessor(lo), func(k, v []byte) error {
+		if len(k) != len(lo)+8 {
+			return fmt.Errorf("partition: span ingest marker key %x: %w", k, lsm.ErrCorruption)
+		}
+		m, err := decodeSpanIngest(binary.BigEndian.Uint64(k[len(lo):]), v)
+		if err != nil {
+			return err
+		}
+		markers = append(markers, m)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range markers {
+		if err := s.finishSpanIngest(m); err != nil {
+			return err
+		}
+		s.needRecount = true
+	}
+	return s.deleteRange([]byte{nsStaged}, []byte{nsStaged + 1})
+}
