@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -30,23 +31,71 @@ import (
 // internal address, so every member learns where the new one is; each
 // node keeps the address book in its data directory (MEMBERS), and a
 // snapshot carries it to a node that missed the entries.
+//
+// Node ids are never reused: the book also holds the highest id the
+// group ever assigned and the ids it removed, both raised by every
+// replica as it applies the changes (and carried by snapshots), and the
+// leader gives a new node the highest plus one. A node that comes back
+// after its removal is therefore never taken for a newer one, and a node
+// that finds its own id among the removed stops (ErrRemoved).
+//
+// raft takes one change at a time: a change proposed while an earlier
+// one is not yet applied is turned into an empty entry. The leader
+// refuses such a request itself (503 ServerBusy, to be asked again) and,
+// should raft refuse one all the same, finds its index applied without
+// the change and says so rather than wait out the caller's time.
 
-// membersFile holds a node's address book: "id address" per line.
+// membersFile holds a node's address book: "id address" per line, then
+// "highest ID" and a "removed ID" line per removed node.
 const membersFile = "MEMBERS"
 
 // ErrRemoved is what Run returns on a node that the cluster removed.
 var ErrRemoved = errors.New("cluster: this node was removed from the cluster")
 
-// members is the address book: every member's internal address.
-type members struct {
-	mu    sync.Mutex
-	addrs map[uint64]string
+// memberBook is the group's membership as a replica records it: every
+// member's internal address, the highest id ever assigned, the ids
+// removed.
+type memberBook struct {
+	addrs   map[uint64]string
+	highest uint64
+	removed map[uint64]bool
 }
+
+func newMemberBook() memberBook {
+	return memberBook{addrs: map[uint64]string{}, removed: map[uint64]bool{}}
+}
+
+// members is a node's member book, and the loop's record of the
+// configuration changes it proposed and applied.
+type members struct {
+	mu   sync.Mutex
+	book memberBook
+	// applied lists the newest configuration changes applied here (index
+	// and term), oldest first, so that a waiter can tell whether the
+	// entry at its change's index was its change.
+	applied []confMark
+	// snapIndex is the index of the last snapshot installed here: the
+	// changes at or below it were not seen one by one.
+	snapIndex uint64
+
+	// proposed is the last change this node proposed as the leader; owned
+	// by the loop.
+	proposed confMark
+	// noPrecheck, set by tests, proposes without checking for a pending
+	// change, so that raft's refusal is what the waiter detects.
+	noPrecheck atomic.Bool
+}
+
+// confMark identifies a log entry.
+type confMark struct{ index, term uint64 }
+
+// appliedKept is how many applied changes members.applied remembers.
+const appliedKept = 64
 
 func (m *members) get(id uint64) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.addrs[id]
+	return m.book.addrs[id]
 }
 
 // Members returns the node's address book: every member's internal
@@ -56,68 +105,161 @@ func (n *Node) Members() map[uint64]string { return n.members.all() }
 func (m *members) all() map[uint64]string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[uint64]string, len(m.addrs))
-	for k, v := range m.addrs {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(m.book.addrs)
 }
 
-// encodeMembers is the address book as MEMBERS and snapshots hold it.
-func encodeMembers(addrs map[uint64]string) []byte {
-	var b bytes.Buffer
-	for _, id := range slices.Sorted(maps.Keys(addrs)) {
-		fmt.Fprintf(&b, "%d %s\n", id, addrs[id])
-	}
-	return b.Bytes()
+// isRemoved reports whether the group removed node id.
+func (m *members) isRemoved(id uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.book.removed[id]
 }
 
-func decodeMembers(b []byte) (map[uint64]string, error) {
-	out := map[uint64]string{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
+// clone returns a copy of the member book.
+func (m *members) clone() memberBook {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return memberBook{addrs: maps.Clone(m.book.addrs), highest: m.book.highest, removed: maps.Clone(m.book.removed)}
+}
+
+// highest returns the highest node id the group ever assigned, as this
+// node knows it.
+func (m *members) highest() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.book.highest
+}
+
+// encodeMembers is the member book as MEMBERS and snapshots hold it.
+func encodeMembers(b memberBook) []byte {
+	var out bytes.Buffer
+	for _, id := range slices.Sorted(maps.Keys(b.addrs)) {
+		fmt.Fprintf(&out, "%d %s\n", id, b.addrs[id])
+	}
+	if b.highest > 0 {
+		fmt.Fprintf(&out, "highest %d\n", b.highest)
+	}
+	for _, id := range slices.Sorted(maps.Keys(b.removed)) {
+		fmt.Fprintf(&out, "removed %d\n", id)
+	}
+	return out.Bytes()
+}
+
+// decodeMembers reads a member book. A book written before ids were
+// tracked has address lines only: its highest is its highest id.
+func decodeMembers(raw []byte) (memberBook, error) {
+	b := newMemberBook()
+	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
-		idText, addr, ok := strings.Cut(sc.Text(), " ")
-		id, err := strconv.ParseUint(idText, 10, 64)
-		if !ok || err != nil || id == 0 || addr == "" {
-			return nil, fmt.Errorf("cluster: a bad member line %q", sc.Text())
+		key, val, ok := strings.Cut(sc.Text(), " ")
+		if key == "highest" || key == "removed" {
+			id, err := strconv.ParseUint(val, 10, 64)
+			if err != nil || id == 0 {
+				return memberBook{}, fmt.Errorf("cluster: a bad member line %q", sc.Text())
+			}
+			if key == "removed" {
+				b.removed[id] = true
+			}
+			b.highest = max(b.highest, id)
+			continue
 		}
-		out[id] = addr
+		id, err := strconv.ParseUint(key, 10, 64)
+		if !ok || err != nil || id == 0 || val == "" {
+			return memberBook{}, fmt.Errorf("cluster: a bad member line %q", sc.Text())
+		}
+		b.addrs[id] = val
+		b.highest = max(b.highest, id)
 	}
-	return out, sc.Err()
+	return b, sc.Err()
 }
 
-// loadMembers reads a node's address book; a missing file is an empty one.
-func loadMembers(fs vfs.FS, dir string) (map[uint64]string, error) {
+// loadMembers reads a node's member book; a missing file is an empty one.
+func loadMembers(fs vfs.FS, dir string) (memberBook, error) {
 	f, err := fs.Open(filepath.Join(dir, membersFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return map[uint64]string{}, nil
+		return newMemberBook(), nil
 	}
 	if err != nil {
-		return nil, err
+		return memberBook{}, err
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
 	if err != nil {
-		return nil, err
+		return memberBook{}, err
 	}
 	return decodeMembers(b)
 }
 
-// setMember records a member's address (addr "" removes it), in memory,
-// on disk and with the owner's hook.
-func (n *Node) setMember(id uint64, addr string) error {
-	n.members.mu.Lock()
-	if addr == "" {
-		delete(n.members.addrs, id)
-	} else {
-		n.members.addrs[id] = addr
+// initMembers sets up a new node's member book from the one in its data
+// directory, the configuration's bootstrap list and the group's
+// configuration, and writes it back. A node the group removed is marked:
+// Run returns ErrRemoved at once.
+func (n *Node) initMembers(book memberBook, cs *raftpb.ConfState) error {
+	c := &n.cfg
+	for id, addr := range c.Members {
+		if _, ok := book.addrs[id]; !ok && !book.removed[id] {
+			book.addrs[id] = addr
+		}
 	}
-	book := encodeMembers(n.members.addrs)
+	ids := slices.Concat([]uint64{c.ID}, cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext(),
+		slices.Collect(maps.Keys(book.addrs)))
+	if !c.Join {
+		ids = append(ids, c.Peers...)
+	}
+	for _, id := range ids {
+		book.highest = max(book.highest, id)
+	}
+	n.members.book = book
+	if book.removed[c.ID] {
+		n.removed.Store(true)
+	}
+	return n.dir.writeFile(membersFile, encodeMembers(book))
+}
+
+// updateMembers changes the member book with change, in memory and on
+// disk, and tells the owner's hook of every address that changed.
+func (n *Node) updateMembers(change func(b *memberBook)) error {
+	n.members.mu.Lock()
+	before := maps.Clone(n.members.book.addrs)
+	change(&n.members.book)
+	for id := range n.members.book.removed {
+		delete(n.members.book.addrs, id)
+	}
+	after := maps.Clone(n.members.book.addrs)
+	raw := encodeMembers(n.members.book)
 	n.members.mu.Unlock()
 	if n.cfg.OnMember != nil {
-		n.cfg.OnMember(id, addr)
+		for _, id := range slices.Sorted(maps.Keys(before)) {
+			if _, ok := after[id]; !ok {
+				n.cfg.OnMember(id, "")
+			}
+		}
+		for _, id := range slices.Sorted(maps.Keys(after)) {
+			if before[id] != after[id] {
+				n.cfg.OnMember(id, after[id])
+			}
+		}
 	}
-	return n.dir.writeFile(membersFile, book)
+	return n.dir.writeFile(membersFile, raw)
+}
+
+// mergeMembers takes in a member book a snapshot carried (the leader's
+// when it served the snapshot): its addresses, its highest id and the ids
+// it removed.
+func (n *Node) mergeMembers(b memberBook, snapIndex uint64) error {
+	err := n.updateMembers(func(mine *memberBook) {
+		maps.Copy(mine.addrs, b.addrs)
+		maps.Copy(mine.removed, b.removed)
+		mine.highest = max(mine.highest, b.highest)
+	})
+	n.members.mu.Lock()
+	n.members.snapIndex = max(n.members.snapIndex, snapIndex)
+	removed := n.members.book.removed[n.cfg.ID]
+	n.members.mu.Unlock()
+	if removed {
+		n.removed.Store(true)
+	}
+	return err
 }
 
 // applyConfChange applies a committed configuration change on the loop
@@ -137,23 +279,68 @@ func (n *Node) applyConfChange(e *raftpb.Entry) error {
 		return err
 	}
 	id := cc.GetNodeId()
+	var err error
 	switch cc.GetType() {
 	case raftpb.ConfChangeType_ConfChangeAddLearnerNode, raftpb.ConfChangeType_ConfChangeAddNode:
-		if addr := string(cc.GetContext()); addr != "" {
-			if err := n.setMember(id, addr); err != nil {
-				return err
+		// Every replica raises the highest id as it applies the change
+		// that assigned it: whoever leads next assigns past it.
+		err = n.updateMembers(func(b *memberBook) {
+			b.highest = max(b.highest, id)
+			if addr := string(cc.GetContext()); addr != "" && !b.removed[id] {
+				b.addrs[id] = addr
 			}
-		}
+		})
 	case raftpb.ConfChangeType_ConfChangeRemoveNode:
+		// Recorded before the node stops: restarted, it finds itself
+		// removed.
+		err = n.updateMembers(func(b *memberBook) {
+			b.highest = max(b.highest, id)
+			b.removed[id] = true
+		})
 		if id == n.cfg.ID {
 			n.removed.Store(true)
-		} else if err := n.setMember(id, ""); err != nil {
-			return err
 		}
+	}
+	n.members.mu.Lock()
+	n.members.applied = append(n.members.applied, confMark{e.GetIndex(), e.GetTerm()})
+	if k := len(n.members.applied) - appliedKept; k > 0 {
+		n.members.applied = slices.Delete(n.members.applied, 0, k)
+	}
+	n.members.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	n.log.Info("cluster: configuration changed", "node", n.cfg.ID, "change", cc.GetType().String(), "member", id,
 		"voters", cs.GetVoters(), "learners", cs.GetLearners())
 	return nil
+}
+
+// confOutcome tells what became of the change proposed at mark, once
+// this node has applied that index: taken (it was applied), refused (the
+// entry there is not it: raft turned it into an empty entry, or a new
+// leader replaced it; nothing changed), or still unknown.
+func (n *Node) confOutcome(mark confMark) (taken, refused bool) {
+	if mark.index == 0 || n.applied.Load() < mark.index {
+		return false, false
+	}
+	n.members.mu.Lock()
+	defer n.members.mu.Unlock()
+	for _, a := range n.members.applied {
+		if a.index == mark.index {
+			return a.term == mark.term, a.term != mark.term
+		}
+	}
+	// Not among the changes applied: refused, if this node applied the
+	// entries there one by one (not from a snapshot) and remembers back
+	// that far.
+	seen := len(n.members.applied) < appliedKept || n.members.applied[0].index < mark.index
+	return false, seen && n.members.snapIndex < mark.index
+}
+
+// errConfRefused answers a change raft refused, or one proposed while
+// another was pending.
+func errConfRefused() error {
+	return errBusy("another membership change is not yet applied: ask again")
 }
 
 // memberRequest asks the loop for a membership change.
@@ -164,8 +351,9 @@ type memberRequest struct {
 }
 
 type memberAnswer struct {
-	id  uint64
-	err error
+	id   uint64
+	mark confMark // the change's entry; zero when nothing was proposed
+	err  error
 }
 
 // AddMember adds the node at addr (its internal address) to the group as
@@ -181,6 +369,9 @@ func (n *Node) AddMember(ctx context.Context, addr string) (uint64, error) {
 		if n.members.get(a.id) == addr {
 			return a.id, nil
 		}
+		if _, refused := n.confOutcome(a.mark); refused {
+			return 0, errConfRefused()
+		}
 		select {
 		case <-ctx.Done():
 			return a.id, errAmbiguous
@@ -192,8 +383,10 @@ func (n *Node) AddMember(ctx context.Context, addr string) (uint64, error) {
 // RemoveMember removes node id from the group. The leader does not remove
 // itself: it hands its leadership to another voter first and answers 503
 // ServerBusy, and the caller asks again (the new leader then does it).
+// Removing a node already removed succeeds.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
-	if _, err := n.memberChange(ctx, memberRequest{drop: id}); err != nil {
+	a, err := n.memberChange(ctx, memberRequest{drop: id})
+	if err != nil {
 		return err
 	}
 	for {
@@ -202,6 +395,9 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 		n.confMu.Unlock()
 		if !in {
 			return nil
+		}
+		if _, refused := n.confOutcome(a.mark); refused {
+			return errConfRefused()
 		}
 		select {
 		case <-ctx.Done():
@@ -231,11 +427,42 @@ func (n *Node) memberChange(ctx context.Context, r memberRequest) (memberAnswer,
 	}
 }
 
+// confPending reports, on the loop of the leader, whether a configuration
+// change is proposed and not yet applied, which raft would refuse: one
+// this node proposed in its term, or (before the leader is ready) one of
+// an earlier term still in its log.
+func (n *Node) confPending(st raft.Status) bool {
+	if !n.ready.Load() {
+		return true
+	}
+	p := n.members.proposed
+	return p.term == st.GetTerm() && p.index > st.Applied
+}
+
+// proposeConfChange proposes cc on the loop of the leader and returns its
+// entry. The loop has handled every Ready before taking a request or a
+// tick, so the log holds every entry raft has: the change goes next.
+func (n *Node) proposeConfChange(cc *raftpb.ConfChange, term uint64) (confMark, error) {
+	last, err := n.rlog.LastIndex()
+	if err != nil {
+		return confMark{}, err
+	}
+	if err := n.rn.ProposeConfChange(cc); err != nil {
+		return confMark{}, err
+	}
+	n.members.proposed = confMark{last + 1, term}
+	return n.members.proposed, nil
+}
+
 // handleMemberRequest proposes a membership change, on the loop.
 func (n *Node) handleMemberRequest(r memberRequest) {
 	st := n.rn.Status()
 	if st.RaftState != raft.StateLeader {
 		r.done <- memberAnswer{err: errNotLeader(st.Lead)}
+		return
+	}
+	if !n.ready.Load() {
+		r.done <- memberAnswer{err: errBusy("this node was just elected and has not applied its predecessors' entries yet: ask again")}
 		return
 	}
 	var cc *raftpb.ConfChange
@@ -250,6 +477,9 @@ func (n *Node) handleMemberRequest(r memberRequest) {
 				}
 			}
 		}
+		// Past every id the group ever assigned: a removed node's id is
+		// never given to another.
+		id = n.members.highest()
 		for pid := range st.Progress {
 			id = max(id, pid)
 		}
@@ -261,6 +491,10 @@ func (n *Node) handleMemberRequest(r memberRequest) {
 	default:
 		id = r.drop
 		if _, ok := st.Progress[id]; !ok {
+			if n.members.isRemoved(id) {
+				r.done <- memberAnswer{id: id} // removed already: asked again after an unknown outcome
+				return
+			}
 			r.done <- memberAnswer{err: errBusy(fmt.Sprintf("node %d is not a member", id))}
 			return
 		}
@@ -278,11 +512,16 @@ func (n *Node) handleMemberRequest(r memberRequest) {
 		}
 		cc = &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: &id}
 	}
-	if err := n.rn.ProposeConfChange(cc); err != nil {
+	if !n.members.noPrecheck.Load() && n.confPending(st) {
+		r.done <- memberAnswer{err: errConfRefused()}
+		return
+	}
+	mark, err := n.proposeConfChange(cc, st.GetTerm())
+	if err != nil {
 		r.done <- memberAnswer{err: errBusy(err.Error())}
 		return
 	}
-	r.done <- memberAnswer{id: id}
+	r.done <- memberAnswer{id: id, mark: mark}
 }
 
 // promoteLearners proposes, on the leader, that a learner that has caught
@@ -290,13 +529,13 @@ func (n *Node) handleMemberRequest(r memberRequest) {
 // the last is applied.
 func (n *Node) promoteLearners() {
 	st := n.rn.Status()
-	if st.RaftState != raft.StateLeader || time.Since(n.lastPromotion) < time.Second {
+	if st.RaftState != raft.StateLeader || time.Since(n.lastPromotion) < time.Second || n.confPending(st) {
 		return
 	}
 	for id, pr := range st.Progress {
 		if pr.IsLearner && pr.Match > 0 && pr.Match+catchUpSlack >= st.GetCommit() {
 			cc := &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: &id, Context: []byte(n.members.get(id))}
-			if err := n.rn.ProposeConfChange(cc); err == nil {
+			if _, err := n.proposeConfChange(cc, st.GetTerm()); err == nil {
 				n.lastPromotion = time.Now()
 				n.log.Info("cluster: promoting a learner that caught up", "node", id, "match", pr.Match, "commit", st.GetCommit())
 			}

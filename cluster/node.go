@@ -245,10 +245,10 @@ func NewNode(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("cluster: read raft log: %w", err)
 		}
 		w := c.Log.NewWrite()
-		if applied > last {
+		if applied > last || snapshotUnrecorded(st, ptr, applied) {
 			// Only a snapshot takes the store past the log: the node
 			// switched to a restored store and crashed before its log
-			// recorded the snapshot. Record it now.
+			// recorded the snapshot. Record it now (snapshotUnrecorded).
 			if ptr.snap == nil || ptr.snap.GetIndex() != applied {
 				return nil, fmt.Errorf("cluster: the store applied entry %d, past the raft log's last, %d: the log was lost or belongs to another store", applied, last)
 			}
@@ -304,13 +304,7 @@ func NewNode(cfg Config) (*Node, error) {
 	ns.n = n
 	n.memberReqs = make(chan memberRequest, 16)
 	n.conf = cs
-	n.members.addrs = book
-	for id, addr := range c.Members {
-		if _, ok := book[id]; !ok {
-			book[id] = addr
-		}
-	}
-	if err := dir.writeFile(membersFile, encodeMembers(book)); err != nil {
+	if err := n.initMembers(book, cs); err != nil {
 		return nil, err
 	}
 	n.store.Store(c.Store)

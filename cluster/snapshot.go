@@ -58,7 +58,7 @@ type stagedSnapshot struct {
 	ptr     storePointer
 	store   *partition.Store
 	ts      int64
-	members map[uint64]string // the leader's address book
+	members memberBook // the leader's member book when it served the snapshot
 }
 
 // snapshots is a node's snapshot state, on both sides.
@@ -196,7 +196,7 @@ func (n *Node) ServeSnapshot(w io.Writer, token []byte) error {
 	hdr = binary.BigEndian.AppendUint64(hdr, s.meta.GetIndex())
 	hdr = binary.BigEndian.AppendUint64(hdr, s.meta.GetTerm())
 	hdr = binary.BigEndian.AppendUint64(hdr, uint64(s.ts))
-	book := encodeMembers(n.members.all())
+	book := encodeMembers(n.members.clone())
 	hdr = binary.BigEndian.AppendUint32(hdr, uint32(len(book)))
 	hdr = append(hdr, book...)
 	if _, err := w.Write(hdr); err != nil {
@@ -344,13 +344,9 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	// The address book first: the members it names may include the
 	// leader, and a crash after the switch below must not leave this node
 	// with the snapshot's store but not the addresses to answer it at.
-	for id, addr := range st.members {
-		if n.members.get(id) != addr {
-			if err := n.setMember(id, addr); err != nil {
-				st.store.Close()
-				return err
-			}
-		}
+	if err := n.mergeMembers(st.members, meta.GetIndex()); err != nil {
+		st.store.Close()
+		return err
 	}
 	if err := n.dir.writePointer(st.ptr); err != nil {
 		st.store.Close()
@@ -374,6 +370,23 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	n.snaps.mu.Unlock()
 	n.log.Info("cluster: snapshot installed", "node", n.cfg.ID, "index", meta.GetIndex())
 	return nil
+}
+
+// snapshotUnrecorded reports whether the store was switched to a snapshot
+// at applied that the raft log has not recorded: the node crashed between
+// the switch (installSnapshot) and the log's write. The log may then hold
+// entries up to and past the snapshot's index, of a tail the group never
+// committed: raft hands a snapshot to install only when the log does not
+// hold the snapshot's entry. Recording the snapshot drops that tail, as
+// the lost write would have. Kept, it would contradict the snapshot's
+// entry, which the node's hard state then says is committed: the node
+// would refuse the leader's appends until a newer snapshot came.
+func snapshotUnrecorded(st *raftlog.Storage, ptr storePointer, applied uint64) bool {
+	if ptr.snap == nil || ptr.snap.GetIndex() != applied {
+		return false
+	}
+	first, err := st.FirstIndex()
+	return err == nil && first <= applied
 }
 
 // idleReader cancels a transfer when no byte has come for idle: a slow
