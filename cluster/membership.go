@@ -274,7 +274,7 @@ func (n *Node) applyConfChange(e *raftpb.Entry) error {
 	n.conf = cs
 	n.confMu.Unlock()
 	w := n.cfg.Log.NewWrite()
-	w.SetConfState(group, cs)
+	w.SetConfState(systemGroup, cs)
 	if err := w.Commit(true); err != nil {
 		return err
 	}

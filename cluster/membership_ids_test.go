@@ -36,7 +36,7 @@ func holdConfChanges(c *testCluster, ld *testNode) (release func()) {
 func waitLogGrows(t *testing.T, tn *testNode, last uint64) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if l, _ := tn.rlog.Group(group).LastIndex(); l > last {
+		if l, _ := tn.rlog.Group(systemGroup).LastIndex(); l > last {
 			return
 		}
 	}
@@ -54,7 +54,7 @@ func TestMemberChangeWhilePendingIsBusy(t *testing.T) {
 	ld := c.leader(10 * time.Second)
 	release := holdConfChanges(c, ld)
 	defer release()
-	last, _ := ld.rlog.Group(group).LastIndex()
+	last, _ := ld.rlog.Group(systemGroup).LastIndex()
 	first := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -103,7 +103,7 @@ func TestMemberChangeRefusedByRaftIsBusy(t *testing.T) {
 	ld.node.members.noPrecheck.Store(true)
 	release := holdConfChanges(c, ld)
 	defer release()
-	last, _ := ld.rlog.Group(group).LastIndex()
+	last, _ := ld.rlog.Group(systemGroup).LastIndex()
 	first := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

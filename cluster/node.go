@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,11 +20,11 @@ import (
 	"github.com/tabuladb/tabula/partition"
 )
 
-// group is the raft group that replicates the whole table service. The
-// log, the messages on the wire and the store's applied index carry a
-// group id so that range partitions can become groups of their own; today
-// there is this one.
-const group = 1
+// systemGroup is the raft group that replicates the table service as a
+// whole: the catalog, and every entity not in a range group. The log, the
+// messages on the wire and the store's applied index carry a group id, so
+// range partitions become groups of their own beside it (replica.go).
+const systemGroup = 1
 
 // Transport sends raft messages to the other nodes (package
 // cluster/transport over the network; an in-memory one in tests).
@@ -136,16 +137,26 @@ func (c *Config) withDefaults() Config {
 	return out
 }
 
-// Node is one replica of the table service in a raft group: it runs the
-// group's raft state machine, persists its log, exchanges its messages
-// and applies its committed commands to its store. Store (the type) is
-// its face to the REST server.
+// Node is one machine's member of a cluster: it holds a replica of each
+// raft group it belongs to, drives them all from one loop (one write of
+// the raft log, so one fsync, per turn for every group), exchanges their
+// messages over one transport and applies their committed commands to its
+// one store. Store (the type) is its face to the REST server.
 type Node struct {
+	// The system group's replica. Membership, snapshots and status are
+	// the system group's, and read its fields as the node's own.
+	*replica
+
 	cfg   Config
 	log   *slog.Logger
 	store atomic.Pointer[partition.Store] // see st
-	rlog  *raftlog.Storage
-	rn    *raft.RawNode // owned by the loop goroutine
+
+	// replicas are the node's groups by id, the system group's included;
+	// the loop adds them, others read under replicasMu. touched are the
+	// replicas the loop turn under way has given work (loop-owned).
+	replicasMu sync.RWMutex
+	replicas   map[uint64]*replica
+	touched    map[*replica]struct{}
 
 	// dir is the node's data directory; storePtr names the live store in
 	// it (owned by the apply goroutine, which installs snapshots).
@@ -162,37 +173,12 @@ type Node struct {
 	memberReqs    chan memberRequest
 	lastPromotion time.Time // loop-owned
 
-	inbox    chan []*raftpb.Message
+	inbox    chan []transport.Message
 	proposes chan *proposal
 	reads    chan *readWaiter
 	applyCh  chan applyItem
 
-	// Leadership, as the loop last saw it; readers are other goroutines.
-	leader atomic.Uint64 // the leader's id, 0 when none is known
-	// ready is set while this node is the leader and has applied every
-	// entry committed before its term (the entries up to readyAt): only
-	// then may it stamp commands and answer reads. leaderMu orders the
-	// loop's changes of role with the apply goroutine's setting of ready.
-	ready    atomic.Bool
-	leaderMu sync.Mutex
-	isLeader bool
-	readyAt  uint64
-
-	// The loop's own state: the stamp clock's last issued timestamp, and
-	// the read batches waiting for their ReadIndex.
-	lastStamp  int64
-	readSeq    uint64
-	readsByCtx map[string][]*readWaiter
-
-	// applied is the index of the last entry applied; appliedTS the
-	// newest commit timestamp among the commands applied.
-	applied   atomic.Uint64
-	appliedTS atomic.Int64
-	appliedMu sync.Mutex
-	appliedCh chan struct{} // closed and replaced on every advance of applied
-
-	waiters waiters
-	status  atomic.Pointer[nodeStatus] // see snapshotStatus
+	status atomic.Pointer[nodeStatus] // see snapshotStatus
 
 	stopped chan struct{}
 	failed  atomic.Pointer[error]
@@ -213,7 +199,7 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := c.Log.Group(group)
+	st := c.Log.Group(systemGroup)
 	hs, cs, err := st.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
@@ -231,7 +217,7 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %s: %w", membersFile, err)
 	}
-	applied, err := c.Store.AppliedIndex(group)
+	applied, err := c.Store.AppliedIndex(systemGroup)
 	if err != nil {
 		return nil, err
 	}
@@ -252,56 +238,33 @@ func NewNode(cfg Config) (*Node, error) {
 			if ptr.snap == nil || ptr.snap.GetIndex() != applied {
 				return nil, fmt.Errorf("cluster: the store applied entry %d, past the raft log's last, %d: the log was lost or belongs to another store", applied, last)
 			}
-			w.ApplySnapshot(group, ptr.snap)
+			w.ApplySnapshot(systemGroup, ptr.snap)
 		}
 		fixed := &raftpb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: &applied}
-		w.SetHardState(group, fixed)
+		w.SetHardState(systemGroup, fixed)
 		if err := w.Commit(true); err != nil {
 			return nil, fmt.Errorf("cluster: record commit index: %w", err)
 		}
 	}
 	ns := &nodeStorage{Storage: st}
-	rn, err := raft.NewRawNode(&raft.Config{
-		ID:              c.ID,
-		ElectionTick:    c.ElectionTicks,
-		HeartbeatTick:   c.HeartbeatTicks,
-		Storage:         ns,
-		Applied:         applied,
-		MaxSizePerMsg:   1 << 20,
-		MaxInflightMsgs: 256,
-		// An entry queue bound: a leader cut off from its quorum stops
-		// taking proposals rather than growing without end.
-		MaxUncommittedEntriesSize: 64 << 20,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		// A proposal is stamped by the leader that takes it (above what
-		// that leader has applied). Forwarded by a node that has just
-		// stepped down, it would reach a leader whose stamps it was never
-		// ordered against: raft drops it instead, and the client is told
-		// to retry (ServerBusy; nothing was written).
-		DisableProposalForwarding: true,
-		ReadOnlyOption:            raft.ReadOnlySafe,
-		Logger:                    raftLogger{c.Logger},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: start raft: %w", err)
-	}
 	n := &Node{
-		cfg:        c,
-		log:        c.Logger,
-		rlog:       st,
-		rn:         rn,
-		dir:        dir,
-		storePtr:   ptr,
-		inbox:      make(chan []*raftpb.Message, 1024),
-		proposes:   make(chan *proposal, 1024),
-		reads:      make(chan *readWaiter, 1024),
-		applyCh:    make(chan applyItem, 64),
-		appliedCh:  make(chan struct{}),
-		stopped:    make(chan struct{}),
-		readsByCtx: make(map[string][]*readWaiter),
+		cfg:      c,
+		log:      c.Logger,
+		dir:      dir,
+		storePtr: ptr,
+		replicas: make(map[uint64]*replica),
+		touched:  make(map[*replica]struct{}),
+		inbox:    make(chan []transport.Message, 1024),
+		proposes: make(chan *proposal, 1024),
+		reads:    make(chan *readWaiter, 1024),
+		applyCh:  make(chan applyItem, 64),
+		stopped:  make(chan struct{}),
 	}
 	ns.n = n
+	if n.replica, err = newReplica(n, systemGroup, st, ns, applied); err != nil {
+		return nil, err
+	}
+	n.replicas[systemGroup] = n.replica
 	n.memberReqs = make(chan memberRequest, 16)
 	n.conf = cs
 	if err := n.initMembers(book, cs); err != nil {
@@ -310,8 +273,6 @@ func NewNode(cfg Config) (*Node, error) {
 	n.store.Store(c.Store)
 	n.snaps.served = map[string]*servedSnapshot{}
 	n.snaps.nextDir = ptr.n
-	n.applied.Store(applied)
-	n.waiters.init()
 	return n, nil
 }
 
@@ -324,18 +285,6 @@ func (n *Node) Replica() *partition.Store { return n.st() }
 // node too busy to take them drops them, and raft sends them again.
 // Messages of a group the node does not hold are dropped too.
 func (n *Node) Receive(msgs []transport.Message) {
-	ours := make([]*raftpb.Message, 0, len(msgs))
-	for _, m := range msgs {
-		if m.Group == group {
-			ours = append(ours, m.Raft)
-		}
-	}
-	n.deliver(ours)
-}
-
-// deliver queues messages of the node's group for the loop, or drops them
-// when the loop is too busy to take them (raft sends them again).
-func (n *Node) deliver(msgs []*raftpb.Message) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -344,6 +293,39 @@ func (n *Node) deliver(msgs []*raftpb.Message) {
 	default:
 	}
 }
+
+// route hands received messages to the replicas of their groups.
+func (n *Node) route(msgs []transport.Message) {
+	for i := 0; i < len(msgs); {
+		g := msgs[i].Group
+		j := i + 1
+		for j < len(msgs) && msgs[j].Group == g {
+			j++
+		}
+		if r := n.replicas[g]; r != nil {
+			batch := make([]*raftpb.Message, j-i)
+			for k := range batch {
+				batch[k] = msgs[i+k].Raft
+			}
+			r.step(batch)
+			n.touch(r)
+		}
+		i = j
+	}
+}
+
+// deliver queues system-group messages for the loop, as Receive does
+// (a follower's MsgSnap, once its snapshot is fetched).
+func (n *Node) deliver(msgs []*raftpb.Message) {
+	out := make([]transport.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = transport.Message{Group: systemGroup, Raft: m}
+	}
+	n.Receive(out)
+}
+
+// touch marks r as given work in this loop turn: its Ready is looked at.
+func (n *Node) touch(r *replica) { n.touched[r] = struct{}{} }
 
 // Leader returns the id of the group's leader as this node knows it, 0
 // when it knows none.
@@ -378,9 +360,12 @@ func (n *Node) Run(ctx context.Context) error {
 		n.failed.CompareAndSwap(nil, &err)
 		n.log.Error("cluster node stopped", "err", err)
 	}
-	n.ready.Store(false)
 	close(n.stopped)
-	n.waiters.failAll(ErrStopped)
+	n.replicasMu.RLock()
+	for _, r := range n.replicas {
+		r.stop(ErrStopped)
+	}
+	n.replicasMu.RUnlock()
 	return err
 }
 
@@ -397,18 +382,24 @@ func (n *Node) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ticks:
-			for _, id := range n.cfg.Transport.Unreachable() {
-				n.rn.ReportUnreachable(id)
+			unreachable := n.cfg.Transport.Unreachable()
+			for _, r := range n.replicas {
+				for _, id := range unreachable {
+					r.rn.ReportUnreachable(id)
+				}
+				r.rn.Tick()
+				n.touch(r)
 			}
-			n.rn.Tick()
 			n.promoteLearners()
 			n.snapshotStatus()
 		case r := <-n.memberReqs:
 			n.handleMemberRequest(r)
+			n.touch(n.replica)
 		case msgs := <-n.inbox:
-			n.step(msgs)
+			n.route(msgs)
 		case p := <-n.proposes:
-			n.stampAndPropose(p)
+			p.r.stampAndPropose(p)
+			n.touch(p.r)
 		case r := <-n.reads:
 			pendingReads = append(pendingReads, r)
 		}
@@ -417,9 +408,10 @@ func (n *Node) loop(ctx context.Context) error {
 		for more := true; more; {
 			select {
 			case msgs := <-n.inbox:
-				n.step(msgs)
+				n.route(msgs)
 			case p := <-n.proposes:
-				n.stampAndPropose(p)
+				p.r.stampAndPropose(p)
+				n.touch(p.r)
 			case r := <-n.reads:
 				pendingReads = append(pendingReads, r)
 			default:
@@ -427,13 +419,11 @@ func (n *Node) loop(ctx context.Context) error {
 			}
 		}
 		if len(pendingReads) > 0 {
-			n.requestRead(pendingReads)
+			n.requestReads(pendingReads)
 			pendingReads = nil
 		}
-		for n.rn.HasReady() {
-			if err := n.handleReady(n.rn.Ready()); err != nil {
-				return err
-			}
+		if err := n.handleTouched(); err != nil {
+			return err
 		}
 		if err := n.Err(); err != nil {
 			return err // the apply goroutine failed
@@ -444,145 +434,113 @@ func (n *Node) loop(ctx context.Context) error {
 	}
 }
 
-func (n *Node) step(msgs []*raftpb.Message) {
-	for _, m := range msgs {
-		if m.GetTo() != n.cfg.ID {
-			continue
+// handleTouched handles the Readys of the replicas given work in this
+// loop turn, until none has one left.
+func (n *Node) handleTouched() error {
+	var ready []*replica
+	for r := range n.touched {
+		if r.rn.HasReady() {
+			ready = append(ready, r)
 		}
-		if m.GetType() == raftpb.MessageType_MsgSnap && !n.snapshotMessage(m) {
-			continue // stepped once its snapshot is fetched and staged
-		}
-		// A message of a stale term or for an unknown peer is an error
-		// raft reports and ignores; there is nothing to do about it here.
-		_ = n.rn.Step(m)
 	}
-}
-
-// handleReady does one Ready's work in raft's order: persist the log and
-// hard state (synced when raft says so) before sending any message that
-// depends on them (a steady leader's appends depend on nothing it writes),
-// then hand the committed entries to the apply goroutine, then note
-// leadership changes.
-func (n *Node) handleReady(rd raft.Ready) error {
-	snap := !raft.IsEmptySnap(rd.Snapshot)
-	if snap {
-		// The store first: a crash after the switch is recovered from the
-		// store's pointer (NewNode), one before it from the old store.
-		meta := rd.Snapshot.GetMetadata()
-		if err := n.onApply(func() error { return n.installSnapshot(meta) }); err != nil {
+	clear(n.touched)
+	for len(ready) > 0 {
+		if err := n.handleReadys(ready); err != nil {
 			return err
 		}
-		n.confMu.Lock()
-		n.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
-		n.confMu.Unlock()
+		ready = slices.DeleteFunc(ready, func(r *replica) bool { return !r.rn.HasReady() })
 	}
-	// A leader sends its appends before its own write is durable, so that
-	// followers write in parallel (raft thesis §10.2.1). It cannot count
-	// its unwritten copy toward a commit: the answers that would commit
-	// an entry are stepped by this loop only after the write below. A
-	// node that is not, or stops being, the leader sends afterwards, as
-	// its votes and acknowledgements must follow what they promise.
-	early := n.isLeader && (rd.SoftState == nil || rd.SoftState.RaftState == raft.StateLeader) && !snap
-	if early {
-		n.send(rd.Messages)
-	}
-	if snap || len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
-		w := n.cfg.Log.NewWrite()
-		if snap {
-			w.ApplySnapshot(group, rd.Snapshot.GetMetadata())
-		}
-		if len(rd.Entries) > 0 {
-			w.Append(group, rd.Entries)
-		}
-		if !raft.IsEmptyHardState(rd.HardState) {
-			w.SetHardState(group, rd.HardState)
-		}
-		if err := w.Commit(rd.MustSync || snap); err != nil {
-			return fmt.Errorf("cluster: persist raft log: %w", err)
-		}
-	}
-	if !early {
-		n.send(rd.Messages)
-	}
-	for _, e := range rd.CommittedEntries {
-		if e.GetType() == raftpb.EntryType_EntryConfChange {
-			if err := n.applyConfChange(e); err != nil {
-				return err
-			}
-		}
-	}
-	if len(rd.CommittedEntries) > 0 {
-		n.applyCh <- applyItem{ents: rd.CommittedEntries}
-	}
-	for _, rs := range rd.ReadStates {
-		n.readDone(rs)
-	}
-	if rd.SoftState != nil {
-		n.leadershipChanged(rd.SoftState)
-	}
-	n.rn.Advance(rd)
-	n.checkReady()
 	return nil
 }
 
-// send hands a Ready's messages to the transport.
-func (n *Node) send(msgs []*raftpb.Message) {
-	if len(msgs) == 0 {
-		return
+// handleReadys does the Readys of several replicas in raft's order, with
+// one write of the raft log for all of them (one fsync for the node):
+// persist the logs and hard states (synced when raft says so) before
+// sending any message that depends on them (a steady leader's appends
+// depend on nothing it writes), then hand the committed entries to the
+// apply goroutine, then note leadership changes.
+func (n *Node) handleReadys(rs []*replica) error {
+	rds := make([]raft.Ready, len(rs))
+	early := make([]bool, len(rs))
+	w := n.cfg.Log.NewWrite()
+	write, sync := false, false
+	for i, r := range rs {
+		rd := r.rn.Ready()
+		rds[i] = rd
+		snap := !raft.IsEmptySnap(rd.Snapshot)
+		if snap {
+			// The store first: a crash after the switch is recovered from
+			// the store's pointer (NewNode), one before it from the old
+			// store. Only the system group is sent snapshots (step).
+			meta := rd.Snapshot.GetMetadata()
+			if err := n.onApply(func() error { return n.installSnapshot(meta) }); err != nil {
+				return err
+			}
+			n.confMu.Lock()
+			n.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
+			n.confMu.Unlock()
+			w.ApplySnapshot(r.group, meta)
+		}
+		// A leader sends its appends before its own write is durable, so
+		// that followers write in parallel (raft thesis §10.2.1). It
+		// cannot count its unwritten copy toward a commit: the answers
+		// that would commit an entry are stepped by this loop only after
+		// the write below. A node that is not, or stops being, the leader
+		// sends afterwards, as its votes and acknowledgements must follow
+		// what they promise.
+		early[i] = r.isLeader && (rd.SoftState == nil || rd.SoftState.RaftState == raft.StateLeader) && !snap
+		if early[i] {
+			r.send(rd.Messages)
+		}
+		if len(rd.Entries) > 0 {
+			w.Append(r.group, rd.Entries)
+		}
+		if !raft.IsEmptyHardState(rd.HardState) {
+			w.SetHardState(r.group, rd.HardState)
+		}
+		write = write || snap || len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState)
+		sync = sync || rd.MustSync || snap
 	}
+	if write {
+		if err := w.Commit(sync); err != nil {
+			return fmt.Errorf("cluster: persist raft log: %w", err)
+		}
+	}
+	for i, r := range rs {
+		rd := rds[i]
+		if !early[i] {
+			r.send(rd.Messages)
+		}
+		for _, e := range rd.CommittedEntries {
+			if e.GetType() == raftpb.EntryType_EntryConfChange {
+				if r.group != systemGroup {
+					return fmt.Errorf("cluster: group %d: entry %d is a configuration change, which range groups do not take yet", r.group, e.GetIndex())
+				}
+				if err := n.applyConfChange(e); err != nil {
+					return err
+				}
+			}
+		}
+		if len(rd.CommittedEntries) > 0 {
+			n.applyCh <- applyItem{r: r, ents: rd.CommittedEntries}
+		}
+		for _, rs := range rd.ReadStates {
+			r.readDone(rs)
+		}
+		if rd.SoftState != nil {
+			r.leadershipChanged(rd.SoftState)
+		}
+		r.rn.Advance(rd)
+		r.checkReady()
+	}
+	return nil
+}
+
+// sendGroup hands the transport a group's messages.
+func (n *Node) sendGroup(group uint64, msgs []*raftpb.Message) {
 	out := make([]transport.Message, len(msgs))
 	for i, m := range msgs {
 		out[i] = transport.Message{Group: group, Raft: m}
 	}
 	n.cfg.Transport.Send(out)
-	for _, m := range msgs {
-		if m.GetType() == raftpb.MessageType_MsgSnap {
-			// Sent: the follower fetches the store itself, and answers
-			// once it has it.
-			n.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
-		}
-	}
-}
-
-// leadershipChanged notes a change of raft role or leader. Becoming the
-// leader starts the wait for the entries of earlier terms to be applied
-// (the first entry of the term is the empty one raft appends on election,
-// the last of rd.Entries); losing it fails the proposals and reads in
-// flight, whose fate this node can no longer tell.
-func (n *Node) leadershipChanged(ss *raft.SoftState) {
-	n.leader.Store(ss.Lead)
-	n.leaderMu.Lock()
-	defer n.leaderMu.Unlock()
-	wasLeader := n.isLeader
-	n.isLeader = ss.RaftState == raft.StateLeader
-	switch {
-	case n.isLeader && !wasLeader:
-		// handleReady persisted the Ready's entries, the empty one among
-		// them, before calling here.
-		last, err := n.rlog.LastIndex()
-		if err != nil {
-			last = ^uint64(0) // never ready: the log is failing anyway
-		}
-		n.readyAt = last
-		n.log.Info("cluster: elected leader", "node", n.cfg.ID, "term", n.rn.BasicStatus().HardState.GetTerm(), "ready_at", n.readyAt)
-	case !n.isLeader && wasLeader:
-		n.ready.Store(false)
-		n.waiters.failAll(errAmbiguous)
-		n.failReads(errNotLeader(ss.Lead))
-		n.log.Info("cluster: lost leadership", "node", n.cfg.ID, "leader", ss.Lead)
-	}
-}
-
-// checkReady marks the leader ready once it has applied up to the first
-// entry of its term.
-func (n *Node) checkReady() {
-	n.leaderMu.Lock()
-	defer n.leaderMu.Unlock()
-	if n.isLeader && !n.ready.Load() && n.applied.Load() >= n.readyAt {
-		if n.cfg.OnReady != nil {
-			n.cfg.OnReady() // before any request is served as the leader
-		}
-		n.ready.Store(true)
-		n.log.Info("cluster: leader ready", "node", n.cfg.ID, "applied", n.applied.Load())
-	}
 }

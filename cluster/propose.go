@@ -17,8 +17,9 @@ type result struct {
 	err      error
 }
 
-// proposal is a command on its way into the log.
+// proposal is a command on its way into a group's log.
 type proposal struct {
+	r      *replica
 	data   []byte // the encoded command, its timestamp still to stamp
 	stamps int    // how many commit timestamps it takes (0: none)
 	w      *waiter
@@ -81,32 +82,33 @@ func (ws *waiters) failAll(err error) {
 // this node. Only the ready leader takes proposals; a proposal whose fate
 // this node loses track of (leadership lost, ctx ended after it was
 // handed to raft) is ambiguous: it may yet be applied.
-func (n *Node) propose(ctx context.Context, c *command.Command, stamps int) (result, error) {
-	if !n.ready.Load() {
-		return result{}, errNotLeader(n.leader.Load())
+func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (result, error) {
+	if !r.ready.Load() {
+		return result{}, errNotLeader(r.leader.Load())
 	}
-	w := n.waiters.add(n.cfg.ID)
+	n := r.n
+	w := r.waiters.add(n.cfg.ID)
 	c.ID = w.id
-	p := &proposal{data: c.Append(nil), stamps: stamps, w: w}
+	p := &proposal{r: r, data: c.Append(nil), stamps: stamps, w: w}
 	select {
 	case n.proposes <- p:
 	case <-ctx.Done():
-		n.waiters.forget(w)
+		r.waiters.forget(w)
 		return result{}, errBusy("the node's proposal queue is full")
 	case <-n.stopped:
-		n.waiters.forget(w)
+		r.waiters.forget(w)
 		return result{}, ErrStopped
 	}
 	select {
-	case r := <-w.ch:
-		return r, r.err
+	case res := <-w.ch:
+		return res, res.err
 	case <-ctx.Done():
-		n.waiters.forget(w)
+		r.waiters.forget(w)
 		return result{}, errAmbiguous
 	case <-n.stopped:
 		// Queued but perhaps never proposed, or proposed and not yet
 		// applied: either way this node can no longer tell.
-		n.waiters.forget(w)
+		r.waiters.forget(w)
 		return result{}, errAmbiguous
 	}
 }
@@ -114,19 +116,19 @@ func (n *Node) propose(ctx context.Context, c *command.Command, stamps int) (res
 // stampAndPropose is the loop's part of a proposal: stamp its commit
 // timestamps, in log order, above every timestamp stamped or applied, and
 // hand it to raft.
-func (n *Node) stampAndPropose(p *proposal) {
-	if !n.ready.Load() {
-		n.waiters.done(p.w.id, result{err: errNotLeader(n.leader.Load())})
+func (r *replica) stampAndPropose(p *proposal) {
+	if !r.ready.Load() {
+		r.waiters.done(p.w.id, result{err: errNotLeader(r.leader.Load())})
 		return
 	}
 	if p.stamps > 0 {
-		ts := int64(odata.DateTimeFromTime(n.cfg.Now()))
-		ts = max(ts, n.lastStamp+1, n.appliedTS.Load()+1)
-		n.lastStamp = ts + int64(p.stamps) - 1
+		ts := int64(odata.DateTimeFromTime(r.n.cfg.Now()))
+		ts = max(ts, r.lastStamp+1, r.appliedTS.Load()+1)
+		r.lastStamp = ts + int64(p.stamps) - 1
 		command.SetTimestamp(p.data, odata.DateTime(ts))
 	}
-	if err := n.rn.Propose(p.data); err != nil {
+	if err := r.rn.Propose(p.data); err != nil {
 		// Not the leader any more, or too much uncommitted already.
-		n.waiters.done(p.w.id, result{err: errBusy(err.Error())})
+		r.waiters.done(p.w.id, result{err: errBusy(err.Error())})
 	}
 }

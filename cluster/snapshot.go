@@ -311,7 +311,7 @@ func (n *Node) stage(m *raftpb.Message) error {
 	}
 	// The leader's store may have applied refusals after its last write:
 	// the restored store is at the snapshot's index all the same.
-	if err := store.SyncApplied(group, idx); err != nil {
+	if err := store.SyncApplied(systemGroup, idx); err != nil {
 		store.Close()
 		return err
 	}

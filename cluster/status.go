@@ -73,7 +73,7 @@ func (n *Node) ranges(ctx context.Context, leaseholder uint64) []RangeStatus {
 			continue
 		}
 		for _, ri := range infos {
-			out = append(out, RangeStatus{Account: t.Account, Table: t.Name, RangeInfo: ri, Group: group, Leaseholder: leaseholder})
+			out = append(out, RangeStatus{Account: t.Account, Table: t.Name, RangeInfo: ri, Group: systemGroup, Leaseholder: leaseholder})
 		}
 	}
 	return out

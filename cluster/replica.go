@@ -1,0 +1,185 @@
+package cluster
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tabuladb/tabula/cluster/raftlog"
+)
+
+// replica is this node's member of one raft group: the group's raft state
+// machine, its proposals and reads in flight, its leadership as this node
+// sees it, and how far it has applied. Every replica of a node shares the
+// node's loop, raft log, transport, apply goroutine and store.
+//
+// The system group (group 1) replicates the table service as a whole, its
+// catalog included. Range groups, one per range partition, are being built
+// (docs/cluster.md, "Range partitions as groups"): today they replicate
+// entity writes over a fixed set of voters, without snapshots.
+type replica struct {
+	n     *Node
+	group uint64
+	rlog  *raftlog.Storage
+	rn    *raft.RawNode // loop-owned
+
+	// Leadership, as the loop last saw it; readers are other goroutines.
+	leader atomic.Uint64 // the leader's id, 0 when none is known
+	// ready is set while this node is the leader and has applied every
+	// entry committed before its term (the entries up to readyAt): only
+	// then may it stamp commands and answer reads. leaderMu orders the
+	// loop's changes of role with the apply goroutine's setting of ready.
+	ready    atomic.Bool
+	leaderMu sync.Mutex
+	isLeader bool
+	readyAt  uint64
+
+	// The loop's own state: the stamp clock's last issued timestamp, the
+	// read batches waiting for their ReadIndex, and whether the group is
+	// quiesced (not ticked; see quiesce.go).
+	lastStamp  int64
+	readSeq    uint64
+	readsByCtx map[string][]*readWaiter
+
+	// applied is the index of the last entry applied; appliedTS the
+	// newest commit timestamp among the commands applied. sinceSync is
+	// the apply goroutine's count of entries applied since the last sync.
+	applied   atomic.Uint64
+	appliedTS atomic.Int64
+	appliedMu sync.Mutex
+	appliedCh chan struct{} // closed and replaced on every advance of applied
+	sinceSync uint64
+
+	waiters waiters
+}
+
+// newReplica starts the raft state machine of group on this node, from
+// storage (the group's log, and for the system group its snapshots) and
+// the index its store has applied.
+func newReplica(n *Node, group uint64, rlog *raftlog.Storage, storage raft.Storage, applied uint64) (*replica, error) {
+	c := &n.cfg
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:              c.ID,
+		ElectionTick:    c.ElectionTicks,
+		HeartbeatTick:   c.HeartbeatTicks,
+		Storage:         storage,
+		Applied:         applied,
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		// An entry queue bound: a leader cut off from its quorum stops
+		// taking proposals rather than growing without end.
+		MaxUncommittedEntriesSize: 64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		// A proposal is stamped by the leader that takes it (above what
+		// that leader has applied). Forwarded by a node that has just
+		// stepped down, it would reach a leader whose stamps it was never
+		// ordered against: raft drops it instead, and the client is told
+		// to retry (ServerBusy; nothing was written).
+		DisableProposalForwarding: true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{c.Logger},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start raft of group %d: %w", group, err)
+	}
+	r := &replica{
+		n:          n,
+		group:      group,
+		rlog:       rlog,
+		rn:         rn,
+		readsByCtx: make(map[string][]*readWaiter),
+		appliedCh:  make(chan struct{}),
+	}
+	r.applied.Store(applied)
+	r.waiters.init()
+	return r, nil
+}
+
+// step hands the replica messages from its peers.
+func (r *replica) step(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		if m.GetTo() != r.n.cfg.ID {
+			continue
+		}
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			if r.group != systemGroup {
+				continue // range groups take no snapshots yet
+			}
+			if !r.n.snapshotMessage(m) {
+				continue // stepped once its snapshot is fetched and staged
+			}
+		}
+		// A message of a stale term or for an unknown peer is an error
+		// raft reports and ignores; there is nothing to do about it here.
+		_ = r.rn.Step(m)
+	}
+}
+
+// send hands a Ready's messages to the transport.
+func (r *replica) send(msgs []*raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	r.n.sendGroup(r.group, msgs)
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			// Sent: the follower fetches the store itself, and answers
+			// once it has it.
+			r.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+		}
+	}
+}
+
+// leadershipChanged notes a change of raft role or leader. Becoming the
+// leader starts the wait for the entries of earlier terms to be applied
+// (the first entry of the term is the empty one raft appends on election,
+// the last of rd.Entries); losing it fails the proposals and reads in
+// flight, whose fate this node can no longer tell.
+func (r *replica) leadershipChanged(ss *raft.SoftState) {
+	r.leader.Store(ss.Lead)
+	r.leaderMu.Lock()
+	defer r.leaderMu.Unlock()
+	wasLeader := r.isLeader
+	r.isLeader = ss.RaftState == raft.StateLeader
+	log := r.n.log
+	switch {
+	case r.isLeader && !wasLeader:
+		// handleReadys persisted the Ready's entries, the empty one among
+		// them, before calling here.
+		last, err := r.rlog.LastIndex()
+		if err != nil {
+			last = ^uint64(0) // never ready: the log is failing anyway
+		}
+		r.readyAt = last
+		log.Info("cluster: elected leader", "node", r.n.cfg.ID, "group", r.group, "term", r.rn.BasicStatus().HardState.GetTerm(), "ready_at", r.readyAt)
+	case !r.isLeader && wasLeader:
+		r.ready.Store(false)
+		r.waiters.failAll(errAmbiguous)
+		r.failReads(errNotLeader(ss.Lead))
+		log.Info("cluster: lost leadership", "node", r.n.cfg.ID, "group", r.group, "leader", ss.Lead)
+	}
+}
+
+// checkReady marks the leader ready once it has applied up to the first
+// entry of its term.
+func (r *replica) checkReady() {
+	r.leaderMu.Lock()
+	defer r.leaderMu.Unlock()
+	if r.isLeader && !r.ready.Load() && r.applied.Load() >= r.readyAt {
+		if r.group == systemGroup && r.n.cfg.OnReady != nil {
+			r.n.cfg.OnReady() // before any request is served as the leader
+		}
+		r.ready.Store(true)
+		r.n.log.Info("cluster: leader ready", "node", r.n.cfg.ID, "group", r.group, "applied", r.applied.Load())
+	}
+}
+
+// stop ends every wait on the replica with err: the node stopped.
+func (r *replica) stop(err error) {
+	r.ready.Store(false)
+	r.waiters.failAll(err)
+}
