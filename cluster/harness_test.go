@@ -195,13 +195,40 @@ type testCluster struct {
 	// snapshotKeep their Config.SnapshotKeep (0: the default).
 	clock        func() time.Time
 	snapshotKeep time.Duration
+	// groups are the range groups every node hosts, their voters the
+	// founding nodes. tick is the nodes' raft tick (0: 10 ms).
+	groups []uint64
+	tick   time.Duration
 }
 
 func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}}
+	return newRangeCluster(t, size, seed, 0)
+}
+
+func (c *testCluster) tickInterval() time.Duration {
+	if c.tick > 0 {
+		return c.tick
+	}
+	return 10 * time.Millisecond
+}
+
+// newRangeCluster starts a cluster whose nodes also host range groups
+// 2 .. groups+1.
+func newRangeCluster(t testing.TB, size int, seed uint64, groups int) *testCluster {
+	t.Helper()
+	return startRangeCluster(t, size, seed, groups, 0)
+}
+
+// startRangeCluster is newRangeCluster with the nodes' raft tick.
+func startRangeCluster(t testing.TB, size int, seed uint64, groups int, tick time.Duration) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, tick: tick}
 	for i := 1; i <= size; i++ {
 		c.peers = append(c.peers, uint64(i))
+	}
+	for g := range groups {
+		c.groups = append(c.groups, uint64(g+2))
 	}
 	for _, id := range c.peers {
 		c.start(id, vfs.NewMem())
@@ -234,7 +261,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		ID: id, Peers: c.peers, Join: join, Store: store, DataDir: "/node", StoreOptions: storeOpts, Log: rlog, Ticks: ticks,
 		FetchSnapshot: c.net.fetchSnapshot,
 		Transport:     simTransport{net: c.net, from: id},
-		TickInterval:  10 * time.Millisecond, ElectionTicks: 10,
+		TickInterval:  c.tickInterval(), ElectionTicks: 10,
 		// Small: the log is compacted often, so lagging nodes catch up by
 		// snapshot in every run.
 		SyncEvery: 50, LogRetention: 30, RequestTimeout: 300 * time.Millisecond,
@@ -243,11 +270,16 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)
 	}
+	for _, g := range c.groups {
+		if err := node.hostGroup(g, c.peers[:len(c.peers):len(c.peers)]); err != nil {
+			c.t.Fatalf("node %d: %v", id, err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tn.node, tn.cancel = node, cancel
 	go func() { tn.done <- node.Run(ctx) }()
 	go func() { // the node's raft clock, which a test may stop
-		t := time.NewTicker(10 * time.Millisecond)
+		t := time.NewTicker(c.tickInterval())
 		defer t.Stop()
 		for {
 			select {

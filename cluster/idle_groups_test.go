@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"fmt"
 	"log/slog"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,4 +106,50 @@ func BenchmarkIdleGroupTick(b *testing.B) {
 			b.Fatalf("group %d lost its leader while idle", g)
 		}
 	}
+}
+
+// BenchmarkIdleRangeGroups measures what idle range groups cost once they
+// have quiesced: three nodes in one process, each hosting every group,
+// with the default raft tick (100 ms), the in-memory network of the
+// tests. It reports the process's CPU over a quiet window as a share of
+// one core per node (core%/node) and the heap per group (B/group); the
+// plan's target is 10,000 idle groups under 5% of a core per node. The
+// CPU is the whole process's: the tests' network and clocks are in it.
+// Setup (elections, then quiescence) takes a while: run it with
+// -benchtime 1x.
+func BenchmarkIdleRangeGroups(b *testing.B) {
+	for _, groups := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprint(groups), func(b *testing.B) {
+			var before runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			c := startRangeCluster(b, 3, 1, groups, 100*time.Millisecond)
+			for _, g := range c.groups {
+				c.groupLeader(g, 5*time.Minute)
+			}
+			c.waitQuiesced(5 * time.Minute)
+			runtime.GC()
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			b.ResetTimer()
+			start, cpu0 := time.Now(), processCPU(b)
+			for range b.N {
+				time.Sleep(3 * time.Second)
+			}
+			wall, cpu := time.Since(start), processCPU(b)-cpu0
+			b.StopTimer()
+			b.ReportMetric(100*cpu.Seconds()/wall.Seconds()/3, "core%/node")
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(3*groups), "B/group")
+			c.waitQuiesced(time.Second) // still quiet: nothing woke them
+		})
+	}
+}
+
+// processCPU returns the user and system CPU time the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

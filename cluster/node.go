@@ -154,9 +154,10 @@ type Node struct {
 	// replicas are the node's groups by id, the system group's included;
 	// the loop adds them, others read under replicasMu. touched are the
 	// replicas the loop turn under way has given work (loop-owned).
-	replicasMu sync.RWMutex
-	replicas   map[uint64]*replica
-	touched    map[*replica]struct{}
+	replicasMu  sync.RWMutex
+	replicas    map[uint64]*replica
+	replicaList []*replica // the same, to tick in a loop cheaper than a map's
+	touched     map[*replica]struct{}
 
 	// dir is the node's data directory; storePtr names the live store in
 	// it (owned by the apply goroutine, which installs snapshots).
@@ -179,6 +180,7 @@ type Node struct {
 	applyCh  chan applyItem
 
 	status atomic.Pointer[nodeStatus] // see snapshotStatus
+	live   liveness                   // loop-owned
 
 	stopped chan struct{}
 	failed  atomic.Pointer[error]
@@ -254,6 +256,7 @@ func NewNode(cfg Config) (*Node, error) {
 		storePtr: ptr,
 		replicas: make(map[uint64]*replica),
 		touched:  make(map[*replica]struct{}),
+		live:     liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool)},
 		inbox:    make(chan []transport.Message, 1024),
 		proposes: make(chan *proposal, 1024),
 		reads:    make(chan *readWaiter, 1024),
@@ -265,6 +268,7 @@ func NewNode(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.replicas[systemGroup] = n.replica
+	n.replicaList = append(n.replicaList, n.replica)
 	n.memberReqs = make(chan memberRequest, 16)
 	n.conf = cs
 	if err := n.initMembers(book, cs); err != nil {
@@ -294,9 +298,19 @@ func (n *Node) Receive(msgs []transport.Message) {
 	}
 }
 
-// route hands received messages to the replicas of their groups.
+// route hands received messages to the replicas of their groups, and
+// notes their senders alive. Group 0 is the nodes' own: liveness, and
+// the groups the sender quiesced (quiesce.go).
 func (n *Node) route(msgs []transport.Message) {
+	for _, m := range msgs {
+		n.live.heard[m.Raft.GetFrom()] = n.live.ticks
+	}
 	for i := 0; i < len(msgs); {
+		if msgs[i].Group == 0 {
+			n.heardLiveness(msgs[i].Raft)
+			i++
+			continue
+		}
 		g := msgs[i].Group
 		j := i + 1
 		for j < len(msgs) && msgs[j].Group == g {
@@ -382,14 +396,7 @@ func (n *Node) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ticks:
-			unreachable := n.cfg.Transport.Unreachable()
-			for _, r := range n.replicas {
-				for _, id := range unreachable {
-					r.rn.ReportUnreachable(id)
-				}
-				r.rn.Tick()
-				n.touch(r)
-			}
+			n.tickReplicas(n.cfg.Transport.Unreachable())
 			n.promoteLearners()
 			n.snapshotStatus()
 		case r := <-n.memberReqs:

@@ -127,6 +127,7 @@ func (r *replica) stampAndPropose(p *proposal) {
 		r.lastStamp = ts + int64(p.stamps) - 1
 		command.SetTimestamp(p.data, odata.DateTime(ts))
 	}
+	r.quiesced.Store(false)
 	if err := r.rn.Propose(p.data); err != nil {
 		// Not the leader any more, or too much uncommitted already.
 		r.waiters.done(p.w.id, result{err: errBusy(err.Error())})

@@ -75,6 +75,7 @@ func (r *replica) requestRead(batch []*readWaiter) {
 		}
 		return
 	}
+	r.quiesced.Store(false)
 	r.readSeq++
 	key := binary.BigEndian.AppendUint64(nil, r.readSeq)
 	r.readsByCtx[string(key)] = batch

@@ -25,6 +25,9 @@ type replica struct {
 	group uint64
 	rlog  *raftlog.Storage
 	rn    *raft.RawNode // loop-owned
+	// voters are a range group's voters, which do not change yet (the
+	// system group's configuration is the node's membership: n.conf).
+	voters []uint64
 
 	// Leadership, as the loop last saw it; readers are other goroutines.
 	leader atomic.Uint64 // the leader's id, 0 when none is known
@@ -43,6 +46,9 @@ type replica struct {
 	lastStamp  int64
 	readSeq    uint64
 	readsByCtx map[string][]*readWaiter
+	// quiesced is set while the group is not ticked (quiesce.go): the
+	// loop sets it, tests and status read it.
+	quiesced atomic.Bool
 
 	// applied is the index of the last entry applied; appliedTS the
 	// newest commit timestamp among the commands applied. sinceSync is
@@ -116,6 +122,9 @@ func (r *replica) step(msgs []*raftpb.Message) {
 		// A message of a stale term or for an unknown peer is an error
 		// raft reports and ignores; there is nothing to do about it here.
 		_ = r.rn.Step(m)
+		if wakes(m) {
+			r.quiesced.Store(false)
+		}
 	}
 }
 

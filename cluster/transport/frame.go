@@ -17,7 +17,8 @@ import (
 //	payload = count:uint32 message{count}
 //	message = group:uint64 length:uint32 raftpb.Message (proto-marshalled)
 //
-// All integers are big-endian. Group ids start at 1.
+// All integers are big-endian. Raft groups are numbered from 1; group 0
+// carries the nodes' own messages (liveness).
 const (
 	// MaxFrame caps a frame's payload. A receiver closes a stream that
 	// announces a larger frame; a sender splits a batch that would not fit.
@@ -35,7 +36,9 @@ const (
 )
 
 // Message is a raft message and the raft group it belongs to: every group
-// of a node shares the node's streams.
+// of a node shares the node's streams. Group 0 is the node's own: a node
+// proves it is alive to its peers with a heartbeat there, however many of
+// its groups are quiet.
 type Message struct {
 	Group uint64
 	Raft  *raftpb.Message
@@ -150,9 +153,6 @@ func (fr *frameReader) next() ([]Message, error) {
 		g := binary.BigEndian.Uint64(p)
 		l := int(binary.BigEndian.Uint32(p[8:]))
 		p = p[messageHeader:]
-		if g == 0 {
-			return nil, fmt.Errorf("%w: message %d of %d is of group 0", errMalformed, i, count)
-		}
 		if l > len(p) {
 			return nil, fmt.Errorf("%w: message %d of %d has %d bytes, the frame %d left", errMalformed, i, count, l, len(p))
 		}

@@ -604,7 +604,6 @@ func TestMalformedFrame(t *testing.T) {
 		{"message header past the frame", be32(12, 1, 0, 1), "announces 1 messages"},
 		{"message past the frame", be32(16, 1, 0, 1, 100), "has 100 bytes"},
 		{"not a message", cat(be32(20, 1, 0, 1, 4), []byte{0xff, 0xff, 0xff, 0xff}), "message 0 of 1"},
-		{"group 0", be32(16, 1, 0, 0, 0), "of group 0"},
 		{"bytes after the messages", cat(be32(8, 0, 7)), "4 bytes after"},
 		{"no count", be32(2, 0), "has no count"},
 		{"truncated", be32(100, 1), "ends inside a frame"},

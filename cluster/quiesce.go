@@ -1,0 +1,220 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Quiescence: an idle range group costs nothing. Raft ticks a group to
+// send heartbeats and to time elections out; ten thousand idle groups
+// ticked ten times a second would take a sizeable part of a core
+// (BenchmarkIdleGroupTick). So a leader whose group has nothing in flight
+// (everything applied, a quorum of live voters caught up, no read
+// waiting) sends its followers one last heartbeat, carrying the commit
+// index, and stops ticking the group; its node's next liveness message to
+// each follower names the group and its term, and the follower stops
+// ticking it too. Any message of the group but a heartbeat's answer, a
+// proposal or a read wakes a replica, which ticks again from there.
+//
+// A quiesced follower cannot see its leader fail by missing heartbeats, so
+// nodes prove they are alive once per tick for all their groups at once:
+// each sends every peer one message in group 0, and any message from a
+// node counts. A quiesced follower whose leader's node has not been heard
+// from for an election timeout wakes, and raft elects a new leader; a
+// quiesced leader that has not heard from a quorum wakes, and CheckQuorum
+// makes it step down. The system group is never quiesced: its membership
+// and snapshot work runs on its ticks, and it is one group.
+//
+// Group 0's messages are raftpb envelopes of type MsgHeartbeat from one
+// node to another; their Context lists the groups the sender quiesced
+// since its last one, as (uvarint group, uvarint term) pairs.
+
+// liveness is the loop's record of when each peer was last heard from, in
+// ticks of the node's raft clock, and of the quiesce notices to send.
+type liveness struct {
+	ticks   uint64            // ticks so far
+	heard   map[uint64]uint64 // peer -> ticks at its last message
+	notices map[uint64][]byte // peer -> (group, term) pairs to send
+	silent  map[uint64]bool   // the peers found silent at the last tick
+}
+
+// isLive reports whether node id was heard from within an election
+// timeout. The node itself is always live.
+func (n *Node) isLive(id uint64) bool {
+	if id == n.cfg.ID {
+		return true
+	}
+	at, ok := n.live.heard[id]
+	return ok && n.live.ticks-at < uint64(n.cfg.ElectionTicks)
+}
+
+// newlySilent reports whether a peer fell silent since the last tick:
+// only then may a quiesced replica have to wake, so on the other ticks
+// the quiesced ones cost nothing.
+func (n *Node) newlySilent(peers []uint64) bool {
+	fell := false
+	for _, id := range peers {
+		if id == n.cfg.ID {
+			continue
+		}
+		silent := !n.isLive(id)
+		if silent && !n.live.silent[id] {
+			fell = true
+		}
+		n.live.silent[id] = silent
+	}
+	return fell
+}
+
+// peers returns the nodes of the system group's configuration.
+func (n *Node) peers() []uint64 {
+	n.confMu.Lock()
+	defer n.confMu.Unlock()
+	return append(slices.Clone(n.conf.GetVoters()), n.conf.GetLearners()...)
+}
+
+// sendLiveness sends every peer of the system group the node's message of
+// the tick, with the quiesce notices gathered for it.
+func (n *Node) sendLiveness(peers []uint64) {
+	var out []*raftpb.Message
+	for _, id := range peers {
+		if id != n.cfg.ID {
+			out = append(out, &raftpb.Message{
+				Type:    raftpb.MessageType_MsgHeartbeat.Enum(),
+				From:    proto.Uint64(n.cfg.ID),
+				To:      proto.Uint64(id),
+				Context: n.live.notices[id],
+			})
+		}
+	}
+	clear(n.live.notices)
+	if len(out) > 0 {
+		n.sendGroup(0, out)
+	}
+}
+
+// heardLiveness takes a peer's group-0 message: the groups it quiesced
+// are quiesced here too, if the peer still leads them in the same term.
+func (n *Node) heardLiveness(m *raftpb.Message) {
+	ctx := m.GetContext()
+	for len(ctx) > 0 {
+		g, k := binary.Uvarint(ctx)
+		if k <= 0 {
+			return
+		}
+		term, j := binary.Uvarint(ctx[k:])
+		if j <= 0 {
+			return
+		}
+		ctx = ctx[k+j:]
+		if r := n.replicas[g]; r != nil && g != systemGroup {
+			if st := r.rn.BasicStatus(); st.Lead == m.GetFrom() && st.GetTerm() == term && st.RaftState == raft.StateFollower {
+				r.quiesced.Store(true)
+			}
+		}
+	}
+}
+
+// tickReplicas ticks every replica that is awake, first quiescing the idle
+// ones and waking the quiesced ones whose peers went silent.
+func (n *Node) tickReplicas(unreachable []uint64) {
+	n.live.ticks++
+	peers := n.peers()
+	n.sendLiveness(peers)
+	fell := n.newlySilent(peers)
+	for _, r := range n.replicaList {
+		if r.quiesced.Load() {
+			if !fell || !r.peersSilent() {
+				continue
+			}
+			r.quiesced.Store(false)
+		} else if r.maybeQuiesce() {
+			continue
+		}
+		for _, id := range unreachable {
+			r.rn.ReportUnreachable(id)
+		}
+		r.rn.Tick()
+		n.touch(r)
+	}
+}
+
+// peersSilent reports whether a quiesced replica must wake because the
+// nodes it relies on went silent: a follower's leader, or a quorum of a
+// leader's voters.
+func (r *replica) peersSilent() bool {
+	st := r.rn.BasicStatus()
+	if st.RaftState != raft.StateLeader {
+		return !r.n.isLive(st.Lead)
+	}
+	live := 0
+	for _, id := range r.voters {
+		if r.n.isLive(id) {
+			live++
+		}
+	}
+	return live*2 <= len(r.voters)
+}
+
+// maybeQuiesce quiesces a leader's group that has nothing in flight: it
+// sends its live followers a last heartbeat, queues the quiesce notices
+// for the node's next liveness message, and reports true. A quorum of
+// caught-up live voters is required, so a group whose followers are gone
+// keeps ticking and CheckQuorum can act.
+func (r *replica) maybeQuiesce() bool {
+	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() {
+		return false
+	}
+	st := r.rn.Status()
+	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 {
+		return false
+	}
+	commit := st.GetCommit()
+	last, err := r.rlog.LastIndex()
+	if err != nil || last != commit || r.applied.Load() != commit {
+		return false
+	}
+	voters, caughtUp := 0, 0
+	for id, pr := range st.Progress {
+		if pr.IsLearner {
+			return false // a learner catching up needs the ticks
+		}
+		voters++
+		if r.n.isLive(id) && pr.Match == commit {
+			caughtUp++
+		}
+	}
+	if caughtUp*2 <= voters {
+		return false
+	}
+	n := r.n
+	var out []*raftpb.Message
+	for id, pr := range st.Progress {
+		if id == n.cfg.ID || !n.isLive(id) {
+			continue
+		}
+		out = append(out, &raftpb.Message{
+			Type:   raftpb.MessageType_MsgHeartbeat.Enum(),
+			From:   proto.Uint64(n.cfg.ID),
+			To:     proto.Uint64(id),
+			Term:   proto.Uint64(st.GetTerm()),
+			Commit: proto.Uint64(min(pr.Match, commit)),
+		})
+		notice := binary.AppendUvarint(n.live.notices[id], r.group)
+		n.live.notices[id] = binary.AppendUvarint(notice, st.GetTerm())
+	}
+	n.sendGroup(r.group, out)
+	r.quiesced.Store(true)
+	return true
+}
+
+// wakes reports whether stepping m wakes a quiesced replica: everything
+// does but an answer to a heartbeat, which a quiesced leader gets for its
+// last one.
+func wakes(m *raftpb.Message) bool {
+	return m.GetType() != raftpb.MessageType_MsgHeartbeatResp
+}

@@ -1,0 +1,121 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tabuladb/tabula/cluster/command"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// A range group replicates the entity writes of one range partition
+// beside the system group, on the same nodes, into the same store: its
+// commands are stamped with its own group id, so the store keeps its
+// applied index apart (partition.Stamp), and its log lives in the node's
+// raft log under its id. What is built so far is the replication: a node
+// hosts the range groups it is given before it runs, and a group's leader
+// takes writes and linearizable reads. Which ranges are groups, on which
+// nodes, and how requests reach them is the system group's business, not
+// built yet (docs/cluster.md, steps 4 to 6); so are snapshots of a range
+// group (its log is never compacted) and changes of its voters.
+
+// hostGroup adds this node's replica of range group id, whose voters are
+// voters, to a node that is not running yet. A group new to the node is
+// bootstrapped; one it hosted before restarts from its log and from the
+// index the store applied.
+func (n *Node) hostGroup(id uint64, voters []uint64) error {
+	if id == systemGroup || id == 0 {
+		return fmt.Errorf("cluster: group %d is not a range group", id)
+	}
+	if n.replicas[id] != nil {
+		return fmt.Errorf("cluster: group %d is hosted already", id)
+	}
+	st := n.cfg.Log.Group(id)
+	hs, cs, err := st.InitialState()
+	if err != nil {
+		return fmt.Errorf("cluster: group %d: read raft state: %w", id, err)
+	}
+	if len(cs.GetVoters()) == 0 && raft.IsEmptyHardState(hs) {
+		if len(voters) == 0 {
+			return fmt.Errorf("cluster: group %d: a new group needs its voters", id)
+		}
+		cs = &raftpb.ConfState{Voters: voters}
+		if err := st.Bootstrap(cs); err != nil {
+			return fmt.Errorf("cluster: group %d: bootstrap: %w", id, err)
+		}
+	}
+	applied, err := n.st().AppliedIndex(id)
+	if err != nil {
+		return err
+	}
+	if applied > hs.GetCommit() {
+		// As for the system group (NewNode): the store applied entries the
+		// hard state does not say are committed. No snapshot can take a
+		// range group's store past its log.
+		last, err := st.LastIndex()
+		if err != nil {
+			return fmt.Errorf("cluster: group %d: read raft log: %w", id, err)
+		}
+		if applied > last {
+			return fmt.Errorf("cluster: group %d: the store applied entry %d, past the raft log's last, %d", id, applied, last)
+		}
+		w := n.cfg.Log.NewWrite()
+		w.SetHardState(id, &raftpb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: &applied})
+		if err := w.Commit(true); err != nil {
+			return fmt.Errorf("cluster: group %d: record commit index: %w", id, err)
+		}
+	}
+	r, err := newReplica(n, id, st, st, applied)
+	if err != nil {
+		return err
+	}
+	r.voters = slices.Clone(cs.GetVoters())
+	n.replicasMu.Lock()
+	n.replicas[id] = r
+	n.replicaList = append(n.replicaList, r)
+	n.replicasMu.Unlock()
+	return nil
+}
+
+// errNoGroup is returned for a group the node does not host.
+var errNoGroup = errors.New("cluster: this node hosts no such group")
+
+// group returns the node's replica of group id, or nil.
+func (n *Node) group(id uint64) *replica {
+	n.replicasMu.RLock()
+	defer n.replicasMu.RUnlock()
+	return n.replicas[id]
+}
+
+// applyInGroup proposes an entity write to range group id and returns the
+// stored entity, as Store.Apply does for the system group.
+func (n *Node) applyInGroup(ctx context.Context, id uint64, account, table string, op partition.Op) (partition.StoredEntity, error) {
+	r := n.group(id)
+	if r == nil {
+		return partition.StoredEntity{}, errNoGroup
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	res, err := r.propose(ctx, &command.Command{Kind: command.KindApply, Account: account, Table: table, Ops: []partition.Op{op}}, 1)
+	return res.entity, err
+}
+
+// getInGroup reads an entity linearizably through range group id: after a
+// read round of the group, from this node's store.
+func (n *Node) getInGroup(ctx context.Context, id uint64, account, table, pk, rk string) (partition.StoredEntity, error) {
+	r := n.group(id)
+	if r == nil {
+		return partition.StoredEntity{}, errNoGroup
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	if err := r.readBarrier(ctx); err != nil {
+		return partition.StoredEntity{}, err
+	}
+	return n.st().GetEntity(ctx, account, table, pk, rk)
+}

@@ -1,0 +1,235 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/internal/svcerr"
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// groupLeader waits for a ready leader of range group g and returns it.
+func (c *testCluster) groupLeader(g uint64, timeout time.Duration) *testNode {
+	c.t.Helper()
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, tn := range c.nodes {
+			if r := tn.node.group(g); r != nil && r.ready.Load() {
+				return tn
+			}
+		}
+	}
+	c.t.Fatalf("group %d: no ready leader in %v", g, timeout)
+	return nil
+}
+
+// writeInGroup writes entity (pk, rk) = n through range group g's leader,
+// retrying while leadership moves.
+func (c *testCluster) writeInGroup(g uint64, pk, rk string, n int) partition.StoredEntity {
+	c.t.Helper()
+	for range 200 {
+		ld := c.groupLeader(g, 10*time.Second)
+		e, err := ld.node.applyInGroup(context.Background(), g, acct, "ranges", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent(pk, rk, n)})
+		var se *svcerr.Error
+		if errors.As(err, &se) && se.Code == "ServerBusy" {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			c.t.Fatalf("group %d: write %s/%s: %v", g, pk, rk, err)
+		}
+		return e
+	}
+	c.t.Fatalf("group %d: no leader took the write", g)
+	return partition.StoredEntity{}
+}
+
+// waitQuiesced waits until every replica of every range group on the
+// running nodes is quiesced.
+func (c *testCluster) waitQuiesced(timeout time.Duration) {
+	c.t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
+		awake := 0
+		for _, tn := range c.nodes {
+			for _, g := range c.groups {
+				if !tn.node.group(g).quiesced.Load() {
+					awake++
+				}
+			}
+		}
+		if awake == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%d range replicas still awake after %v", awake, timeout)
+		}
+	}
+}
+
+// createRangesTable creates the table the range groups write to, and
+// waits until every node has it: a range group's command checks the
+// table in the applying replica's store, and the system group that
+// creates it is another log (ordering the two is for the range
+// descriptors still to come).
+func (c *testCluster) createRangesTable() {
+	c.t.Helper()
+	if _, err := retryLeader(c, func(s *Store) (partition.StoredEntity, error) {
+		_, err := s.CreateTable(context.Background(), acct, "ranges")
+		return partition.StoredEntity{}, err
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.converge(10 * time.Second)
+}
+
+// TestRangeGroupsReplicate writes through eight range groups beside the
+// system group: every node's store ends with every write, each group's
+// leader reads its writes back linearizably, the groups quiesce once
+// idle, a write wakes its group and is taken, and a restarted node comes
+// back with every group where its store left it.
+func TestRangeGroupsReplicate(t *testing.T) {
+	c := newRangeCluster(t, 3, 11, 8)
+	c.createRangesTable()
+	want := map[string]int{}
+	for _, g := range c.groups {
+		for i := range 10 {
+			pk, rk := fmt.Sprintf("g%d", g), fmt.Sprintf("r%02d", i)
+			c.writeInGroup(g, pk, rk, int(g)*100+i)
+			want[pk+"/"+rk] = int(g)*100 + i
+		}
+	}
+	for _, g := range c.groups {
+		ld := c.groupLeader(g, 10*time.Second)
+		e, err := ld.node.getInGroup(context.Background(), g, acct, "ranges", fmt.Sprintf("g%d", g), "r09")
+		if err != nil {
+			t.Fatalf("group %d: read: %v", g, err)
+		}
+		if n := entityN(t, e); n != int(g)*100+9 {
+			t.Fatalf("group %d: read N=%d, want %d", g, n, int(g)*100+9)
+		}
+	}
+
+	c.waitQuiesced(10 * time.Second)
+	ticks := func() (n int) {
+		for _, tn := range c.nodes {
+			for _, g := range c.groups {
+				if !tn.node.group(g).quiesced.Load() {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if awake := ticks(); awake != 0 {
+		t.Fatalf("%d replicas awake after quiescing", awake)
+	}
+	// A write wakes its group; the group quiesces again afterwards.
+	c.writeInGroup(5, "g5", "late", 5555)
+	want["g5/late"] = 5555
+	c.waitQuiesced(10 * time.Second)
+
+	// Every node holds every write of every group.
+	c.waitStores(want, 10*time.Second)
+
+	// A restart: the node takes each group up from the index its store
+	// applied for that group. (After a crash a replica replays its range
+	// groups' logs, and the system group's, from those indexes, in no set
+	// order between groups: a range command can then meet a catalog that
+	// has not replayed its table yet. Range descriptors in the system
+	// group, still to come, remove that dependency; docs/cluster.md.)
+	fs := c.nodes[2].fs
+	c.stop(2)
+	c.start(2, fs)
+	c.writeInGroup(3, "g3", "after", 3333)
+	want["g3/after"] = 3333
+	c.waitStores(want, 10*time.Second)
+}
+
+// TestQuiescedGroupsElectWhenTheirLeaderDies quiesces range groups, then
+// kills the node that leads some of them: their followers, which no
+// heartbeat reaches in a quiesced group, learn from the node's silence
+// that it is gone, elect new leaders, and take writes.
+func TestQuiescedGroupsElectWhenTheirLeaderDies(t *testing.T) {
+	c := newRangeCluster(t, 3, 12, 6)
+	c.createRangesTable()
+	for _, g := range c.groups {
+		c.writeInGroup(g, fmt.Sprintf("g%d", g), "first", int(g))
+	}
+	c.waitQuiesced(10 * time.Second)
+	// The node leading the most range groups goes.
+	led := map[uint64][]uint64{}
+	for _, g := range c.groups {
+		ld := c.groupLeader(g, time.Second)
+		led[ld.id] = append(led[ld.id], g)
+	}
+	var victim uint64
+	for id, gs := range led {
+		if len(gs) > len(led[victim]) {
+			victim = id
+		}
+	}
+	c.crash(victim, nil)
+	for _, g := range led[victim] {
+		c.writeInGroup(g, fmt.Sprintf("g%d", g), "second", int(g)+1000)
+		if ld := c.groupLeader(g, time.Second); ld.id == victim {
+			t.Fatalf("group %d is led by the dead node", g)
+		}
+	}
+	want := map[string]int{}
+	for _, g := range c.groups {
+		want[fmt.Sprintf("g%d/first", g)] = int(g)
+	}
+	for _, g := range led[victim] {
+		want[fmt.Sprintf("g%d/second", g)] = int(g) + 1000
+	}
+	c.waitStores(want, 10*time.Second)
+}
+
+// waitStores waits until every running node's store holds exactly want
+// (pk/rk -> N) in the ranges table.
+func (c *testCluster) waitStores(want map[string]int, timeout time.Duration) {
+	c.t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
+		bad := ""
+		for _, tn := range c.nodes {
+			got := map[string]int{}
+			page, _, err := tn.node.Replica().QueryEntitiesPage(context.Background(), acct, "ranges", partition.EntityQuery{})
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			for _, e := range page {
+				got[e.PartitionKey+"/"+e.RowKey] = entityN(c.t, e)
+			}
+			if len(got) != len(want) {
+				bad = fmt.Sprintf("node %d holds %d entities, want %d", tn.id, len(got), len(want))
+				break
+			}
+			for k, n := range want {
+				if got[k] != n {
+					bad = fmt.Sprintf("node %d: %s = %d, want %d", tn.id, k, got[k], n)
+					break
+				}
+			}
+		}
+		if bad == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatal(bad)
+		}
+	}
+}
+
+// entityN decodes a stored entity's N property.
+func entityN(t testing.TB, e partition.StoredEntity) int {
+	t.Helper()
+	var ent odata.Entity
+	if err := odata.DecodeEntityBinary(e.Value, &ent); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := ent.Get("N")
+	return int(v.Int32())
+}
