@@ -162,16 +162,25 @@ func readIdentity(dir string) (id identity, ok bool, err error) {
 	if err != nil {
 		return identity{}, false, err
 	}
+	id, ok = parseIdentity(b)
+	if !ok {
+		return identity{}, false, fmt.Errorf("%s is damaged", filepath.Join(dir, identityFile))
+	}
+	return id, true, nil
+}
+
+// parseIdentity reads CLUSTER's content (docs/cluster-files.md).
+func parseIdentity(b []byte) (id identity, ok bool) {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) < 2 || !strings.HasPrefix(lines[0], "cluster ") {
-		return identity{}, false, fmt.Errorf("%s is damaged", filepath.Join(dir, identityFile))
+		return identity{}, false
 	}
 	id.cluster = strings.TrimPrefix(lines[0], "cluster ")
 	if _, err := fmt.Sscanf(lines[1], "node %d", &id.node); err != nil || id.node == 0 {
-		return identity{}, false, fmt.Errorf("%s is damaged", filepath.Join(dir, identityFile))
+		return identity{}, false
 	}
 	id.removed = len(lines) > 2 && lines[2] == "removed"
-	return id, true, nil
+	return id, true
 }
 
 // writeIdentity replaces the identity file atomically and durably: a
