@@ -148,14 +148,16 @@ func (r *replica) waitApplied(ctx context.Context, index uint64) error {
 }
 
 // syncAndCompact makes the applied commands durable in the store and lets
-// the raft log go below them, keeping LogRetention entries for followers
-// that lag.
+// the system group's raft log go below them, keeping LogRetention entries
+// for followers that lag.
 func (r *replica) syncAndCompact() error {
 	applied := r.applied.Load()
 	if err := r.n.st().SyncApplied(r.group, applied); err != nil {
 		return err
 	}
-	if applied <= r.n.cfg.LogRetention {
+	if r.group != systemGroup || applied <= r.n.cfg.LogRetention {
+		// A range group takes no snapshots yet: a follower behind its
+		// first index could never catch up, so its log is kept whole.
 		return nil
 	}
 	to := applied - r.n.cfg.LogRetention

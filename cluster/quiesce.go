@@ -13,11 +13,11 @@ import (
 // send heartbeats and to time elections out; ten thousand idle groups
 // ticked ten times a second would take a sizeable part of a core
 // (BenchmarkIdleGroupTick). So a leader whose group has nothing in flight
-// (everything applied, a quorum of live voters caught up, no read
-// waiting) sends its followers one last heartbeat, carrying the commit
-// index, and stops ticking the group; its node's next liveness message to
-// each follower names the group and its term, and the follower stops
-// ticking it too. Any message of the group but a heartbeat's answer, a
+// (everything applied, every live voter caught up and they a quorum, no
+// read waiting) sends its followers one last heartbeat, carrying the
+// commit index, and stops ticking the group; its node's next liveness
+// message to each follower names the group, its term and that commit
+// index, and a follower that knows it stops ticking the group too. Any message of the group but a heartbeat's answer, a
 // proposal or a read wakes a replica, which ticks again from there.
 //
 // A quiesced follower cannot see its leader fail by missing heartbeats, so
@@ -26,19 +26,23 @@ import (
 // node counts. A quiesced follower whose leader's node has not been heard
 // from for an election timeout wakes, and raft elects a new leader; a
 // quiesced leader that has not heard from a quorum wakes, and CheckQuorum
-// makes it step down. The system group is never quiesced: its membership
-// and snapshot work runs on its ticks, and it is one group.
+// makes it step down; one that hears again from a voter's node after a
+// silence wakes, to bring that voter what it missed. The system group is
+// never quiesced: its membership and snapshot work runs on its ticks, and
+// it is one group.
 //
 // Group 0's messages are raftpb envelopes of type MsgHeartbeat from one
 // node to another; their Context lists the groups the sender quiesced
-// since its last one, as (uvarint group, uvarint term) pairs.
+// since its last one, as (uvarint group, uvarint term, uvarint commit
+// index) triples. A member answers one from a node the cluster removed
+// with a MsgHeartbeatResp marked Reject, and that node stops.
 
 // liveness is the loop's record of when each peer was last heard from, in
 // ticks of the node's raft clock, and of the quiesce notices to send.
 type liveness struct {
 	ticks   uint64            // ticks so far
 	heard   map[uint64]uint64 // peer -> ticks at its last message
-	notices map[uint64][]byte // peer -> (group, term) pairs to send
+	notices map[uint64][]byte // peer -> (group, term, commit) notices to send
 	silent  map[uint64]bool   // the peers found silent at the last tick
 }
 
@@ -52,22 +56,24 @@ func (n *Node) isLive(id uint64) bool {
 	return ok && n.live.ticks-at < uint64(n.cfg.ElectionTicks)
 }
 
-// newlySilent reports whether a peer fell silent since the last tick:
-// only then may a quiesced replica have to wake, so on the other ticks
-// the quiesced ones cost nothing.
-func (n *Node) newlySilent(peers []uint64) bool {
-	fell := false
-	for _, id := range peers {
-		if id == n.cfg.ID {
-			continue
-		}
-		silent := !n.isLive(id)
-		if silent && !n.live.silent[id] {
+// livenessChanged reports whether a node fell silent since the last tick,
+// and which nodes were heard again after a silence: only then may a
+// quiesced replica have to wake, so on the other ticks the quiesced ones
+// cost nothing. It watches every node ever heard from, not only the
+// system group's members: a range group's voters (fixed) may include a
+// node the system group has removed.
+func (n *Node) livenessChanged() (fell bool, back []uint64) {
+	for id := range n.live.heard {
+		silent, was := !n.isLive(id), n.live.silent[id]
+		if silent && !was {
 			fell = true
+		}
+		if !silent && was {
+			back = append(back, id)
 		}
 		n.live.silent[id] = silent
 	}
-	return fell
+	return fell, back
 }
 
 // peers returns the nodes of the system group's configuration.
@@ -98,21 +104,48 @@ func (n *Node) sendLiveness(peers []uint64) {
 }
 
 // heardLiveness takes a peer's group-0 message: the groups it quiesced
-// are quiesced here too, if the peer still leads them in the same term.
+// are quiesced here too, if the peer still leads them in the same term
+// and this replica knows the commit index the leader quiesced at.
 func (n *Node) heardLiveness(m *raftpb.Message) {
+	if m.GetType() == raftpb.MessageType_MsgHeartbeatResp && m.GetReject() {
+		n.toldRemoved(m.GetFrom())
+		return
+	}
+	if n.members.isRemoved(m.GetFrom()) {
+		// A node removed while it was down, or that missed the entry
+		// removing it (the leader stops sending to it once the change
+		// applies), learns it from any member it still talks to.
+		n.sendGroup(0, []*raftpb.Message{{
+			Type:   raftpb.MessageType_MsgHeartbeatResp.Enum(),
+			From:   proto.Uint64(n.cfg.ID),
+			To:     proto.Uint64(m.GetFrom()),
+			Reject: proto.Bool(true),
+		}})
+		return
+	}
 	ctx := m.GetContext()
 	for len(ctx) > 0 {
 		g, k := binary.Uvarint(ctx)
 		if k <= 0 {
 			return
 		}
-		term, j := binary.Uvarint(ctx[k:])
+		ctx = ctx[k:]
+		term, j := binary.Uvarint(ctx)
 		if j <= 0 {
 			return
 		}
-		ctx = ctx[k+j:]
+		ctx = ctx[j:]
+		commit, i := binary.Uvarint(ctx)
+		if i <= 0 {
+			return
+		}
+		ctx = ctx[i:]
+		// Quiet only a follower that knows everything the leader
+		// committed: one that missed the last append or heartbeat would
+		// otherwise stay behind until the group's next write.
 		if r := n.replicas[g]; r != nil && g != systemGroup {
-			if st := r.rn.BasicStatus(); st.Lead == m.GetFrom() && st.GetTerm() == term && st.RaftState == raft.StateFollower {
+			st := r.rn.BasicStatus()
+			if st.Lead == m.GetFrom() && st.GetTerm() == term && st.RaftState == raft.StateFollower && st.GetCommit() >= commit {
 				r.quiesced.Store(true)
 			}
 		}
@@ -125,10 +158,10 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 	n.live.ticks++
 	peers := n.peers()
 	n.sendLiveness(peers)
-	fell := n.newlySilent(peers)
+	fell, back := n.livenessChanged()
 	for _, r := range n.replicaList {
 		if r.quiesced.Load() {
-			if !fell || !r.peersSilent() {
+			if (!fell && len(back) == 0) || !r.mustWake(fell, back) {
 				continue
 			}
 			r.quiesced.Store(false)
@@ -143,13 +176,23 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 	}
 }
 
-// peersSilent reports whether a quiesced replica must wake because the
-// nodes it relies on went silent: a follower's leader, or a quorum of a
-// leader's voters.
-func (r *replica) peersSilent() bool {
+// mustWake reports whether a quiesced replica must tick again: a
+// follower whose leader's node fell silent (to elect another); a leader
+// that no longer hears a quorum of its voters (CheckQuorum then deposes
+// it), or one of whose voters' nodes is heard again after a silence (it
+// may have missed entries, which only the leader's ticks bring it).
+func (r *replica) mustWake(fell bool, back []uint64) bool {
 	st := r.rn.BasicStatus()
 	if st.RaftState != raft.StateLeader {
-		return !r.n.isLive(st.Lead)
+		return fell && !r.n.isLive(st.Lead)
+	}
+	for _, id := range back {
+		if slices.Contains(r.voters, id) {
+			return true
+		}
+	}
+	if !fell {
+		return false
 	}
 	live := 0
 	for _, id := range r.voters {
@@ -164,7 +207,8 @@ func (r *replica) peersSilent() bool {
 // sends its live followers a last heartbeat, queues the quiesce notices
 // for the node's next liveness message, and reports true. A quorum of
 // caught-up live voters is required, so a group whose followers are gone
-// keeps ticking and CheckQuorum can act.
+// keeps ticking and CheckQuorum can act; and every live voter must be
+// caught up, since once quiesced nothing brings a follower what it missed.
 func (r *replica) maybeQuiesce() bool {
 	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() {
 		return false
@@ -184,9 +228,13 @@ func (r *replica) maybeQuiesce() bool {
 			return false // a learner catching up needs the ticks
 		}
 		voters++
-		if r.n.isLive(id) && pr.Match == commit {
-			caughtUp++
+		if !r.n.isLive(id) {
+			continue
 		}
+		if pr.Match != commit {
+			return false // a live follower behind: the ticks catch it up
+		}
+		caughtUp++
 	}
 	if caughtUp*2 <= voters {
 		return false
@@ -205,7 +253,8 @@ func (r *replica) maybeQuiesce() bool {
 			Commit: proto.Uint64(min(pr.Match, commit)),
 		})
 		notice := binary.AppendUvarint(n.live.notices[id], r.group)
-		n.live.notices[id] = binary.AppendUvarint(notice, st.GetTerm())
+		notice = binary.AppendUvarint(notice, st.GetTerm())
+		n.live.notices[id] = binary.AppendUvarint(notice, commit)
 	}
 	n.sendGroup(r.group, out)
 	r.quiesced.Store(true)
@@ -217,4 +266,17 @@ func (r *replica) maybeQuiesce() bool {
 // last one.
 func wakes(m *raftpb.Message) bool {
 	return m.GetType() != raftpb.MessageType_MsgHeartbeatResp
+}
+
+// toldRemoved takes a member's word that the cluster removed this node:
+// recorded, so a restart stops at once too, and the loop stops.
+func (n *Node) toldRemoved(by uint64) {
+	if n.removed.Load() {
+		return
+	}
+	n.log.Warn("cluster: a member says the cluster removed this node; stopping", "node", n.cfg.ID, "member", by)
+	if err := n.updateMembers(func(b *memberBook) { b.removed[n.cfg.ID] = true }); err != nil {
+		n.log.Error("cluster: recording this node's removal", "err", err)
+	}
+	n.removed.Store(true)
 }
