@@ -235,10 +235,12 @@ func (it *Iterator) settleInvalid() bool {
 // Valid reports whether the iterator is at a key.
 func (it *Iterator) Valid() bool { return it.valid }
 
-// Key returns the current key.
+// Key returns the current key. It is valid until the iterator moves or
+// closes: it may alias a memtable's arena, which is reused or unmapped
+// once no iterator holds it.
 func (it *Iterator) Key() []byte { return it.key }
 
-// Value returns the current value.
+// Value returns the current value, valid as long as Key.
 func (it *Iterator) Value() []byte { return it.value }
 
 // Error returns the error that stopped the iterator, if any.
