@@ -38,14 +38,9 @@ type DB struct {
 		mutable *memTable
 		queue   []*memTable // full memtables waiting for flush, oldest first
 	}
-	// memPool keeps the skiplist of a flushed memtable that nothing reads
-	// any more for the next memtable (newMemTable); closed, it releases
-	// what comes back instead.
-	memPool struct {
-		mu     sync.Mutex
-		spare  *memtable.MemTable
-		closed bool
-	}
+	// spareMem is the skiplist of a flushed memtable that nothing reads
+	// any more, kept for the next memtable (newMemTable).
+	spareMem atomic.Pointer[memtable.MemTable]
 	// log is the WAL segment the mutable memtable's writes go to. It is
 	// replaced only with both commit.mu and mu held.
 	log struct {
@@ -95,21 +90,16 @@ type memTable struct {
 }
 
 // newMemTable returns a memtable of size bytes on WAL segment logNum, with
-// the DB's reference. Its arena is mapped outside the Go heap, so the
-// collector neither counts it nor lets the heap grow by twice its size,
-// and it is released when the last reference goes. A memtable of the
-// configured size reuses the arena of one nothing reads any more when
-// there is one: a new arena costs page faults, or, on the heap, zeroing
-// tens of MiB while the commit lock is held.
+// the DB's reference. A memtable of the configured size reuses the arena
+// of one nothing reads any more when there is one: allocating a fresh one
+// means zeroing tens of MiB (milliseconds) while the commit lock is held.
 func (db *DB) newMemTable(size int64, logNum uint64) *memTable {
 	m := &memTable{logNum: logNum, db: db}
 	if size == db.opts.MemTableSize {
-		db.memPool.mu.Lock()
-		m.MemTable, db.memPool.spare = db.memPool.spare, nil
-		db.memPool.mu.Unlock()
+		m.MemTable = db.spareMem.Swap(nil)
 	}
 	if m.MemTable == nil {
-		m.MemTable = memtable.NewMapped(int(size))
+		m.MemTable = memtable.New(int(size))
 	}
 	m.refs.Store(1)
 	return m
@@ -126,51 +116,16 @@ func (m *memTable) unref() {
 	}
 }
 
-// recycleMemTable takes back the skiplist of a memtable nothing reads any
-// more: it becomes the spare the next memtable takes if it has the
-// configured size and no spare is kept yet, and is released otherwise.
-// The DB keeps at most one: memory stays bounded by the memtables the
-// options allow, plus one.
+// recycleMemTable keeps the skiplist of a memtable nothing reads any more
+// as the spare the next memtable takes, if it has the configured size and
+// no spare is kept yet. The DB keeps at most one: memory stays bounded by
+// the memtables the options allow, plus one.
 func (db *DB) recycleMemTable(mt *memtable.MemTable) {
-	db.memPool.mu.Lock()
-	keep := !db.memPool.closed && db.memPool.spare == nil && int64(mt.Capacity()) == db.opts.MemTableSize
-	if keep {
-		mt.Reset()
-		db.memPool.spare = mt
+	if int64(mt.Capacity()) != db.opts.MemTableSize || db.spareMem.Load() != nil {
+		return
 	}
-	db.memPool.mu.Unlock()
-	if !keep {
-		mt.Release()
-	}
-}
-
-// releaseMemTables drops the DB's references to its memtables and read
-// state when it closes, and releases the spare: memtables that readers
-// still hold are released when the last of them lets go.
-func (db *DB) releaseMemTables() {
-	db.readState.mu.Lock()
-	rs := db.readState.val
-	db.readState.val = nil
-	db.readState.mu.Unlock()
-	db.mu.Lock()
-	mems := append([]*memTable{db.mem.mutable}, db.mem.queue...)
-	db.mem.mutable, db.mem.queue = nil, nil
-	db.mu.Unlock()
-	db.memPool.mu.Lock()
-	spare := db.memPool.spare
-	db.memPool.spare, db.memPool.closed = nil, true
-	db.memPool.mu.Unlock()
-	if spare != nil {
-		spare.Release()
-	}
-	if rs != nil {
-		rs.unref()
-	}
-	for _, m := range mems {
-		if m != nil {
-			m.unref()
-		}
-	}
+	mt.Reset()
+	db.spareMem.CompareAndSwap(nil, mt)
 }
 
 // readState is what a read needs: the memtables and the current version,
@@ -194,13 +149,11 @@ func (rs *readState) unref() {
 }
 
 // loadReadState returns the current readState with a reference the caller
-// must drop with unref, or nil once the DB is closed.
+// must drop with unref.
 func (db *DB) loadReadState() *readState {
 	db.readState.mu.RLock()
 	rs := db.readState.val
-	if rs != nil {
-		rs.refs.Add(1)
-	}
+	rs.refs.Add(1)
 	db.readState.mu.RUnlock()
 	return rs
 }
@@ -237,9 +190,6 @@ func (db *DB) Get(key []byte) ([]byte, error) {
 	// the load cannot matter, and every write at or below the sequence
 	// number is in the loaded state.
 	rs := db.loadReadState()
-	if rs == nil {
-		return nil, ErrClosed
-	}
 	defer rs.unref()
 	return db.get(rs, key, base.SeqNum(db.visibleSeq.Load()))
 }
@@ -276,9 +226,6 @@ func (db *DB) GetApplied(key []byte) ([]byte, error) {
 	// predecessor enqueued (which happened before this call) is in it, and
 	// logSeq, loaded after, is at least its sequence number.
 	rs := db.loadReadState()
-	if rs == nil {
-		return nil, ErrClosed
-	}
 	defer rs.unref()
 	return db.get(rs, key, base.SeqNum(db.commit.logSeq.Load()))
 }
@@ -389,8 +336,5 @@ func (db *DB) NewIter(o *IterOptions) *Iterator {
 		return &Iterator{err: ErrClosed}
 	}
 	rs := db.loadReadState()
-	if rs == nil {
-		return &Iterator{err: ErrClosed}
-	}
 	return db.newIter(rs, base.SeqNum(db.visibleSeq.Load()), o)
 }

@@ -17,11 +17,7 @@
 //
 // Reads load a readState (the memtables and the current version, pinned by
 // reference counts) and see exactly the writes at or below their sequence
-// number: the latest published one, or a Snapshot's. A memtable counts the
-// readStates that hold it: its arena, mapped outside the Go heap so that
-// the collector neither scans it nor doubles its cost in memory, is reused
-// for the next memtable or unmapped only once the last of them lets go.
-// An iterator's Key and Value are valid until its next move or Close.
+// number: the latest published one, or a Snapshot's.
 //
 // Storage failures stop writes. When a WAL write or sync, a flush or a
 // compaction fails, the call that hit it returns the error, and every later

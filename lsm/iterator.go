@@ -235,12 +235,10 @@ func (it *Iterator) settleInvalid() bool {
 // Valid reports whether the iterator is at a key.
 func (it *Iterator) Valid() bool { return it.valid }
 
-// Key returns the current key. It is valid until the iterator moves or
-// closes: it may alias a memtable's arena, which is reused or unmapped
-// once no iterator holds it.
+// Key returns the current key.
 func (it *Iterator) Key() []byte { return it.key }
 
-// Value returns the current value, valid as long as Key.
+// Value returns the current value.
 func (it *Iterator) Value() []byte { return it.value }
 
 // Error returns the error that stopped the iterator, if any.

@@ -3,8 +3,6 @@ package lsm
 import (
 	"fmt"
 	"testing"
-
-	"github.com/tabuladb/tabula/memtable"
 )
 
 // TestMemTableRecycledOnlyOnceUnread checks that a flushed memtable's arena
@@ -46,7 +44,7 @@ func TestMemTableRecycledOnlyOnceUnread(t *testing.T) {
 		if err := db.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		if spareOf(db) == first {
+		if db.spareMem.Load() == first {
 			t.Fatalf("generation %d: the iterator's memtable was offered for reuse while it reads it", gen)
 		}
 		db.mu.Lock()
@@ -73,7 +71,7 @@ func TestMemTableRecycledOnlyOnceUnread(t *testing.T) {
 	// Unread now: the next memtable of the configured size takes the
 	// arena kept for reuse, not a new one. Which arena is kept depends on
 	// the order readers let go, so any of the flushed memtables' will do.
-	spare := spareOf(db)
+	spare := db.spareMem.Load()
 	if spare == nil {
 		t.Fatal("no arena kept for reuse after every reader let go")
 	}
@@ -94,10 +92,4 @@ func TestMemTableRecycledOnlyOnceUnread(t *testing.T) {
 			}
 		}
 	}
-}
-
-func spareOf(db *DB) *memtable.MemTable {
-	db.memPool.mu.Lock()
-	defer db.memPool.mu.Unlock()
-	return db.memPool.spare
 }

@@ -164,13 +164,10 @@ func (db *DB) Metrics() Metrics {
 	if db.compacting {
 		m.Compaction.Running = 1
 	}
+	m.MemTable.Size = int64(db.mem.mutable.Size())
 	m.MemTable.Immutable = len(db.mem.queue)
 	m.Snapshots = db.snapshots.l.Len()
-	logs := map[uint64]bool{}
-	if mt := db.mem.mutable; mt != nil { // nil once closed
-		m.MemTable.Size = int64(mt.Size())
-		logs[mt.logNum] = true
-	}
+	logs := map[uint64]bool{db.mem.mutable.logNum: true}
 	for _, mt := range db.mem.queue {
 		logs[mt.logNum] = true
 	}

@@ -48,7 +48,6 @@ func Open(dir string, opts *Options) (*DB, error) {
 	if err := db.recover(); err != nil {
 		db.versions.closeManifest()
 		db.tableCache.close()
-		db.releaseMemTables()
 		lock.Close()
 		return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
 	}
@@ -179,7 +178,7 @@ func tablesOf(e *versionEdit) []*fileMetadata {
 // tables. A torn record ends the last segment cleanly (the crash cut it
 // before it was acknowledged); anywhere else it is corruption. It returns
 // the last sequence number it saw.
-func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (_ base.SeqNum, _ []*fileMetadata, err error) {
+func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum, []*fileMetadata, error) {
 	name := makeFilename(db.dir, fileTypeLog, num)
 	f, err := db.fs.Open(name)
 	if err != nil {
@@ -196,11 +195,6 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (_ base.SeqN
 		r     = wal.NewReader(f, info.Size())
 		b     Batch
 	)
-	defer func() {
-		if err != nil {
-			mem.unref() // a mapped arena goes back, whatever failed
-		}
-	}()
 	flushMem := func() error {
 		if mem.Empty() {
 			return nil
@@ -360,7 +354,6 @@ func (db *DB) Close() error {
 		err = merr
 	}
 	db.mu.Unlock()
-	db.releaseMemTables()
 	db.deleteObsoleteTables()
 	db.tableCache.close()
 	if lerr := db.dirLock.Close(); err == nil && lerr != nil {

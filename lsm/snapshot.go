@@ -46,9 +46,6 @@ func (s *Snapshot) Get(key []byte) ([]byte, error) {
 		return nil, ErrClosed
 	}
 	rs := s.db.loadReadState()
-	if rs == nil {
-		return nil, ErrClosed
-	}
 	defer rs.unref()
 	return s.db.get(rs, key, s.seq)
 }
@@ -58,11 +55,7 @@ func (s *Snapshot) NewIter(o *IterOptions) *Iterator {
 	if s.elem == nil || s.db.closed.Load() {
 		return &Iterator{err: ErrClosed}
 	}
-	rs := s.db.loadReadState()
-	if rs == nil {
-		return &Iterator{err: ErrClosed}
-	}
-	return s.db.newIter(rs, s.seq, o)
+	return s.db.newIter(s.db.loadReadState(), s.seq, o)
 }
 
 // Close releases the snapshot, letting compactions drop what only it saw.

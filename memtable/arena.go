@@ -90,34 +90,17 @@ type arena struct {
 	// limit is len(buf). Space before sentinelsSize holds the sentinels
 	// and is not counted by size or available.
 	limit uint64
-	// mapped says buf is mapped memory, which release must unmap.
-	mapped bool
 }
 
-// newArena allocates room for the sentinels plus size accounted bytes, on
-// the Go heap or, if mapped, in memory mapped outside it (where the
-// platform allows; see mapMemory).
-func newArena(size int, mapped bool) *arena {
-	n := uint64(sentinelsSize) + uint64(size)
-	a := &arena{limit: n}
-	if mapped {
-		a.buf, a.mapped = mapMemory(int(n))
-	}
-	if a.buf == nil {
-		a.buf = make([]byte, n)
+// newArena allocates room for the sentinels plus size accounted bytes.
+func newArena(size int) *arena {
+	a := &arena{
+		buf:   make([]byte, uint64(sentinelsSize)+uint64(size)),
+		limit: uint64(sentinelsSize) + uint64(size),
 	}
 	a.used.Store(uint64(sentinelsSize))
 	adviseHugePages(a.buf)
 	return a
-}
-
-// release returns a mapped arena's memory to the system; a heap arena is
-// left to the collector.
-func (a *arena) release() {
-	if a.mapped {
-		unmapMemory(a.buf)
-	}
-	a.buf, a.mapped = nil, false
 }
 
 // alloc reserves n bytes (a multiple of nodeAlign) and returns their offset,

@@ -28,23 +28,3 @@ func adviseHugePages(buf []byte) {
 	end := start + (uintptr(len(buf))-start)&^(hugePageSize-1)
 	_ = syscall.Madvise(buf[start:end], syscall.MADV_HUGEPAGE)
 }
-
-// mapMemory maps n bytes of anonymous memory, zeroed, outside the Go heap:
-// a memtable's arena is the largest allocation of an engine, and on the
-// heap the collector lets the heap grow to twice what is live before it
-// runs, so tens of MiB of arenas would cost twice their size in memory.
-// Mapped, an arena costs the pages written and no more. It returns nil if
-// the mapping fails (the caller uses the heap).
-func mapMemory(n int) (buf []byte, mapped bool) {
-	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
-	if err != nil {
-		return nil, false
-	}
-	return b, true
-}
-
-// unmapMemory unmaps what mapMemory mapped. After it, any access to the
-// memory faults: only an owner that knows nothing reads it may call it.
-func unmapMemory(b []byte) {
-	_ = syscall.Munmap(b)
-}

@@ -45,28 +45,14 @@ type splice struct {
 // (plus a few hundred bytes for the sentinel nodes, not counted by Size or
 // Available). It panics if arenaSize is negative or 4 GiB or more, since
 // nodes are addressed by 32-bit offsets.
-func New(arenaSize int) *MemTable { return newMemTable(arenaSize, false) }
-
-// NewMapped is New with the arena in memory mapped outside the Go heap
-// (on Linux; elsewhere it is New): the collector neither scans it nor
-// counts it toward its next cycle, so it costs its written pages and no
-// more. Its owner must call Release once nothing reads the memtable; the
-// collector never frees a mapped arena.
-func NewMapped(arenaSize int) *MemTable { return newMemTable(arenaSize, true) }
-
-func newMemTable(arenaSize int, mapped bool) *MemTable {
+func New(arenaSize int) *MemTable {
 	if arenaSize < 0 || uint64(arenaSize) > maxArenaSize {
 		panic(fmt.Sprintf("memtable: arena size %d out of range [0, %d]", arenaSize, uint64(maxArenaSize)))
 	}
-	m := &MemTable{arena: newArena(arenaSize, mapped)}
+	m := &MemTable{arena: newArena(arenaSize)}
 	m.init()
 	return m
 }
-
-// Release frees the memtable's arena if it is mapped (NewMapped); a heap
-// arena is left to the collector. The memtable must not be used after:
-// the caller guarantees, as for Reset, that nothing reads it any more.
-func (m *MemTable) Release() { m.arena.release() }
 
 // Reset empties the memtable and keeps its arena for new entries, without
 // clearing it: Add writes every field of a node it links, and nothing reads

@@ -598,21 +598,3 @@ func TestPrevWithLaggingBackLink(t *testing.T) {
 		t.Fatalf("reverse scan with lagging back-links: %v, want %v", got, want)
 	}
 }
-
-// TestMappedArena runs the model test on memtables whose arenas are
-// mapped outside the heap, through a Reset, and checks that a released
-// memtable fails loudly (a panic, not a read of unmapped memory).
-func TestMappedArena(t *testing.T) {
-	rng := rand.New(rand.NewPCG(9, 9))
-	m := NewMapped(1 << 20)
-	checkAgainstModel(t, rng, m, fill(t, rng, m, 3000))
-	m.Reset()
-	checkAgainstModel(t, rng, m, fill(t, rng, m, 300))
-	m.Release()
-	defer func() {
-		if recover() == nil {
-			t.Fatal("a released memtable answered a read")
-		}
-	}()
-	m.Get([]byte("a"), base.SeqNumMax)
-}
