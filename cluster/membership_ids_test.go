@@ -160,11 +160,7 @@ func TestNodeIDsAreNeverReused(t *testing.T) {
 	}
 	remove := func(id uint64) {
 		t.Helper()
-		if _, err := retryMember(c, func(n *Node) (uint64, error) {
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			return 0, n.RemoveMember(ctx, id)
-		}); err != nil {
+		if err := c.removeMember(id); err != nil {
 			t.Fatalf("removing %d: %v", id, err)
 		}
 	}
@@ -216,27 +212,10 @@ func TestNodeIDsAreNeverReused(t *testing.T) {
 	// and again at once when restarted on its data directory.
 	victim := otherThan(c, c.leader(10*time.Second).id)
 	remove(victim)
-	select {
-	case err := <-c.nodes[victim].done:
-		if !errors.Is(err, ErrRemoved) {
-			t.Fatalf("the removed node stopped with %v", err)
-		}
-		c.nodes[victim].done <- err
-	case <-time.After(10 * time.Second):
-		t.Fatal("the removed node did not stop")
-	}
+	waitRemoved(t, c.nodes[victim], 10*time.Second)
 	disk := c.nodes[victim].fs
 	c.stop(victim)
-	again := c.start(victim, disk)
-	select {
-	case err := <-again.done:
-		if !errors.Is(err, ErrRemoved) {
-			t.Fatalf("the removed node, restarted, stopped with %v", err)
-		}
-		again.done <- err
-	case <-time.After(5 * time.Second):
-		t.Fatal("the removed node, restarted on its data directory, runs")
-	}
+	waitRemoved(t, c.start(victim, disk), 5*time.Second) // restarted on its data directory
 	c.stop(victim)
 	add("sim-9", 9)
 }
@@ -249,6 +228,32 @@ func otherThan(c *testCluster, id uint64) uint64 {
 		}
 	}
 	return 0
+}
+
+// removeMember removes node id through the ready leader, asking again
+// while it answers ServerBusy.
+func (c *testCluster) removeMember(id uint64) error {
+	_, err := retryMember(c, func(n *Node) (uint64, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return 0, n.RemoveMember(ctx, id)
+	})
+	return err
+}
+
+// waitRemoved waits until tn's run ends with ErrRemoved, and leaves the
+// result for stop.
+func waitRemoved(t testing.TB, tn *testNode, timeout time.Duration) {
+	t.Helper()
+	select {
+	case err := <-tn.done:
+		if !errors.Is(err, ErrRemoved) {
+			t.Fatalf("node %d stopped with %v, want ErrRemoved", tn.id, err)
+		}
+		tn.done <- err
+	case <-time.After(timeout):
+		t.Fatalf("node %d, removed, did not stop in %v", tn.id, timeout)
+	}
 }
 
 // retryMember runs a membership change on the ready leader, asking again

@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 )
@@ -17,24 +15,11 @@ func TestNodeRemovedWhileDownStops(t *testing.T) {
 	victim := otherThan(c, c.leader(10*time.Second).id)
 	disk := c.nodes[victim].fs
 	c.stop(victim)
-	if _, err := retryMember(c, func(n *Node) (uint64, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return 0, n.RemoveMember(ctx, victim)
-	}); err != nil {
+	if err := c.removeMember(victim); err != nil {
 		t.Fatalf("removing %d: %v", victim, err)
 	}
 	for range 2 {
-		back := c.start(victim, disk)
-		select {
-		case err := <-back.done:
-			if !errors.Is(err, ErrRemoved) {
-				t.Fatalf("the removed node stopped with %v", err)
-			}
-			back.done <- err
-		case <-time.After(10 * time.Second):
-			t.Fatal("the node removed while it was down did not stop")
-		}
+		waitRemoved(t, c.start(victim, disk), 10*time.Second)
 		c.stop(victim)
 	}
 }

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -75,28 +74,10 @@ func TestReviewRangeFollowerCatchesUpAfterManyWrites(t *testing.T) {
 func TestReviewQuiescedGroupElectsWhenItsLeaderIsRemoved(t *testing.T) {
 	c, g, want := startIdleRangeGroup(t, 32)
 	x := c.groupLeader(g, time.Second).id
-	for {
-		ld := c.leader(10 * time.Second)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := ld.node.RemoveMember(ctx, x)
-		cancel()
-		if err == nil {
-			break
-		}
-		if codeOf(err) != "ServerBusy" {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := c.removeMember(x); err != nil {
+		t.Fatal(err)
 	}
-	select {
-	case err := <-c.nodes[x].done:
-		if !errors.Is(err, ErrRemoved) {
-			t.Fatalf("the removed node stopped with %v", err)
-		}
-		c.nodes[x].done <- err // for stop
-	case <-time.After(10 * time.Second):
-		t.Fatal("the removed node did not stop")
-	}
+	waitRemoved(t, c.nodes[x], 10*time.Second)
 	c.stop(x)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		led := false
