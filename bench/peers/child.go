@@ -67,6 +67,12 @@ type result struct {
 	UserSeconds float64 `json:"user_seconds,omitempty"`
 	SysSeconds  float64 `json:"sys_seconds,omitempty"`
 
+	// Latency of an operation (a batch for batch100) in the measured
+	// phase, in microseconds.
+	P50Micros num `json:"p50_us"`
+	P99Micros num `json:"p99_us"`
+	MaxMicros num `json:"max_us"`
+
 	Wrong       int64  `json:"wrong"`
 	EngineStats any    `json:"engine_stats,omitempty"`
 	Error       string `json:"error,omitempty"`
@@ -168,6 +174,8 @@ func runChild(spec childSpec) (result, error) {
 	res.IO = after.sub(before)
 
 	res.Ops, res.Entries, res.Wrong = ph.Ops, ph.Entries, ph.Wrong
+	micros := func(d time.Duration) num { return num(float64(d) / float64(time.Microsecond)) }
+	res.P50Micros, res.P99Micros, res.MaxMicros = micros(ph.Lat.quantile(0.5)), micros(ph.Lat.quantile(0.99)), micros(ph.Lat.max)
 	res.Seconds = elapsed.Seconds()
 	if res.Seconds > 0 {
 		res.OpsPerSec = float64(res.Ops) / res.Seconds

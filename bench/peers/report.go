@@ -90,6 +90,11 @@ type engineSummary struct {
 	SpaceAmpFiles  num `json:"space_amp_files"`
 	SpaceAmpTables num `json:"space_amp_tables"`
 	PeakRSS        num `json:"peak_rss"`
+	// Latency medians over the repeats, in microseconds: an operation's
+	// p50 and p99, and the longest operation (a stall shows there).
+	P50Micros num `json:"p50_us"`
+	P99Micros num `json:"p99_us"`
+	MaxMicros num `json:"max_us"`
 	// PerRepeat is ops/s by repeat, NaN (null) where the run failed.
 	PerRepeat []num `json:"per_repeat_ops_per_sec"`
 }
@@ -191,7 +196,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 	for i := range ops {
 		ops[i] = math.NaN()
 	}
-	var wa, wan, sa, saf, sat, rss []float64
+	var wa, wan, sa, saf, sat, rss, p50, p99, longest []float64
 	for _, r := range results {
 		if r.Engine != eng || r.Workload != wl || r.Error != "" || r.Repeat < 1 || r.Repeat > repeats {
 			continue
@@ -204,6 +209,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 		saf = append(saf, float64(r.SpaceAmpFiles))
 		sat = append(sat, float64(r.SpaceAmpTables))
 		rss = append(rss, float64(r.PeakRSS))
+		p50, p99, longest = append(p50, float64(r.P50Micros)), append(p99, float64(r.P99Micros)), append(longest, float64(r.MaxMicros))
 	}
 	es.OpsPerSec = num(median(ops))
 	es.WriteAmp = num(median(wa))
@@ -212,6 +218,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 	es.SpaceAmpFiles = num(median(saf))
 	es.SpaceAmpTables = num(median(sat))
 	es.PeakRSS = num(median(rss))
+	es.P50Micros, es.P99Micros, es.MaxMicros = num(median(p50)), num(median(p99)), num(median(longest))
 	for _, o := range ops {
 		es.PerRepeat = append(es.PerRepeat, num(o))
 	}
@@ -338,6 +345,21 @@ func (rep *engineReport) markdown() string {
 			cell:  func(e engineSummary) string { return two(e.SpaceAmp) + " (" + two(e.SpaceAmpTables) + ")" },
 			ratio: func(ws workloadSummary) string {
 				return fmtRatio(ws.SpaceAmpRatio) + " (" + fmtRatio(ws.SpaceAmpTableRatio) + ")"
+			},
+			skip: never,
+		},
+		{
+			title: "Latency of one operation, a batch for batch100: p50 / p99 / longest, medians over the repeats",
+			unit:  " µs",
+			cell: func(e engineSummary) string {
+				return fmtFloat(float64(e.P50Micros), 1) + " / " + fmtFloat(float64(e.P99Micros), 1) + " / " + fmtFloat(float64(e.MaxMicros), 0)
+			},
+			ratio: func(ws workloadSummary) string {
+				t, pb := ws.engine("tabula"), ws.engine("pebble")
+				if t == nil || pb == nil {
+					return "–"
+				}
+				return fmtRatio(num(ratio(float64(t.P99Micros), float64(pb.P99Micros)))) + " (p99)"
 			},
 			skip: never,
 		},

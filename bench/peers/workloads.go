@@ -37,6 +37,9 @@ type phase struct {
 	// out-of-order scan. Any makes the run fail.
 	Wrong    int64
 	Mistakes []string // the first few wrong results, for the error message
+	// Lat holds the latency of every operation (of every batch for
+	// batch100).
+	Lat latency
 }
 
 // wrong records a wrong result, keeping the first few descriptions.
@@ -121,15 +124,18 @@ func fill(e Engine, order func(j int) int, count int, seed uint64) (phase, error
 	g := newValueGen(seed)
 	key := make([]byte, 0, keyLen)
 	val := make([]byte, valueLen)
+	ph := phase{Ops: int64(count), LogicalBytes: int64(count) * entryLen, LiveBytes: int64(count) * entryLen}
 	for j := range count {
 		i := order(j)
 		key = appendKey(key[:0], i, false)
 		g.fill(val, i)
+		start := time.Now()
 		if err := e.Set(key, val, false); err != nil {
 			return phase{}, err
 		}
+		ph.Lat.since(start)
 	}
-	return phase{Ops: int64(count), LogicalBytes: int64(count) * entryLen, LiveBytes: int64(count) * entryLen}, nil
+	return ph, nil
 }
 
 func runFillSeq(e Engine, p params) (phase, error) {
@@ -160,7 +166,7 @@ func runOverwrite(e Engine, p params) (phase, error) {
 // readLoop calls op until ReadOps operations or ReadDur have passed. It
 // reads the clock every 64 operations only: a clock read would cost a
 // noticeable fraction of a cached get.
-func readLoop(p params, op func() error) (int64, error) {
+func readLoop(p params, lat *latency, op func() error) (int64, error) {
 	limit := p.ReadOps
 	if limit <= 0 {
 		limit = p.N
@@ -168,9 +174,11 @@ func readLoop(p params, op func() error) (int64, error) {
 	deadline := time.Now().Add(p.ReadDur)
 	var n int64
 	for n < int64(limit) {
+		start := time.Now()
 		if err := op(); err != nil {
 			return n, err
 		}
+		lat.since(start)
 		n++
 		if n%64 == 0 && p.ReadDur > 0 && time.Now().After(deadline) {
 			break
@@ -189,7 +197,7 @@ func runReadRandom(e Engine, p params) (phase, error) {
 			ph.wrong("get %s: value of key %d", key, got)
 		}
 	}
-	n, err := readLoop(p, func() error {
+	n, err := readLoop(p, &ph.Lat, func() error {
 		i = rng.IntN(p.N)
 		key = appendKey(key[:0], i, false)
 		found, err := e.Get(key, check)
@@ -210,7 +218,7 @@ func runReadMissing(e Engine, p params) (phase, error) {
 	var ph phase
 	rng := rand.New(rand.NewPCG(p.Seed+seedMissing, 0))
 	key := make([]byte, 0, keyLen)
-	n, err := readLoop(p, func() error {
+	n, err := readLoop(p, &ph.Lat, func() error {
 		key = appendKey(key[:0], rng.IntN(p.N), true)
 		found, err := e.Get(key, func([]byte) {})
 		if err == nil && found {
@@ -241,7 +249,7 @@ func runScan(e Engine, p params) (phase, error) {
 		}
 		next++
 	}
-	n, err := readLoop(p, func() error {
+	n, err := readLoop(p, &ph.Lat, func() error {
 		s := rng.IntN(p.N)
 		start = appendKey(start[:0], s, false)
 		next = s
@@ -269,18 +277,21 @@ func runBatch100(e Engine, p params) (phase, error) {
 	b := e.NewBatch()
 	key := make([]byte, 0, keyLen)
 	val := make([]byte, valueLen)
+	n := int64(p.N)
+	ph := phase{Ops: n, LogicalBytes: n * entryLen, LiveBytes: n * entryLen}
 	for start := 0; start < p.N; start += batchSize {
 		for _, i := range perm[start:min(start+batchSize, p.N)] {
 			key = appendKey(key[:0], int(i), false)
 			g.fill(val, int(i))
 			b.Set(key, val)
 		}
+		start := time.Now()
 		if err := b.Apply(false); err != nil {
 			return phase{}, err
 		}
+		ph.Lat.since(start)
 	}
-	n := int64(p.N)
-	return phase{Ops: n, LogicalBytes: n * entryLen, LiveBytes: n * entryLen}, nil
+	return ph, nil
 }
 
 // runFillSync runs writers goroutines, each doing synced single-key sets of
@@ -296,6 +307,7 @@ func runFillSync(e Engine, p params, writers int) (phase, error) {
 	var cursor atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, writers)
+	lats := make([]latency, writers)
 	for w := range writers {
 		wg.Go(func() {
 			g := newValueGen(p.Seed + seedSync + uint64(w)<<32)
@@ -309,10 +321,12 @@ func runFillSync(e Engine, p params, writers int) (phase, error) {
 				i := int(perm[j])
 				key = appendKey(key[:0], i, false)
 				g.fill(val, i)
+				start := time.Now()
 				if err := e.Set(key, val, true); err != nil {
 					errs[w] = err
 					return
 				}
+				lats[w].since(start)
 			}
 		})
 	}
@@ -322,7 +336,11 @@ func runFillSync(e Engine, p params, writers int) (phase, error) {
 	}
 	// The cursor overshoots by one per writer that saw the limit.
 	n := min(cursor.Load(), limit)
-	return phase{Ops: n, LogicalBytes: n * entryLen, LiveBytes: n * entryLen}, nil
+	ph := phase{Ops: n, LogicalBytes: n * entryLen, LiveBytes: n * entryLen}
+	for w := range lats {
+		ph.Lat.merge(&lats[w])
+	}
+	return ph, nil
 }
 
 func firstError(errs []error) error {
@@ -372,6 +390,7 @@ func runYCSBA(e Engine, p params) (phase, error) {
 				}
 				i = zipf.next(rng)
 				key = appendKey(key[:0], i, false)
+				start := time.Now()
 				if rng.IntN(2) == 0 {
 					found, err := e.Get(key, check)
 					if err != nil {
@@ -389,6 +408,7 @@ func runYCSBA(e Engine, p params) (phase, error) {
 					}
 					ph.LogicalBytes += entryLen
 				}
+				ph.Lat.since(start)
 				ph.Ops++
 			}
 		})
@@ -400,6 +420,7 @@ func runYCSBA(e Engine, p params) (phase, error) {
 		total.LogicalBytes += ph.LogicalBytes
 		total.Wrong += ph.Wrong
 		total.Mistakes = append(total.Mistakes, ph.Mistakes...)
+		total.Lat.merge(&ph.Lat)
 	}
 	total.LiveBytes = int64(p.N) * entryLen
 	if err := firstError(errs); err != nil {
