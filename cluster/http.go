@@ -241,6 +241,10 @@ type Status struct {
 	// one raft group (Group) replicates them all on every member, and the
 	// leader holds every lease.
 	Ranges []RangeStatus `json:"ranges,omitempty"`
+	// RangeGroups are the range groups this node hosts, Quiesced those
+	// of them idle (not ticked).
+	RangeGroups int `json:"range_groups"`
+	Quiesced    int `json:"quiesced"`
 }
 
 // RangeStatus is one range partition of a table as the leader sees it.
@@ -259,6 +263,9 @@ type PeerStatus struct {
 	Addr   string `json:"addr"`
 	Match  uint64 `json:"match,omitempty"`
 	Active bool   `json:"active,omitempty"`
+	// Live says the node heard from the peer within an election timeout
+	// (any message, the per-tick liveness one included).
+	Live bool `json:"live"`
 }
 
 func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
@@ -273,7 +280,7 @@ func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
 	st := h.node.Status()
 	for id, addr := range h.node.members.all() {
 		p := st.progress[id]
-		st.Peers = append(st.Peers, PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active})
+		st.Peers = append(st.Peers, PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active, Live: id == st.Node || st.live[id]})
 	}
 	sortPeers(st.Peers)
 	if st.State == "StateLeader" {

@@ -17,6 +17,7 @@ type progress struct {
 type nodeStatus struct {
 	Status
 	progress map[uint64]progress
+	live     map[uint64]bool // the peers heard from within an election timeout
 }
 
 // snapshotStatus records the node's raft state for readers on other
@@ -34,6 +35,19 @@ func (n *Node) snapshotStatus() {
 			Applied: n.applied.Load(),
 		},
 		progress: make(map[uint64]progress, len(st.Progress)),
+		live:     make(map[uint64]bool, len(n.live.heard)),
+	}
+	for id := range n.live.heard {
+		ns.live[id] = n.isLive(id)
+	}
+	for _, r := range n.replicaList {
+		if r.group == systemGroup {
+			continue
+		}
+		ns.RangeGroups++
+		if r.quiesced.Load() {
+			ns.Quiesced++
+		}
 	}
 	if st.RaftState == raft.StateLeader {
 		for id, pr := range st.Progress {

@@ -503,6 +503,8 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	match := map[uint64]uint64{}
 	var ranges []cluster.RangeStatus
+	// Liveness: how many of the other nodes that answered hear from each.
+	heardBy, asked := map[uint64]int{}, 0
 	for _, st := range statuses {
 		if st.State == "StateLeader" {
 			for _, p := range st.Peers {
@@ -510,17 +512,28 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 			}
 			ranges = st.Ranges
 		}
+		asked++
+		for _, p := range st.Peers {
+			if p.Live && p.Node != st.Node {
+				heardBy[p.Node]++
+			}
+		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "node\taddr\tstate\tleader\tterm\tcommit\tapplied\tmatch\tnote")
+	fmt.Fprintln(tw, "node\taddr\tstate\tleader\tterm\tcommit\tapplied\tmatch\tlive\tgroups\tquiet\tnote")
 	for _, p := range first.Peers {
+		others := asked
+		if _, ok := statuses[p.Node]; ok {
+			others-- // a node does not vouch for itself
+		}
+		live := fmt.Sprintf("%d/%d", heardBy[p.Node], others)
 		st, ok := statuses[p.Node]
 		if !ok {
-			fmt.Fprintf(tw, "%d\t%s\tunreachable\t\t\t\t\t%d\t%v\n", p.Node, p.Addr, match[p.Node], errs[p.Node])
+			fmt.Fprintf(tw, "%d\t%s\tunreachable\t\t\t\t\t%d\t%s\t\t\t%v\n", p.Node, p.Addr, match[p.Node], live, errs[p.Node])
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", st.Node, p.Addr, strings.TrimPrefix(st.State, "State"),
-			st.Leader, st.Term, st.Commit, st.Applied, match[p.Node], st.Failed)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", st.Node, p.Addr, strings.TrimPrefix(st.State, "State"),
+			st.Leader, st.Term, st.Commit, st.Applied, match[p.Node], live, st.RangeGroups, st.Quiesced, st.Failed)
 	}
 	tw.Flush()
 	if len(ranges) > 0 {

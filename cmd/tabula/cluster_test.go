@@ -208,6 +208,19 @@ func TestClusterOfProcesses(t *testing.T) {
 	if got := strings.Count(out.String(), "Leader"); got != 1 || strings.Count(out.String(), "Follower") != 2 {
 		t.Errorf("cluster status:\n%s", out.String())
 	}
+	// Every node hears from the two others (their liveness messages), the
+	// restarted one too once its streams are up again.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if got := len(regexp.MustCompile(`\s2/2\s`).FindAllString(out.String(), -1)); got == 3 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("cluster status shows %d nodes live to both others, want 3:\n%s", got, out.String())
+		}
+		out.Reset()
+		if code := run([]string{"cluster", "status", "--node", c.nodeAddrs[0], "--cluster-secret", testSecret}, &out, &errOut); code != 0 {
+			t.Fatalf("cluster status: %d %s", code, errOut.String())
+		}
+	}
 	// And the table's one range, on all three replicas, its lease with
 	// the leader, holding what was written.
 	st, err := fetchStatus(c.nodeAddrs[c.leader()], 0, []byte(testSecret))
