@@ -190,6 +190,9 @@ func (n *Node) ServeSnapshot(w io.Writer, token []byte) error {
 		n.snaps.mu.Lock()
 		s.streams--
 		s.used = time.Now()
+		if n.snaps.closed && s.streams == 0 {
+			s.ss.Close() // the node stopped while this stream ran: the last stream closes it
+		}
 		n.snaps.mu.Unlock()
 	}()
 	hdr := append([]byte(nil), snapshotMagic...)
@@ -206,13 +209,16 @@ func (n *Node) ServeSnapshot(w io.Writer, token []byte) error {
 	return err
 }
 
-// closeSnapshots releases every pinned snapshot (the node is stopping).
+// closeSnapshots releases every pinned snapshot (the node is stopping); one
+// being streamed is released when its stream ends.
 func (n *Node) closeSnapshots() {
 	n.snaps.mu.Lock()
 	defer n.snaps.mu.Unlock()
 	n.snaps.closed = true
 	for k, s := range n.snaps.served {
-		s.ss.Close()
+		if s.streams == 0 { // else its last stream closes it (ServeSnapshot)
+			s.ss.Close()
+		}
 		delete(n.snaps.served, k)
 	}
 	n.snaps.latest = nil
