@@ -1,8 +1,8 @@
 // Package cluster replicates the table service across nodes with etcd's
-// raft (docs/cluster.md): a node's loop drives a raft group whose log
-// carries the table service's writes as commands, every replica applies
-// them to its own partition.Store, and the leader answers reads after a
-// ReadIndex round.
+// raft (docs/cluster.md). A node's loop drives a replica of each raft group
+// it belongs to: the system group, whose log carries the table service's
+// writes as commands, and range groups, which carry one range partition's
+// entity writes. Every replica applies its group's commands to the node's
+// partition.Store, a group's leader answers reads after a ReadIndex round,
+// and idle range groups quiesce.
 package cluster
-
-import _ "go.etcd.io/raft/v3" // pinned in go.mod before its first use
