@@ -48,7 +48,10 @@ func (p storePointer) encode() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		s += fmt.Sprintf("snapshot %d %d %s\n", p.snap.GetIndex(), p.snap.GetTerm(), hex.EncodeToString(cs))
+		// An empty configuration marshals to nothing: the line then ends
+		// after the term.
+		line := strings.TrimSuffix(fmt.Sprintf("snapshot %d %d %s", p.snap.GetIndex(), p.snap.GetTerm(), hex.EncodeToString(cs)), " ")
+		s += line + "\n"
 	}
 	return []byte(s), nil
 }
@@ -66,10 +69,18 @@ func decodeStorePointer(b []byte) (storePointer, error) {
 		return bad("no store directory")
 	}
 	if len(lines) == 3 {
-		var idx, term uint64
-		var csHex string
-		if _, err := fmt.Sscanf(lines[2], "snapshot %d %d %s", &idx, &term, &csHex); err != nil {
+		f := strings.Fields(lines[2])
+		if len(f) < 3 || len(f) > 4 || f[0] != "snapshot" {
 			return bad("bad snapshot line")
+		}
+		idx, err1 := strconv.ParseUint(f[1], 10, 64)
+		term, err2 := strconv.ParseUint(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return bad("bad snapshot line")
+		}
+		csHex := ""
+		if len(f) == 4 {
+			csHex = f[3]
 		}
 		raw, err := hex.DecodeString(csHex)
 		cs := &raftpb.ConfState{}
