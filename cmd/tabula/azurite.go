@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,25 +15,10 @@ import (
 // emulator's table database (PATH is the file, or the emulator's
 // --location directory holding it) into the store in DIR.
 func importAzuriteCommand(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("import-azurite", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("import-azurite", fmt.Sprintf("usage: tabula import-azurite [--data DIR] PATH\n\nLoads every account's tables and entities from the Azurite emulator's table\ndatabase (PATH: %s, or the emulator's --location directory).\nStop the emulator first (Ctrl-C, which saves the database).", azurite.FileName), stderr)
 	data := fs.String("data", "./tabula-data", "the store directory, created if missing (no server may hold it)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: tabula import-azurite [--data DIR] PATH\n\nLoads every account's tables and entities from the Azurite emulator's table\ndatabase (PATH: %s, or the emulator's --location directory).\nStop the emulator first (Ctrl-C, which saves the database).\n", azurite.FileName)
-		fs.PrintDefaults()
-	}
-	// The path may come before or after the flags.
-	var path string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		path, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if path == "" && fs.NArg() == 1 {
-		path = fs.Arg(0)
-	} else if path == "" || fs.NArg() != 0 {
-		fs.Usage()
+	path, ok := parseOneArg(fs, args)
+	if !ok {
 		return 2
 	}
 	if info, err := os.Stat(path); err == nil && info.IsDir() {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,18 +18,9 @@ import (
 // store in DIR, online when a server holds it (through the server's admin
 // socket), else by opening the store itself. docs/backup.md.
 func backupCommand(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("backup", "usage: tabula backup [--data DIR] OUT\n\nCopies the store in DIR into the new directory OUT, as of one moment, while a\nserver keeps serving it (or with no server running).", stderr)
 	data := fs.String("data", "./tabula-data", "the store directory to back up")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: tabula backup [--data DIR] OUT\n\nCopies the store in DIR into the new directory OUT, as of one moment, while a\nserver keeps serving it (or with no server running).")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
+	if !parseArgs(fs, args, 1) {
 		return 2
 	}
 	out := filepath.Clean(fs.Arg(0))
@@ -132,16 +122,8 @@ func isLockHeld(err error) bool { return errors.Is(err, syscall.EWOULDBLOCK) }
 
 // restoreCommand is `tabula restore BACKUP DIR`.
 func restoreCommand(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: tabula restore BACKUP DIR\n\nChecks the backup in BACKUP and restores it into DIR, which must not exist or be empty.")
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 2 {
-		fs.Usage()
+	fs := newFlags("restore", "usage: tabula restore BACKUP DIR\n\nChecks the backup in BACKUP and restores it into DIR, which must not exist or be empty.", stderr)
+	if !parseArgs(fs, args, 2) {
 		return 2
 	}
 	x, err := backup.Restore(fs.Arg(0), fs.Arg(1))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -43,20 +42,11 @@ func openStoreExclusive(dir string, mustExist bool) (*partition.Store, error) {
 
 // exportCommand is `tabula export [--data DIR] [--table T ...] OUT.jsonl`.
 func exportCommand(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("export", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("export", "usage: tabula export [--data DIR] [--table T ...] OUT.jsonl\n\nWrites every table (or those named) with all its entities to OUT.jsonl, one\nJSON object per line (docs/export.md); OUT \"-\" is standard output.", stderr)
 	data := fs.String("data", "./tabula-data", "the store directory (no server may hold it)")
 	var tables stringList
 	fs.Var(&tables, "table", "export only this table (repeatable): NAME in any account, or ACCOUNT/NAME; case-insensitive")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: tabula export [--data DIR] [--table T ...] OUT.jsonl\n\nWrites every table (or those named) with all its entities to OUT.jsonl, one\nJSON object per line (docs/export.md); OUT \"-\" is standard output.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
+	if !parseArgs(fs, args, 1) {
 		return 2
 	}
 	out := fs.Arg(0)
@@ -150,20 +140,11 @@ type importProgress struct {
 
 // importCommand is `tabula import --data DIR IN.jsonl`.
 func importCommand(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("import", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("import", "usage: tabula import --data DIR [--progress FILE] [--restart] IN.jsonl\n\nChecks the whole export file, then loads it into the store in batches per\npartition; run it again after an interruption and it resumes.", stderr)
 	data := fs.String("data", "./tabula-data", "the store directory, created if missing (no server may hold it)")
 	progressPath := fs.String("progress", "", "the progress file that makes an interrupted import resumable (default IN.jsonl.progress)")
 	restart := fs.Bool("restart", false, "ignore an existing progress file and import from the first line")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: tabula import --data DIR [--progress FILE] [--restart] IN.jsonl\n\nChecks the whole export file, then loads it into the store in batches per\npartition; run it again after an interruption and it resumes.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
+	if !parseArgs(fs, args, 1) {
 		return 2
 	}
 	in := fs.Arg(0)

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -20,25 +19,10 @@ import (
 // inspectHot prints the hottest partitions and accounts of a running
 // server started with --emulate-limits: tabula inspect --hot ADDR.
 func inspectHot(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("inspect --hot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("inspect --hot", "usage: tabula inspect --hot [-n N] ADDR   (ADDR: 127.0.0.1:10002, or a URL such as https://127.0.0.1:10002)", stderr)
 	n := fs.Int("n", 20, "how many partitions and accounts to list (1 to 1000)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: tabula inspect --hot [-n N] ADDR   (ADDR: 127.0.0.1:10002, or a URL such as https://127.0.0.1:10002)")
-		fs.PrintDefaults()
-	}
-	// The address may come before or after -n.
-	var addr string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		addr, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if addr == "" && fs.NArg() == 1 {
-		addr = fs.Arg(0)
-	} else if fs.NArg() != 0 || addr == "" {
-		fs.Usage()
+	addr, ok := parseOneArg(fs, args)
+	if !ok {
 		return 2
 	}
 	if *n < 1 || *n > 1000 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,18 +15,9 @@ import (
 // key order of a store no process holds (lsm.Verify), and, in a backup
 // directory, every file against the backup's index too.
 func verifyCommand(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("verify", "usage: tabula verify [--data DIR]\n\nChecks every block checksum, WAL record, manifest entry and key order of the\nstore in DIR, which no server may hold (verify a backup of a running one).\nExits 1 naming the first bad file and offset.", stderr)
 	data := fs.String("data", "./tabula-data", "the store (or backup) directory to check")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: tabula verify [--data DIR]\n\nChecks every block checksum, WAL record, manifest entry and key order of the\nstore in DIR, which no server may hold (verify a backup of a running one).\nExits 1 naming the first bad file and offset.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
+	if !parseArgs(fs, args, 0) {
 		return 2
 	}
 	dir := *data
