@@ -23,6 +23,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/tabuladb/tabula/lsm"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // IndexName is the name of the index file in a backup directory.
@@ -454,14 +455,4 @@ func writeFileSynced(path string, data []byte) error {
 	return err
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func syncDir(dir string) error { return vfs.SyncDir(vfs.Default(), dir) }

@@ -551,25 +551,7 @@ const catchUpSlack = 16
 // writeFile replaces a small file of the data directory atomically and
 // durably.
 func (d *storeDir) writeFile(name string, b []byte) error {
-	tmp := filepath.Join(d.dir, name+".tmp")
-	f, err := d.fs.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = d.fs.Rename(tmp, filepath.Join(d.dir, name))
-	}
-	if err == nil {
-		err = vfs.SyncDir(d.fs, d.dir)
-	}
-	if err != nil {
+	if err := vfs.WriteFileAtomic(d.fs, filepath.Join(d.dir, name), b); err != nil {
 		return fmt.Errorf("cluster: write %s: %w", name, err)
 	}
 	return nil

@@ -7,6 +7,7 @@ package vfs
 import (
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // File is an open file. Files opened for reading are safe for concurrent
@@ -61,6 +62,33 @@ func SyncDir(fs FS, dir string) error {
 		return err
 	}
 	return d.Close()
+}
+
+// WriteFileAtomic replaces the file name with data atomically and
+// durably: it writes name+".tmp", syncs it, renames it over name and syncs
+// the directory, so a crash leaves the old content or the new, never a mix
+// or neither. The temporary file is removed if a step fails.
+func WriteFileAtomic(fs FS, name string, data []byte) error {
+	tmp := name + ".tmp"
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, name)
+	}
+	if err != nil {
+		fs.Remove(tmp)
+		return err
+	}
+	return SyncDir(fs, filepath.Dir(name))
 }
 
 // Linker is implemented by filesystems that can give a file a second name

@@ -29,6 +29,7 @@ import (
 	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/cluster/transport"
 	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // secretEnv is where the cluster secret comes from when --cluster-secret
@@ -189,37 +190,10 @@ func parseIdentity(b []byte) (id identity, ok bool) {
 // directory without its mark).
 func writeIdentity(dir string, id identity) error {
 	path := filepath.Join(dir, identityFile)
-	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(id.encode())
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(path+".tmp", path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
+	if err := vfs.WriteFileAtomic(vfs.Default(), path, id.encode()); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
-}
-
-// syncDir makes the entries of dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // clusterPlan is a cluster node's identity, checked against its data

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tabuladb/tabula/export"
 	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // stringList is a repeatable flag.
@@ -222,23 +223,7 @@ func importCommand(args []string, stdout, stderr io.Writer) int {
 // writeProgress replaces the progress file atomically and durably.
 func writeProgress(path string, p *importProgress) error {
 	b, _ := json.Marshal(p)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("progress file: %w", err)
-	}
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := vfs.WriteFileAtomic(vfs.Default(), path, append(b, '\n')); err != nil {
 		return fmt.Errorf("progress file: %w", err)
 	}
 	return nil
