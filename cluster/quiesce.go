@@ -125,21 +125,16 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 	}
 	ctx := m.GetContext()
 	for len(ctx) > 0 {
-		g, k := binary.Uvarint(ctx)
-		if k <= 0 {
-			return
+		var notice [3]uint64 // group, term, commit
+		for f := range notice {
+			v, k := binary.Uvarint(ctx)
+			if k <= 0 {
+				n.log.Warn("cluster: a malformed quiesce notice is ignored", "node", n.cfg.ID, "from", m.GetFrom())
+				return
+			}
+			notice[f], ctx = v, ctx[k:]
 		}
-		ctx = ctx[k:]
-		term, j := binary.Uvarint(ctx)
-		if j <= 0 {
-			return
-		}
-		ctx = ctx[j:]
-		commit, i := binary.Uvarint(ctx)
-		if i <= 0 {
-			return
-		}
-		ctx = ctx[i:]
+		g, term, commit := notice[0], notice[1], notice[2]
 		// Quiet only a follower that knows everything the leader
 		// committed: one that missed the last append or heartbeat would
 		// otherwise stay behind until the group's next write.
