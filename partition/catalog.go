@@ -20,6 +20,7 @@ type table struct {
 	lower   string // the catalog key: names are case-insensitive
 	id      uint64
 	prefix  []byte // appendTablePrefix(account, id); read-only
+	group   RangeGroup // read-only
 
 	// deleted is set when the table is dropped, so that background work
 	// holding the table stops persisting things for it.
@@ -42,21 +43,38 @@ type tableKey struct{ account, lower string }
 
 func (t *table) rangeList() []*rangeState { return *t.ranges.Load() }
 
-// catalog value: version 1 | table id (8 bytes big-endian) | name as created.
-const catalogVersion = 1
+// catalog value: version 1 | table id (8 bytes big-endian) | name as
+// created; or, for a table replicated by a range group of its own,
+// version 2 | table id | the group (rangegroup.go) | name.
+const (
+	catalogVersion      = 1
+	catalogVersionGroup = 2
+)
 
-func encodeCatalogValue(id uint64, name string) []byte {
+func encodeCatalogValue(id uint64, g RangeGroup, name string) []byte {
 	v := make([]byte, 0, 1+idLen+len(name))
-	v = append(v, catalogVersion)
+	if g.ID == 0 {
+		v = append(v, catalogVersion)
+		v = binary.BigEndian.AppendUint64(v, id)
+		return append(v, name...)
+	}
+	v = append(v, catalogVersionGroup)
 	v = binary.BigEndian.AppendUint64(v, id)
+	v = g.append(v)
 	return append(v, name...)
 }
 
-func decodeCatalogValue(v []byte) (uint64, string, error) {
-	if len(v) < 1+idLen || v[0] != catalogVersion {
-		return 0, "", fmt.Errorf("partition: catalog entry: bad header: %w", lsm.ErrCorruption)
+func decodeCatalogValue(v []byte) (id uint64, g RangeGroup, name string, err error) {
+	if len(v) < 1+idLen || (v[0] != catalogVersion && v[0] != catalogVersionGroup) {
+		return 0, RangeGroup{}, "", fmt.Errorf("partition: catalog entry: bad header: %w", lsm.ErrCorruption)
 	}
-	return binary.BigEndian.Uint64(v[1:]), string(v[1+idLen:]), nil
+	id, rest := binary.BigEndian.Uint64(v[1:]), v[1+idLen:]
+	if v[0] == catalogVersionGroup {
+		if g, rest, err = decodeRangeGroup(rest); err != nil {
+			return 0, RangeGroup{}, "", fmt.Errorf("partition: catalog entry: %w", err)
+		}
+	}
+	return id, g, string(rest), nil
 }
 
 // deleted-table record: version 1 | state | account.
@@ -183,11 +201,12 @@ func (s *Store) loadCatalog() (pendingDrops []droppedTable, err error) {
 		if err != nil {
 			return err
 		}
-		id, name, err := decodeCatalogValue(v)
+		id, g, name, err := decodeCatalogValue(v)
 		if err != nil {
 			return err
 		}
 		t := newTable(account, name, id)
+		t.group = g
 		rs, err := s.loadRanges(id)
 		if err != nil {
 			return err

@@ -54,6 +54,13 @@ func ValidateTableName(name string) error {
 // "MyTable" when "mytable" exists is TableAlreadyExists. The table gets a
 // new id, so a table re-created after a drop starts empty.
 func (s *Store) CreateTable(ctx context.Context, account, name string) (Table, error) {
+	return s.CreateTableInGroup(ctx, account, name, RangeGroup{})
+}
+
+// CreateTableInGroup creates a table as CreateTable does, and records in
+// its catalog entry the range group that replicates its entities (none
+// when g is zero).
+func (s *Store) CreateTableInGroup(ctx context.Context, account, name string, g RangeGroup) (Table, error) {
 	if err := ctx.Err(); err != nil {
 		return Table{}, err
 	}
@@ -68,11 +75,12 @@ func (s *Store) CreateTable(ctx context.Context, account, name string) (Table, e
 	}
 	id := s.nextID
 	t := newTable(account, name, id)
+	t.group = g.clone()
 	rs := []*rangeState{{born: s.tick.Load()}}
 	t.ranges.Store(&rs)
 
 	b := s.db.NewBatch()
-	b.Set(catalogKey(account, key.lower), encodeCatalogValue(id, name))
+	b.Set(catalogKey(account, key.lower), encodeCatalogValue(id, g, name))
 	b.Set(metaKey(metaNextID), appendUint64(nil, id+1))
 	b.Set(idKey(nsRanges, id), encodeRangeMap(rs))
 	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
@@ -159,7 +167,7 @@ func (s *Store) QueryTables(ctx context.Context, account string, q TableQuery) (
 				return TablePage{}, err
 			}
 		}
-		_, name, err := decodeCatalogValue(it.Value())
+		_, _, name, err := decodeCatalogValue(it.Value())
 		if err != nil {
 			it.Close()
 			return TablePage{}, err
