@@ -80,16 +80,37 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 	n := r.n
 	ctx := partition.WithStamp(context.Background(), partition.Stamp{Group: r.group, Index: e.GetIndex(), Timestamp: c.Timestamp})
 	var res result
+	var refused error // an answer of the cluster's, not the store's
 	s := n.st()
 	switch c.Kind {
 	case command.KindApply:
-		res.entity, res.err = s.Apply(ctx, c.Account, c.Table, c.Ops[0])
+		if refused = r.wrongGroup(s, c.Account, c.Table); refused == nil {
+			res.entity, res.err = s.Apply(ctx, c.Account, c.Table, c.Ops[0])
+		}
 	case command.KindBatch:
-		res.entities, res.err = s.ExecuteBatch(ctx, c.Account, c.Table, c.Ops)
+		if refused = r.wrongGroup(s, c.Account, c.Table); refused == nil {
+			res.entities, res.err = s.ExecuteBatch(ctx, c.Account, c.Table, c.Ops)
+		}
 	case command.KindCreateTable:
 		res.table, res.err = s.CreateTable(ctx, c.Account, c.Table)
+	case command.KindCreateRangeTable:
+		g := partition.RangeGroup{ID: e.GetIndex(), Voters: c.Voters}
+		res.table, res.err = s.CreateTableInGroup(ctx, c.Account, c.Table, g)
+		if res.err == nil && g.Has(n.cfg.ID) {
+			n.hosts.add(hostChange{group: g.ID, voters: c.Voters, campaign: true})
+		}
 	case command.KindDeleteTable:
+		g, _ := s.TableGroup(c.Account, c.Table)
 		res.err = s.DeleteTable(ctx, c.Account, c.Table)
+		if res.err == nil && g.Has(n.cfg.ID) {
+			// The drop durable before the group's log goes: a restart
+			// that found the table again would host the group, and
+			// replay it, from a log that is no longer there.
+			if err := s.SyncApplied(r.group, e.GetIndex()); err != nil {
+				return err
+			}
+			n.hosts.add(hostChange{group: g.ID})
+		}
 	case command.KindSetACL:
 		res.err = s.SetTableACL(ctx, c.Account, c.Table, c.ACL)
 	case command.KindSetProperties:
@@ -97,6 +118,9 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 	}
 	if res.err != nil && partition.ErrorCode(res.err) == "" {
 		return fmt.Errorf("cluster: group %d: apply entry %d (%s): %w", r.group, e.GetIndex(), c.Kind, res.err)
+	}
+	if refused != nil {
+		res.err = refused
 	}
 	if k := len(c.Ops); c.Timestamp != 0 && k > 0 {
 		// Raised even for a refused command, whose timestamps were issued,
@@ -155,9 +179,12 @@ func (r *replica) syncAndCompact() error {
 	if err := r.n.st().SyncApplied(r.group, applied); err != nil {
 		return err
 	}
-	if r.group != systemGroup || applied <= r.n.cfg.LogRetention {
+	if r.group != systemGroup || applied <= r.n.cfg.LogRetention || len(r.n.st().TableGroups()) > 0 {
 		// A range group takes no snapshots yet: a follower behind its
 		// first index could never catch up, so its log is kept whole.
+		// Nor does the system group once tables have range groups: its
+		// snapshot is the whole store, range groups' data included, which
+		// a follower could not square with their logs (checkSnapshotGroups).
 		return nil
 	}
 	to := applied - r.n.cfg.LogRetention

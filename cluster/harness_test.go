@@ -199,6 +199,8 @@ type testCluster struct {
 	// founding nodes. tick is the nodes' raft tick (0: 10 ms).
 	groups []uint64
 	tick   time.Duration
+	// rangeGroups is the nodes' Config.RangeGroups: tables get groups.
+	rangeGroups bool
 }
 
 func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
@@ -224,17 +226,32 @@ func newRangeCluster(t testing.TB, size int, seed uint64, groups int) *testClust
 func startRangeCluster(t testing.TB, size int, seed uint64, groups int, tick time.Duration) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, tick: tick}
-	for i := 1; i <= size; i++ {
-		c.peers = append(c.peers, uint64(i))
-	}
 	for g := range groups {
 		c.groups = append(c.groups, uint64(g+2))
+	}
+	c.startAll(size)
+	return c
+}
+
+// newTablesCluster starts a cluster whose tables get range groups of
+// their own (Config.RangeGroups).
+func newTablesCluster(t testing.TB, size int, seed uint64) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true}
+	c.startAll(size)
+	return c
+}
+
+// startAll starts nodes 1 .. size, the founders.
+func (c *testCluster) startAll(size int) {
+	t := c.t
+	for i := 1; i <= size; i++ {
+		c.peers = append(c.peers, uint64(i))
 	}
 	for _, id := range c.peers {
 		c.start(id, vfs.NewMem())
 	}
 	t.Cleanup(c.stopAll)
-	return c
 }
 
 // start runs node id on fs (a fresh disk, or a crash clone of its old one).
@@ -265,7 +282,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		// Small: the log is compacted often, so lagging nodes catch up by
 		// snapshot in every run.
 		SyncEvery: 50, LogRetention: 30, RequestTimeout: 300 * time.Millisecond,
-		Now: c.clock, SnapshotKeep: c.snapshotKeep,
+		Now: c.clock, SnapshotKeep: c.snapshotKeep, RangeGroups: c.rangeGroups,
 	})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)

@@ -85,6 +85,23 @@ func NewHTTP(node *Node, raft http.Handler, routes map[uint64]string, secret []b
 	return h
 }
 
+// A TableRouter names the account and the table whose entities a REST
+// request addresses ("" for none), without reading more of its body than
+// it puts back: server.Server is one. With it, a node forwards a request
+// to the leader of its table's range group; without it, or for requests
+// that address no table's entities, to the system group's leader.
+type TableRouter interface {
+	RequestTable(r *http.Request) (account, table string)
+}
+
+// maxHops bounds how many times a request is forwarded: a node that does
+// not host a table's range group forwards to one of its voters, which
+// forwards once more to the leader it knows.
+const maxHops = 2
+
+// hopsHeader counts the times a forwarded request was forwarded.
+const hopsHeader = "X-Tabula-Forwarded-Hops"
+
 // Public returns the handler of the REST address around rest, the Table
 // service's handler (the server, on node.Store()); it fits
 // server.Options.Front. Forwarded requests reaching the internal address
@@ -92,16 +109,49 @@ func NewHTTP(node *Node, raft http.Handler, routes map[uint64]string, secret []b
 func (h *HTTP) Public(rest http.Handler) http.Handler {
 	h.rest.Store(&rest)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		leader := h.node.Leader()
-		if h.node.IsLeader() || leader == 0 || leader == h.node.cfg.ID || h.addr(leader) == "" {
-			// Served here: by the leader, or refused by the store (503
-			// ServerBusy) when no other leader is known.
-			rest.ServeHTTP(w, r)
-			return
-		}
-		r = r.WithContext(withLeader(r.Context(), leader))
-		h.proxy.ServeHTTP(w, r)
+		h.serve(w, r, rest, 0)
 	})
+}
+
+// serve answers r here, or forwards it to the node that answers for what
+// it addresses, if hops allow. A node that knows no leader serves it
+// itself: its store refuses it (503 ServerBusy) and the client retries.
+func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, rest http.Handler, hops int) {
+	to := h.route(r, rest)
+	if hops >= maxHops || to == 0 || to == h.node.cfg.ID || h.addr(to) == "" {
+		rest.ServeHTTP(w, r)
+		return
+	}
+	r = r.WithContext(withForward(r.Context(), to, hops+1))
+	h.proxy.ServeHTTP(w, r)
+}
+
+// route returns the node to answer r (rest's TableRouter names what it
+// addresses): the ready leader of the group that replicates that, as this node knows it (0 when it knows
+// none). For a table whose range group this node does not host, that is
+// the group's first voter heard from lately, which knows its leader.
+func (h *HTTP) route(r *http.Request, rest http.Handler) uint64 {
+	n := h.node
+	rep := n.replica
+	if router, ok := rest.(TableRouter); ok {
+		if account, table := router.RequestTable(r); table != "" {
+			if g, err := n.st().TableGroup(account, table); err == nil && g.ID != 0 {
+				if rep = n.group(g.ID); rep == nil {
+					return n.someVoter(g.Voters)
+				}
+			}
+		}
+	}
+	if rep.ready.Load() {
+		return n.cfg.ID
+	}
+	if l := rep.leader.Load(); l != 0 || rep == n.replica {
+		return l
+	}
+	// A range group whose leader this node has not heard from yet (it
+	// just started hosting it): its creator, the system group's leader,
+	// leads it in all likelihood.
+	return n.replica.leader.Load()
 }
 
 // Internal is the handler of the internal address.
@@ -150,14 +200,19 @@ func (h *HTTP) Internal() http.Handler {
 		if addr := r.Header.Get(forwardedFor); addr != "" {
 			r.RemoteAddr = addr
 		}
-		// Not forwarded again: a node that is not the leader refuses it
-		// (503 ServerBusy) and the client retries.
+		// Forwarded again only while hops allow: a node that cannot
+		// answer it then refuses it (503 ServerBusy) and the client
+		// retries.
 		rest := h.rest.Load()
 		if rest == nil { // not serving the REST API yet
 			h.forwardFailed(w, r, errors.New("the REST server is not up yet"))
 			return
 		}
-		(*rest).ServeHTTP(w, r)
+		hops, err := strconv.Atoi(r.Header.Get(hopsHeader))
+		if err != nil {
+			hops = maxHops // from a node that counts no hops: not forwarded again
+		}
+		h.serve(w, r, *rest, hops)
 	})
 }
 
@@ -194,7 +249,8 @@ func (h *HTTP) FetchSnapshot(ctx context.Context, from uint64, token []byte) (io
 }
 
 func (h *HTTP) rewrite(pr *httputil.ProxyRequest) {
-	leader, _ := leaderOf(pr.In.Context())
+	leader, hops := forwardOf(pr.In.Context())
+	pr.Out.Header.Set(hopsHeader, strconv.Itoa(hops))
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = h.addr(leader)
 	pr.Out.Host = pr.In.Host // production-style URLs name the account in it
@@ -294,17 +350,24 @@ func sortPeers(ps []PeerStatus) {
 	slices.SortFunc(ps, func(a, b PeerStatus) int { return cmp.Compare(a.Node, b.Node) })
 }
 
-type leaderKey struct{}
+type forwardKey struct{}
 
-// withLeader carries the leader a request is forwarded to from Public to
-// the proxy's rewrite, so both use the one read of it.
-func withLeader(ctx context.Context, id uint64) context.Context {
-	return context.WithValue(ctx, leaderKey{}, id)
+// forward is where a request goes, and the how many times it will have
+// been forwarded once there.
+type forward struct {
+	to   uint64
+	hops int
 }
 
-func leaderOf(ctx context.Context) (uint64, bool) {
-	id, ok := ctx.Value(leaderKey{}).(uint64)
-	return id, ok
+// withForward carries the node a request is forwarded to from serve to
+// the proxy's rewrite, so both use the one choice of it.
+func withForward(ctx context.Context, to uint64, hops int) context.Context {
+	return context.WithValue(ctx, forwardKey{}, forward{to, hops})
+}
+
+func forwardOf(ctx context.Context) (to uint64, hops int) {
+	f, _ := ctx.Value(forwardKey{}).(forward)
+	return f.to, f.hops
 }
 
 // membersHandler adds (POST ?addr=) and removes (DELETE ?id=) members. A

@@ -99,6 +99,12 @@ type Config struct {
 	// leader (the server forgets what it cached as another node's
 	// follower).
 	OnReady func()
+	// RangeGroups gives every table created from now on a raft group of
+	// its own for its entities (range_group.go), on up to three nodes,
+	// instead of replicating them in the system group. Only the leader
+	// that proposes a creation reads it: every node hosts the groups the
+	// catalog names it in, whatever its own setting.
+	RangeGroups bool
 	// LogRetention is how many entries below the synced applied index the
 	// log keeps, so a follower briefly behind catches up from the log
 	// rather than a snapshot of the whole store. Default 10,000.
@@ -179,6 +185,7 @@ type Node struct {
 	reads    chan *readWaiter
 	applyCh  chan applyItem
 
+	hosts  hostQueue                  // range groups to start or drop
 	status atomic.Pointer[nodeStatus] // see snapshotStatus
 	live   liveness                   // loop-owned
 
@@ -277,6 +284,10 @@ func NewNode(cfg Config) (*Node, error) {
 	n.store.Store(c.Store)
 	n.snaps.served = map[string]*servedSnapshot{}
 	n.snaps.nextDir = ptr.n
+	n.hosts.wake = make(chan struct{}, 1)
+	if err := n.hostTableGroups(); err != nil {
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -402,6 +413,10 @@ func (n *Node) loop(ctx context.Context) error {
 		case r := <-n.memberReqs:
 			n.handleMemberRequest(r)
 			n.touch(n.replica)
+		case <-n.hosts.wake:
+			if err := n.applyHostChanges(); err != nil {
+				return err
+			}
 		case msgs := <-n.inbox:
 			n.route(msgs)
 		case p := <-n.proposes:

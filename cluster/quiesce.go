@@ -168,6 +168,11 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 		}
 		r.rn.Tick()
 		n.touch(r)
+		if r.campaignLeft > 0 {
+			if r.campaignLeft--; r.campaignLeft%2 == 0 {
+				r.campaign()
+			}
+		}
 	}
 }
 

@@ -13,21 +13,24 @@ import (
 	"github.com/tabuladb/tabula/partition"
 )
 
-// A range group replicates the entity writes of one range partition
-// beside the system group, on the same nodes, into the same store: its
-// commands are stamped with its own group id, so the store keeps its
-// applied index apart (partition.Stamp), and its log lives in the node's
-// raft log under its id. What is built so far is the replication: a node
-// hosts the range groups it is given before it runs, and a group's leader
-// takes writes and linearizable reads. Which ranges are groups, on which
-// nodes, and how requests reach them is the system group's business, not
-// built yet (docs/cluster.md, steps 4 to 6); so are snapshots of a range
-// group (its log is never compacted) and changes of its voters.
+// A range group replicates the entity writes of one table beside the
+// system group, on the same nodes, into the same store: its commands are
+// stamped with its own group id, so the store keeps its applied index
+// apart (partition.Stamp), and its log lives in the node's raft log under
+// its id. With Config.RangeGroups, a table is created with a group of its
+// own: the leader that proposes the creation picks the voters, the
+// group's id is the index of the creation's entry, and every replica
+// records the pair in the table's catalog entry (partition.RangeGroup) as
+// it applies it, so the descriptor is replicated with the catalog. A node
+// hosts the groups it is a voter of from then on, and drops a group (its
+// replica and its log) with its table. What is not built yet (see
+// docs/cluster.md): splits of a table into several groups, changes of a
+// group's voters, and snapshots of a group (its log is never compacted).
 
 // hostGroup adds this node's replica of range group id, whose voters are
-// voters, to a node that is not running yet. A group new to the node is
-// bootstrapped; one it hosted before restarts from its log and from the
-// index the store applied.
+// voters: before the node runs, or from its loop. A group new to the node
+// is bootstrapped; one it hosted before restarts from its log and from
+// the index the store applied.
 func (n *Node) hostGroup(id uint64, voters []uint64) error {
 	if id == systemGroup || id == 0 {
 		return fmt.Errorf("cluster: group %d is not a range group", id)

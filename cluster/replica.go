@@ -49,6 +49,9 @@ type replica struct {
 	// quiesced is set while the group is not ticked (quiesce.go): the
 	// loop sets it, tests and status read it.
 	quiesced atomic.Bool
+	// campaignLeft counts down the ticks a new group's creator keeps
+	// calling elections (range_host.go).
+	campaignLeft int
 
 	// applied is the index of the last entry applied; appliedTS the
 	// newest commit timestamp among the commands applied. sinceSync is

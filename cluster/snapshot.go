@@ -347,6 +347,10 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	if st == nil || st.meta.GetIndex() != meta.GetIndex() || st.meta.GetTerm() != meta.GetTerm() {
 		return fmt.Errorf("cluster: raft accepted snapshot %d/%d, which is not the one staged", meta.GetIndex(), meta.GetTerm())
 	}
+	if err := n.checkSnapshotGroups(st.store); err != nil {
+		st.store.Close()
+		return err
+	}
 	// The address book first: the members it names may include the
 	// leader, and a crash after the switch below must not leave this node
 	// with the snapshot's store but not the addresses to answer it at.

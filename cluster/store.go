@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/partition"
@@ -19,14 +20,69 @@ type Store struct{ n *Node }
 func (n *Node) Store() *Store { return &Store{n: n} }
 
 func (s *Store) write(ctx context.Context, c *command.Command, stamps int) (result, error) {
+	return s.writeIn(ctx, s.n.replica, c, stamps)
+}
+
+func (s *Store) writeIn(ctx context.Context, r *replica, c *command.Command, stamps int) (result, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.n.cfg.RequestTimeout)
 	defer cancel()
-	return s.n.propose(ctx, c, stamps)
+	return r.propose(ctx, c, stamps)
+}
+
+// writeEntities proposes an entity write to the group of its table.
+func (s *Store) writeEntities(ctx context.Context, c *command.Command, stamps int) (result, error) {
+	r, err := s.tableReplica(c.Account, c.Table)
+	if err != nil {
+		return result{}, err
+	}
+	return s.writeIn(ctx, r, c, stamps)
+}
+
+// tableReplica returns the replica that answers for a table's entities:
+// its range group's, or the system group's for a table without one, or
+// one this node does not know yet (the system group's read round or
+// apply settles that: see readTable and replica.wrongGroup).
+func (s *Store) tableReplica(account, table string) (*replica, error) {
+	g, err := s.n.st().TableGroup(account, table)
+	if err != nil || g.ID == 0 {
+		return s.n.replica, nil
+	}
+	if r := s.n.group(g.ID); r != nil {
+		return r, nil
+	}
+	return nil, errBusy(fmt.Sprintf("this node hosts no replica of the table's range group %d", g.ID))
 }
 
 func (s *Store) read(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	return s.readIn(ctx, s.n.replica)
+}
+
+// readTable waits until this node may answer a linearizable read of a
+// table's entities: a read round of the table's group. A table this node
+// did not know before the system group's round may turn out to have a
+// range group once it is applied: the round is then the group's.
+func (s *Store) readTable(ctx context.Context, account, table string) (context.Context, context.CancelFunc, error) {
+	r, err := s.tableReplica(account, table)
+	if err != nil {
+		return nil, nil, err
+	}
+	rctx, cancel, err := s.readIn(ctx, r)
+	if err != nil || r != s.n.replica {
+		return rctx, cancel, err
+	}
+	if again, err := s.tableReplica(account, table); err != nil || again != r {
+		cancel()
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.readIn(ctx, again)
+	}
+	return rctx, cancel, nil
+}
+
+func (s *Store) readIn(ctx context.Context, r *replica) (context.Context, context.CancelFunc, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.n.cfg.RequestTimeout)
-	if err := s.n.readBarrier(rctx); err != nil {
+	if err := r.readBarrier(rctx); err != nil {
 		cancel()
 		if ctx.Err() == nil && rctx.Err() != nil {
 			// No quorum confirmed this node's leadership in time: a read
@@ -40,7 +96,14 @@ func (s *Store) read(ctx context.Context) (context.Context, context.CancelFunc, 
 
 // CreateTable implements server.Store.
 func (s *Store) CreateTable(ctx context.Context, account, name string) (partition.Table, error) {
-	r, err := s.write(ctx, &command.Command{Kind: command.KindCreateTable, Account: account, Table: name}, 0)
+	c := &command.Command{Kind: command.KindCreateTable, Account: account, Table: name}
+	if s.n.cfg.RangeGroups {
+		c.Kind, c.Voters = command.KindCreateRangeTable, s.n.pickVoters()
+	}
+	r, err := s.write(ctx, c, 0)
+	if err == nil && s.n.cfg.RangeGroups {
+		s.n.awaitTableGroup(ctx, account, name)
+	}
 	return r.table, err
 }
 
@@ -52,7 +115,7 @@ func (s *Store) DeleteTable(ctx context.Context, account, name string) error {
 
 // Apply implements server.Store.
 func (s *Store) Apply(ctx context.Context, account, table string, op partition.Op) (partition.StoredEntity, error) {
-	r, err := s.write(ctx, &command.Command{Kind: command.KindApply, Account: account, Table: table, Ops: []partition.Op{op}}, 1)
+	r, err := s.writeEntities(ctx, &command.Command{Kind: command.KindApply, Account: account, Table: table, Ops: []partition.Op{op}}, 1)
 	return r.entity, err
 }
 
@@ -65,7 +128,7 @@ func (s *Store) ExecuteBatch(ctx context.Context, account, table string, ops []p
 		// The store refuses it; it would not fit a command either.
 		return s.n.st().ExecuteBatch(ctx, account, table, ops)
 	}
-	r, err := s.write(ctx, &command.Command{Kind: command.KindBatch, Account: account, Table: table, Ops: ops}, len(ops))
+	r, err := s.writeEntities(ctx, &command.Command{Kind: command.KindBatch, Account: account, Table: table, Ops: ops}, len(ops))
 	return r.entities, err
 }
 
@@ -103,7 +166,7 @@ func (s *Store) QueryTables(ctx context.Context, account string, q partition.Tab
 
 // GetEntity implements server.Store.
 func (s *Store) GetEntity(ctx context.Context, account, table, pk, rk string) (partition.StoredEntity, error) {
-	ctx, cancel, err := s.read(ctx)
+	ctx, cancel, err := s.readTable(ctx, account, table)
 	if err != nil {
 		return partition.StoredEntity{}, err
 	}
@@ -113,7 +176,7 @@ func (s *Store) GetEntity(ctx context.Context, account, table, pk, rk string) (p
 
 // QueryEntities implements server.Store.
 func (s *Store) QueryEntities(ctx context.Context, account, table string, q partition.EntityQuery, fn func(*partition.StoredEntity) error) (partition.Continuation, error) {
-	ctx, cancel, err := s.read(ctx)
+	ctx, cancel, err := s.readTable(ctx, account, table)
 	if err != nil {
 		return partition.Continuation{}, err
 	}

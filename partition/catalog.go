@@ -19,7 +19,7 @@ type table struct {
 	name    string // as created: names are case-preserving
 	lower   string // the catalog key: names are case-insensitive
 	id      uint64
-	prefix  []byte // appendTablePrefix(account, id); read-only
+	prefix  []byte     // appendTablePrefix(account, id); read-only
 	group   RangeGroup // read-only
 
 	// deleted is set when the table is dropped, so that background work

@@ -19,8 +19,9 @@ import (
 // its store, raft log, transport and internal address on loopback and a
 // REST server through which it forwards to the leader, and returns the
 // REST server of a node that is not the leader: a client of it goes
-// through forwarding and replication on every request.
-func startClusterServer(t testing.TB, opts *server.Options) *testServer {
+// through forwarding and replication on every request. With rangeGroups,
+// every table gets a range group of its own.
+func startClusterServer(t testing.TB, opts *server.Options, rangeGroups bool) *testServer {
 	t.Helper()
 	const size = 3
 	secret := []byte("server-tests-cluster-secret")
@@ -59,7 +60,7 @@ func startClusterServer(t testing.TB, opts *server.Options) *testServer {
 		}
 		var h *cluster.HTTP
 		node, err = cluster.NewNode(cluster.Config{ID: id, Peers: []uint64{1, 2, 3}, Store: store, DataDir: dataDir, Log: rlog, Transport: tr,
-			TickInterval: 20 * time.Millisecond,
+			TickInterval: 20 * time.Millisecond, RangeGroups: rangeGroups,
 			FetchSnapshot: func(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
 				return h.FetchSnapshot(ctx, from, token)
 			}})

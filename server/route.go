@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -68,17 +70,7 @@ func resourceNotFound(kind batch.TargetKind, err error) error {
 
 // prepare reads the account, the target and the query string.
 func (s *Server) prepare(rq *request) error {
-	path := rq.r.URL.EscapedPath()
-	rq.path = path
-	pathAccount := "" // the account the path starts with, path-style
-	account, secondary, hostStyle := s.hostAccount(rq.accounts, rq.r.Host)
-	if hostStyle {
-		rq.account, rq.hostStyle = account, true
-	} else {
-		first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-		rq.account = strings.TrimSuffix(first, "-secondary")
-		pathAccount = rq.account
-	}
+	rq.path = rq.r.URL.EscapedPath()
 	if raw := rq.r.URL.RawQuery; raw != "" { // most requests have none: no map for them
 		q, err := url.ParseQuery(raw)
 		if err != nil {
@@ -86,14 +78,86 @@ func (s *Server) prepare(rq *request) error {
 		}
 		rq.query = q
 	}
-	t, err := batch.ParseTarget(path, pathAccount)
-	if err != nil {
-		return err
+	var err error
+	rq.account, rq.hostStyle, rq.target, err = s.parseTarget(rq.accounts, rq.r.Host, rq.path)
+	return err
+}
+
+// parseTarget reads the account a request is for, from its Host
+// (production-style URLs) or from the first segment of its path, and
+// what the path addresses.
+func (s *Server) parseTarget(accounts *auth.Accounts, host, path string) (account string, hostStyle bool, t batch.Target, err error) {
+	pathAccount := "" // the account the path starts with, path-style
+	account, secondary, hostStyle := s.hostAccount(accounts, host)
+	if !hostStyle {
+		first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+		account = strings.TrimSuffix(first, "-secondary")
+		pathAccount = account
+	}
+	if t, err = batch.ParseTarget(path, pathAccount); err != nil {
+		return account, hostStyle, t, err
 	}
 	t.Secondary = t.Secondary || secondary
-	rq.target = t
-	return nil
+	return account, hostStyle, t, nil
 }
+
+// RequestTable names the account and the table whose entities a request
+// reads or writes, as the server routes it, without reading its body or
+// checking its signature: "" for a request that addresses no table's
+// entities (tables, service properties, a table's ACL). For a $batch the
+// table is named by the body, whose start is read (and put back) to find
+// it. A cluster node forwards the request to the node that answers for
+// that table's entities.
+func (s *Server) RequestTable(r *http.Request) (account, table string) {
+	account, hostStyle, t, err := s.parseTarget(s.accounts.Load(), r.Host, r.URL.EscapedPath())
+	if err != nil {
+		return account, ""
+	}
+	switch t.Kind {
+	case batch.TargetEntity, batch.TargetEntitySet:
+		if strings.Contains(r.URL.RawQuery, "comp=") { // ?comp=acl: the table's, not its entities'
+			return account, ""
+		}
+		return account, t.Table
+	case batch.TargetBatch:
+		pathAccount := account
+		if hostStyle {
+			pathAccount = ""
+		}
+		return account, batch.FirstTable(peekBody(r, batchPeekBytes), pathAccount)
+	}
+	return account, ""
+}
+
+// batchPeekBytes is how much of a $batch body RequestTable reads to find
+// its first operation's request line, which the SDKs put within the first
+// few hundred bytes.
+const batchPeekBytes = 4 << 10
+
+// peekBody returns up to n bytes from the start of r's body and puts them
+// back in front of the rest.
+func peekBody(r *http.Request, n int) []byte {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	buf := make([]byte, n)
+	k, err := io.ReadFull(r.Body, buf)
+	buf = buf[:k]
+	rest := io.Reader(r.Body)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		rest = errReader{err}
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf), rest), r.Body}
+	return buf
+}
+
+// errReader fails every read with the error the body gave.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // hostAccount reads a production-style Host (devstoreaccount1.table.localhost,
 // devstoreaccount1-secondary.example.com): its first label names the

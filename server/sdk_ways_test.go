@@ -30,6 +30,7 @@ type sdkWay struct {
 	hostStyle bool // https://devstoreaccount1.table.localhost:port, not /devstoreaccount1
 	bearer    bool // a Microsoft Entra ID token instead of the account key
 	cluster   bool // a follower of a three-node cluster, forwarding to the leader
+	ranges    bool // the cluster gives every table a range group of its own
 }
 
 // sdkWays are run by the SDK suites: the emulator's plain path-style URLs
@@ -42,6 +43,7 @@ var sdkWays = []sdkWay{
 	{name: "https-host", tls: true, hostStyle: true},
 	{name: "https-bearer", tls: true, hostStyle: true, bearer: true},
 	{name: "cluster", cluster: true},
+	{name: "cluster-ranges", cluster: true, ranges: true},
 }
 
 // eachWay runs test once per way, as subtests.
@@ -84,7 +86,7 @@ func startServerFor(t testing.TB, w sdkWay, opts *server.Options) *testServer {
 	}
 	o.OAuth = o.OAuth || w.bearer
 	if w.cluster {
-		return startClusterServer(t, &o)
+		return startClusterServer(t, &o, w.ranges)
 	}
 	ts := startServer(t, &o)
 	ts.CertPath = certPath

@@ -20,12 +20,13 @@ type Kind uint8
 
 // The kinds of command.
 const (
-	KindApply         Kind = iota + 1 // one entity write: Ops[0]
-	KindBatch                         // an entity group transaction: Ops
-	KindCreateTable                   // Table
-	KindDeleteTable                   // Table
-	KindSetACL                        // Table's stored access policies: ACL
-	KindSetProperties                 // the account's service properties: Properties
+	KindApply            Kind = iota + 1 // one entity write: Ops[0]
+	KindBatch                            // an entity group transaction: Ops
+	KindCreateTable                      // Table
+	KindDeleteTable                      // Table
+	KindSetACL                           // Table's stored access policies: ACL
+	KindSetProperties                    // the account's service properties: Properties
+	KindCreateRangeTable                 // Table, with a range group of Voters
 )
 
 func (k Kind) String() string {
@@ -42,6 +43,8 @@ func (k Kind) String() string {
 		return "set-acl"
 	case KindSetProperties:
 		return "set-properties"
+	case KindCreateRangeTable:
+		return "create-range-table"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -61,6 +64,10 @@ type Command struct {
 	Ops        []partition.Op
 	ACL        []partition.SignedIdentifier
 	Properties []byte
+	// Voters are the nodes a new table's range group is replicated on,
+	// chosen by the leader that proposes it; the group's id is the index
+	// of the command's entry, unique and the same on every replica.
+	Voters []uint64
 }
 
 // version is the first byte of every encoded command.
@@ -114,6 +121,11 @@ func (c *Command) Append(dst []byte) []byte {
 		}
 	case KindSetProperties:
 		dst = appendBytes(dst, c.Properties)
+	case KindCreateRangeTable:
+		dst = binary.AppendUvarint(dst, uint64(len(c.Voters)))
+		for _, v := range c.Voters {
+			dst = binary.AppendUvarint(dst, v)
+		}
 	}
 	return dst
 }
@@ -169,6 +181,19 @@ func Decode(b []byte) (Command, error) {
 		}
 	case KindSetProperties:
 		c.Properties = bytes.Clone(r.bytes())
+	case KindCreateRangeTable:
+		n := r.count(partition.MaxGroupVoters, 1)
+		if r.err == nil && n == 0 {
+			r.fail("a range group with no voters")
+		}
+		c.Voters = make([]uint64, 0, n)
+		for i := 0; i < n && r.err == nil; i++ {
+			v := r.uvarint()
+			if r.err == nil && v == 0 {
+				r.fail("voter %d is node 0", i)
+			}
+			c.Voters = append(c.Voters, v)
+		}
 	default:
 		r.fail("unknown kind %d", c.Kind)
 	}

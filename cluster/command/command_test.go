@@ -43,6 +43,7 @@ func examples() []Command {
 		}},
 		{Kind: KindSetACL, Account: "a", Table: "t", ACL: []partition.SignedIdentifier{}},
 		{Kind: KindSetProperties, Account: "a", Properties: []byte("<StorageServiceProperties/>")},
+		{Kind: KindCreateRangeTable, ID: 11, Account: "a", Table: "Ranged", Voters: []uint64{3, 1, 1 << 40}},
 	}
 }
 

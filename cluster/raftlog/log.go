@@ -233,3 +233,31 @@ func sortedIDs[V any](m map[uint64]V) []uint64 {
 	slices.Sort(ids)
 	return ids
 }
+
+// DeleteGroup deletes every record of group id (entries, hard state, conf
+// state, snapshot position) in one synced batch and forgets its storage:
+// the group is gone from the node, never to come back under this id. The
+// caller must not use the group's Storage again.
+func (l *Log) DeleteGroup(id uint64) error {
+	if err := l.writable(); err != nil {
+		return err
+	}
+	s := l.Group(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b lsm.Batch
+	it := l.db.NewIter(&lsm.IterOptions{LowerBound: groupPrefix(id), UpperBound: groupUpperBound(id)})
+	for ok := it.First(); ok; ok = it.Next() {
+		b.Delete(it.Key())
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("raftlog: %s: group %d: %w", l.dir, id, err)
+	}
+	if err := l.apply(&b, true); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	delete(l.groups, id)
+	l.mu.Unlock()
+	return nil
+}

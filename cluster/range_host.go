@@ -1,0 +1,252 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// defaultGroupVoters is how many voters a new table's range group gets
+// when the cluster has that many nodes.
+const defaultGroupVoters = 3
+
+// campaignTicks is how long a node that starts a new range group keeps
+// calling its election, one tick in two, until the group has a leader:
+// the other voters start hosting the group only as they apply the
+// table's creation, so the first votes may reach nodes that drop them.
+const campaignTicks = 20
+
+// hostChange is a range group for the loop to start hosting or to drop,
+// queued by the apply goroutine as it applies a table's creation or drop
+// (the loop owns the replica list; the apply goroutine cannot wait on the
+// loop, which waits on it).
+type hostChange struct {
+	group    uint64
+	voters   []uint64 // nil: drop the group
+	campaign bool     // the group is new: start its election at once
+}
+
+// hostQueue is the apply goroutine's queue of host changes for the loop.
+type hostQueue struct {
+	mu      sync.Mutex
+	pending []hostChange
+	wake    chan struct{} // capacity 1: a change is pending
+}
+
+func (q *hostQueue) add(c hostChange) {
+	q.mu.Lock()
+	q.pending = append(q.pending, c)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *hostQueue) take() []hostChange {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.pending
+	q.pending = nil
+	return out
+}
+
+// applyHostChanges starts and drops the range groups the apply goroutine
+// queued, in its order. A group that cannot be hosted stops the node: it
+// is a voter the group counts on.
+func (n *Node) applyHostChanges() error {
+	for _, c := range n.hosts.take() {
+		if c.voters == nil {
+			if err := n.dropGroup(c.group); err != nil {
+				return err
+			}
+			continue
+		}
+		if n.replicas[c.group] != nil {
+			continue
+		}
+		if err := n.hostGroup(c.group, c.voters); err != nil {
+			return err
+		}
+		// The system group's leader proposed the table: it starts the
+		// group's election, so a new table's first writes need not wait
+		// for an election timeout.
+		if r := n.replicas[c.group]; c.campaign && n.replica.isLeader {
+			r.campaignLeft = campaignTicks
+			r.campaign()
+		}
+	}
+	return nil
+}
+
+// campaign starts an election of the replica's group, while it is still
+// starting (campaignLeft) and has no leader.
+func (r *replica) campaign() {
+	if r.leader.Load() != 0 || r.rn.BasicStatus().RaftState == raft.StateLeader {
+		r.campaignLeft = 0
+		return
+	}
+	// An error is a node that is not a voter, which a new group's
+	// creator is; there is nothing to do about it but let raft time out.
+	_ = r.rn.Campaign()
+	r.n.touch(r)
+}
+
+// dropGroup stops the node's replica of group (its table was dropped)
+// and deletes the group's raft log. Requests waiting on the replica are
+// told the table is gone.
+func (n *Node) dropGroup(group uint64) error {
+	r := n.replicas[group]
+	if r == nil {
+		return nil
+	}
+	n.replicasMu.Lock()
+	delete(n.replicas, group)
+	n.replicaList = slices.DeleteFunc(n.replicaList, func(x *replica) bool { return x == r })
+	n.replicasMu.Unlock()
+	delete(n.touched, r)
+	r.stop(errTableGone)
+	if err := n.cfg.Log.DeleteGroup(group); err != nil {
+		return fmt.Errorf("cluster: drop range group %d: %w", group, err)
+	}
+	n.log.Info("cluster: range group dropped with its table", "node", n.cfg.ID, "group", group)
+	return nil
+}
+
+// errTableGone answers the requests in flight on a range group whose
+// table was dropped.
+var errTableGone = &odata.Error{Code: partition.CodeTableNotFound, Message: "The table specified does not exist.", Pos: -1}
+
+// wrongGroup refuses an entity write that reaches the log of a group
+// other than its table's: the system group's, for a table that has a
+// range group (a node proposed it before it knew of the group: its client
+// retries, and is routed to the group); or an old range group's, for a
+// table dropped and created again under the same name. A table without a
+// range group is written through whichever group took the write (the
+// system group's, or a range group given to a test by hostGroup). The
+// answer is the same on every replica: the catalog at a given entry of
+// the system group is, and a range group's entries are applied only
+// between its table's creation and drop.
+func (r *replica) wrongGroup(s *partition.Store, account, table string) error {
+	g, err := s.TableGroup(account, table)
+	switch {
+	case err != nil || g.ID == 0 || g.ID == r.group:
+		return nil // the store answers for a missing table
+	case r.group == systemGroup:
+		return errBusy(fmt.Sprintf("the table's entities are replicated by range group %d", g.ID))
+	}
+	return errTableGone
+}
+
+// hostTableGroups hosts, before the node runs, the range groups its store
+// names it a voter of.
+func (n *Node) hostTableGroups() error {
+	for _, tg := range n.st().TableGroups() {
+		if tg.Group.Has(n.cfg.ID) {
+			if err := n.hostGroup(tg.Group.ID, tg.Group.Voters); err != nil {
+				return fmt.Errorf("cluster: table %s/%s: %w", tg.Account, tg.Table, err)
+			}
+		}
+	}
+	return nil
+}
+
+// pickVoters chooses the voters of a new table's range group: this node
+// (the leader proposing it, so the group's first leader is the node that
+// already answers for the table), then the other voters of the system
+// group, the ones heard from lately first, in id order.
+func (n *Node) pickVoters() []uint64 {
+	n.confMu.Lock()
+	voters := slices.Clone(n.conf.GetVoters())
+	n.confMu.Unlock()
+	var live map[uint64]bool
+	if st := n.status.Load(); st != nil {
+		live = st.live
+	}
+	rank := func(id uint64) int {
+		switch {
+		case id == n.cfg.ID:
+			return 0
+		case live[id]:
+			return 1
+		}
+		return 2
+	}
+	slices.SortFunc(voters, func(a, b uint64) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a, b))
+	})
+	return voters[:min(len(voters), defaultGroupVoters)]
+}
+
+// someVoter returns a voter of a group this node does not host, to
+// forward a request to: the first one heard from lately, or the first.
+func (n *Node) someVoter(voters []uint64) uint64 {
+	if st := n.status.Load(); st != nil {
+		for _, v := range voters {
+			if st.live[v] {
+				return v
+			}
+		}
+	}
+	return voters[0]
+}
+
+// awaitTableGroup waits, for at most a few election timeouts, until a
+// table this node just created has a range group with a ready leader
+// (this node, once it has applied its term's first entry, or another),
+// so the table's first writes find one. A table whose group does not
+// elect in that time is still created: its writes wait for the group.
+func (n *Node) awaitTableGroup(ctx context.Context, account, table string) {
+	g, err := n.st().TableGroup(account, table)
+	if err != nil || !g.Has(n.cfg.ID) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval)
+	defer cancel()
+	tick := time.NewTicker(n.cfg.TickInterval / 20)
+	defer tick.Stop()
+	for {
+		if r := n.group(g.ID); r != nil && (r.ready.Load() || r.leader.Load() != 0 && r.leader.Load() != n.cfg.ID) {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		case <-n.stopped:
+			return
+		}
+	}
+}
+
+// checkSnapshotGroups refuses to install a snapshot of the system group
+// on a node that hosts range groups, or that the snapshot's catalog names
+// a voter of one: the snapshot holds the leader's copy of those groups'
+// entities and applied indexes, which this node's logs of the groups do
+// not match, and range groups take no snapshots of their own yet. The
+// system group's log is not compacted once a table has a range group
+// (syncAndCompact), so only a node behind a compaction made before any
+// did meets this.
+func (n *Node) checkSnapshotGroups(next *partition.Store) error {
+	n.replicasMu.RLock()
+	hosted := len(n.replicas) - 1
+	n.replicasMu.RUnlock()
+	named := 0
+	for _, tg := range next.TableGroups() {
+		if tg.Group.Has(n.cfg.ID) {
+			named++
+		}
+	}
+	if hosted > 0 || named > 0 {
+		return fmt.Errorf("cluster: cannot install a snapshot of the system group on node %d: it hosts %d range groups and the snapshot names it in %d, and range groups take no snapshots yet", n.cfg.ID, hosted, named)
+	}
+	return nil
+}

@@ -1,0 +1,241 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/internal/svcerr"
+	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/vfs"
+)
+
+// retryAny runs f on the Store of each running node in turn until one
+// answers other than 503 ServerBusy: the in-process stand-in for the HTTP
+// layer's routing to a table's leader.
+func retryAny[T any](c *testCluster, f func(*Store) (T, error)) (T, error) {
+	c.t.Helper()
+	var zero T
+	for range 400 {
+		for _, tn := range c.nodes {
+			v, err := f(tn.node.Store())
+			var se *svcerr.Error
+			if errors.As(err, &se) && se.Code == "ServerBusy" {
+				continue
+			}
+			return v, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return zero, errors.New("no node took the request")
+}
+
+// tableGroup returns the range group every running node records for
+// table, failing unless they all record the same.
+func (c *testCluster) tableGroup(table string) partition.RangeGroup {
+	c.t.Helper()
+	var first partition.RangeGroup
+	for _, tn := range c.nodes {
+		g, err := tn.node.st().TableGroup(acct, table)
+		if err != nil {
+			c.t.Fatalf("node %d: table %s: %v", tn.id, table, err)
+		}
+		if first.ID == 0 {
+			first = g
+		} else if g.ID != first.ID || !slices.Equal(g.Voters, first.Voters) {
+			c.t.Fatalf("node %d records group %+v for %s, another node %+v", tn.id, g, table, first)
+		}
+	}
+	return first
+}
+
+// convergeGroup waits until every running node has applied what group g's
+// leader has.
+func (c *testCluster) convergeGroup(g uint64, timeout time.Duration) {
+	c.t.Helper()
+	target := c.groupLeader(g, timeout).node.group(g).applied.Load()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
+		behind := 0
+		for _, tn := range c.nodes {
+			if r := tn.node.group(g); r == nil || r.applied.Load() < target {
+				behind++
+			}
+		}
+		if behind == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("group %d: %d nodes behind index %d after %v", g, behind, target, timeout)
+		}
+	}
+}
+
+func upsertVia(c *testCluster, table, pk, rk string, n int) {
+	c.t.Helper()
+	if _, err := retryAny(c, func(s *Store) (partition.StoredEntity, error) {
+		return s.Apply(context.Background(), acct, table, opUpsert(pk, rk, n))
+	}); err != nil {
+		c.t.Fatalf("upsert %s/%s: %v", pk, rk, err)
+	}
+}
+
+func readVia(c *testCluster, table, pk, rk string) (partition.StoredEntity, error) {
+	c.t.Helper()
+	return retryAny(c, func(s *Store) (partition.StoredEntity, error) {
+		return s.GetEntity(context.Background(), acct, table, pk, rk)
+	})
+}
+
+func createVia(c *testCluster, table string) {
+	c.t.Helper()
+	if _, err := retryAny(c, func(s *Store) (partition.Table, error) {
+		return s.CreateTable(context.Background(), acct, table)
+	}); err != nil {
+		c.t.Fatalf("create %s: %v", table, err)
+	}
+	c.converge(10 * time.Second)
+}
+
+// TestTablesGetRangeGroups follows a table through its life with range
+// groups on: created with a group of three voters that every node records
+// alike and hosts; written and read through that group, not the system
+// group's log; served by a new leader when the group's leader stops, and
+// caught up by it when it returns; dropped with its group and the group's
+// raft log; created again under a new group, empty.
+func TestTablesGetRangeGroups(t *testing.T) {
+	c := newTablesCluster(t, 3, 21)
+	createVia(c, "ranged")
+	g := c.tableGroup("ranged")
+	if g.ID <= systemGroup || !slices.Equal(slices.Sorted(slices.Values(g.Voters)), []uint64{1, 2, 3}) {
+		t.Fatalf("group %+v: want an id above the system group's and voters 1, 2, 3", g)
+	}
+	c.groupLeader(g.ID, 10*time.Second)
+
+	sysBefore := c.leader(10 * time.Second).node.applied.Load()
+	for i := range 30 {
+		upsertVia(c, "ranged", "p", fmt.Sprintf("r%02d", i), i)
+	}
+	if d := c.leader(10*time.Second).node.applied.Load() - sysBefore; d > 3 {
+		t.Fatalf("the system group applied %d entries during 30 entity writes: they went through its log", d)
+	}
+	c.convergeGroup(g.ID, 10*time.Second)
+	want := dump(t, c.nodes[1].node.st(), "ranged")
+	for _, tn := range c.nodes {
+		if got := dump(t, tn.node.st(), "ranged"); got != want {
+			t.Fatalf("node %d holds\n%s\nnode 1\n%s", tn.id, got, want)
+		}
+		if a, err := tn.node.st().AppliedIndex(g.ID); err != nil || a == 0 {
+			t.Fatalf("node %d: applied index of group %d = %d, %v", tn.id, g.ID, a, err)
+		}
+	}
+
+	// The group's leader stops: another takes the table over.
+	old := c.groupLeader(g.ID, 10*time.Second)
+	oldFS := old.fs
+	c.stop(old.id)
+	for i := 30; i < 40; i++ {
+		upsertVia(c, "ranged", "p", fmt.Sprintf("r%02d", i), i)
+	}
+	if e, err := readVia(c, "ranged", "p", "r39"); err != nil || entityN(t, e) != 39 {
+		t.Fatalf("read after failover: %+v, %v", e, err)
+	}
+	back := c.start(old.id, oldFS)
+	if back.node.group(g.ID) == nil {
+		t.Fatalf("node %d restarted without its range group %d", old.id, g.ID)
+	}
+	c.convergeGroup(g.ID, 10*time.Second)
+	if got, want := dump(t, back.node.st(), "ranged"), dump(t, c.groupLeader(g.ID, time.Second).node.st(), "ranged"); got != want {
+		t.Fatalf("restarted node holds\n%s\nthe leader\n%s", got, want)
+	}
+
+	// Dropped: the group and its log go on every node.
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.DeleteTable(context.Background(), acct, "ranged")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(10 * time.Second)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		hosting := 0
+		for _, tn := range c.nodes {
+			ids, err := tn.rlog.Groups()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tn.node.group(g.ID) != nil || slices.Contains(ids, g.ID) {
+				hosting++
+			}
+		}
+		if hosting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d nodes still host group %d or hold its raft log after its table's drop", hosting, g.ID)
+		}
+	}
+
+	// Created again: a new group, and none of the old entities.
+	createVia(c, "ranged")
+	g2 := c.tableGroup("ranged")
+	if g2.ID == g.ID {
+		t.Fatalf("the table created again reuses group %d", g.ID)
+	}
+	upsertVia(c, "ranged", "p", "new", 1)
+	if _, err := readVia(c, "ranged", "p", "r00"); !partition.IsCode(err, partition.CodeResourceNotFound) {
+		t.Fatalf("an entity of the dropped table: %v, want ResourceNotFound", err)
+	}
+	if e, err := readVia(c, "ranged", "p", "new"); err != nil || entityN(t, e) != 1 {
+		t.Fatalf("the new table's entity: %+v, %v", e, err)
+	}
+}
+
+// TestRangeGroupTablesSurviveCrashes writes to two tables with range
+// groups while nodes lose power one after another and then all at once:
+// every acknowledged write is there after each restart, on every node.
+func TestRangeGroupTablesSurviveCrashes(t *testing.T) {
+	c := newTablesCluster(t, 3, 22)
+	rng := rand.New(rand.NewPCG(22, 0))
+	tables := []string{"alpha", "beta"}
+	for _, tb := range tables {
+		createVia(c, tb)
+	}
+	acked := map[string]int{}
+	write := func(round int) {
+		for i := range 10 {
+			tb := tables[i%2]
+			key := fmt.Sprintf("r%d-%d", round, i)
+			upsertVia(c, tb, "p", key, round*100+i)
+			acked[tb+"/"+key] = round*100 + i
+		}
+	}
+	check := func() {
+		t.Helper()
+		for k, n := range acked {
+			tb, rk, _ := strings.Cut(k, "/")
+			e, err := readVia(c, tb, "p", rk)
+			if err != nil || entityN(t, e) != n {
+				t.Fatalf("%s: %+v, %v; want N=%d", k, e, err, n)
+			}
+		}
+	}
+	for round, id := range []uint64{1, 2, 3} {
+		write(round)
+		fs := c.crash(id, rng)
+		c.start(id, fs)
+		check()
+	}
+	write(9)
+	disks := map[uint64]*vfs.MemFS{}
+	for _, id := range c.peers {
+		disks[id] = c.crash(id, rng)
+	}
+	for _, id := range c.peers {
+		c.start(id, disks[id])
+	}
+	check()
+}
