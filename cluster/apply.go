@@ -39,7 +39,7 @@ func (n *Node) applyLoop() {
 			r.advanceApplied(e.GetIndex())
 			r.sinceSync++
 		}
-		if r.sinceSync >= n.cfg.SyncEvery && n.Err() == nil {
+		if (r.sinceSync >= n.cfg.SyncEvery || r.holdsFirstEntry()) && n.Err() == nil {
 			if err := r.syncAndCompact(); err != nil {
 				n.fail(err)
 			}
@@ -179,19 +179,35 @@ func (r *replica) syncAndCompact() error {
 	if err := r.n.st().SyncApplied(r.group, applied); err != nil {
 		return err
 	}
-	if r.group != systemGroup || applied <= r.n.cfg.LogRetention || len(r.n.st().TableGroups()) > 0 {
+	if r.group != systemGroup {
 		// A range group takes no snapshots yet: a follower behind its
 		// first index could never catch up, so its log is kept whole.
-		// Nor does the system group once tables have range groups: its
-		// snapshot is the whole store, range groups' data included, which
-		// a follower could not square with their logs (checkSnapshotGroups).
 		return nil
 	}
-	to := applied - r.n.cfg.LogRetention
-	if first, err := r.rlog.FirstIndex(); err != nil || to < first {
+	// The first entry goes as soon as it is applied: the founders'
+	// configuration was bootstrapped, not logged, so a node that joins
+	// must start from a snapshot (which carries it), never from entry 1.
+	to := uint64(1)
+	if applied > r.n.cfg.LogRetention && len(r.n.st().TableGroups()) == 0 {
+		// Not once tables have range groups: the system group's snapshot
+		// is the whole store, range groups' data included, which only a
+		// node of none of the groups can take (checkSnapshotGroups).
+		to = applied - r.n.cfg.LogRetention
+	}
+	if first, err := r.rlog.FirstIndex(); err != nil || to < first || to > applied {
 		return err
 	}
 	return r.rlog.Compact(to)
+}
+
+// holdsFirstEntry says whether the system group's log still holds its
+// first entry once it is applied (syncAndCompact drops it).
+func (r *replica) holdsFirstEntry() bool {
+	if r.group != systemGroup || r.applied.Load() < 1 {
+		return false
+	}
+	first, err := r.rlog.FirstIndex()
+	return err == nil && first == 1
 }
 
 // fail stops the node on a failure that leaves its replica unusable.

@@ -292,10 +292,10 @@ type Status struct {
 	// made for lagging followers, and installed to catch up itself.
 	SnapshotsMade      int `json:"snapshots_made"`
 	SnapshotsInstalled int `json:"snapshots_installed"`
-	// Ranges are the range partitions of every table, from the leader
-	// only: it serves the reads, so its rates are the ranges' load. Today
-	// one raft group (Group) replicates them all on every member, and the
-	// leader holds every lease.
+	// Ranges are the range partitions of the tables whose leases this
+	// node holds: those of the range groups it leads, and, when it leads
+	// the system group, those of the tables without a range group. The
+	// leaseholder serves the reads, so its rates are the ranges' load.
 	Ranges []RangeStatus `json:"ranges,omitempty"`
 	// RangeGroups are the range groups this node hosts, Quiesced those
 	// of them idle (not ticked).
@@ -303,13 +303,16 @@ type Status struct {
 	Quiesced    int `json:"quiesced"`
 }
 
-// RangeStatus is one range partition of a table as the leader sees it.
+// RangeStatus is one range partition of a table as its leaseholder sees
+// it: the group that replicates it, that group's voters, and the node
+// that leads the group.
 type RangeStatus struct {
 	Account string `json:"account"`
 	Table   string `json:"table"`
 	partition.RangeInfo
-	Group       uint64 `json:"group"`
-	Leaseholder uint64 `json:"leaseholder"`
+	Group       uint64   `json:"group"`
+	Replicas    []uint64 `json:"replicas"`
+	Leaseholder uint64   `json:"leaseholder"`
 }
 
 // PeerStatus is a peer as the node sees it; replication progress only
@@ -339,9 +342,7 @@ func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
 		st.Peers = append(st.Peers, PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active, Live: id == st.Node || st.live[id]})
 	}
 	sortPeers(st.Peers)
-	if st.State == "StateLeader" {
-		st.Ranges = h.node.ranges(r.Context(), st.Node)
-	}
+	st.Ranges = h.node.ranges(r.Context())
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(st.Status)
 }

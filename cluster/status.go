@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/tracker"
@@ -75,19 +76,37 @@ func (n *Node) Status() nodeStatus {
 	return st
 }
 
-// ranges lists the range partitions of every table in the node's store,
-// as replicated by its one group with leaseholder as the lease's holder.
-// A table dropped while it is listed is left out.
-func (n *Node) ranges(ctx context.Context, leaseholder uint64) []RangeStatus {
+// ranges lists the range partitions of the tables this node answers
+// for: those of its range groups it leads, and, when it leads the system
+// group, those of the tables without a range group. Their statistics are
+// the leaseholder's, which serves the reads. A table dropped while it is
+// listed is left out.
+func (n *Node) ranges(ctx context.Context) []RangeStatus {
 	st := n.st()
 	var out []RangeStatus
 	for _, t := range st.AllTables() {
+		g, err := st.TableGroup(t.Account, t.Name)
+		if err != nil {
+			continue
+		}
+		rs := RangeStatus{Account: t.Account, Table: t.Name, Group: g.ID, Replicas: g.Voters, Leaseholder: n.cfg.ID}
+		if g.ID == 0 {
+			if !n.ready.Load() {
+				continue
+			}
+			n.confMu.Lock()
+			rs.Group, rs.Replicas = systemGroup, slices.Clone(n.conf.GetVoters())
+			n.confMu.Unlock()
+		} else if r := n.group(g.ID); r == nil || !r.ready.Load() {
+			continue
+		}
 		infos, err := st.Ranges(ctx, t.Account, t.Name)
 		if err != nil {
 			continue
 		}
 		for _, ri := range infos {
-			out = append(out, RangeStatus{Account: t.Account, Table: t.Name, RangeInfo: ri, Group: systemGroup, Leaseholder: leaseholder})
+			rs.RangeInfo = ri
+			out = append(out, rs)
 		}
 	}
 	return out

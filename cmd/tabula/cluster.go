@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -48,6 +49,7 @@ type clusterFlags struct {
 	join, nodeAddr, secret string
 	routes                 routeFlag
 	logKeep, syncEvery     uint64
+	rangeGroups            bool
 }
 
 func (cf *clusterFlags) register(fs *flag.FlagSet) {
@@ -56,6 +58,7 @@ func (cf *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.secret, "cluster-secret", "", "cluster mode: the secret every node shares (default $"+secretEnv+"); at least 16 characters")
 	fs.Uint64Var(&cf.logKeep, "raft-log-keep", 10_000, "cluster mode: raft log entries kept below the synced applied index, for followers briefly behind (further behind, they get a snapshot)")
 	fs.Uint64Var(&cf.syncEvery, "raft-sync-every", 4096, "cluster mode: commands applied between syncs of the store, after which the raft log below them may go")
+	fs.BoolVar(&cf.rangeGroups, "range-groups", false, "cluster mode, experimental: give every table created while this node leads a raft group of its own on up to three nodes, instead of replicating its entities in the one system group (docs/cluster.md)")
 	fs.Var(&cf.routes, "peer", "cluster mode: reach node ID at ADDR instead of its --join address (ID=ADDR, repeatable): through a proxy, a tunnel, or a test's cuttable link")
 }
 
@@ -345,6 +348,7 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 	node, err = cluster.NewNode(cluster.Config{ID: self, Peers: slices.Sorted(maps.Keys(plan.founders)), Join: joining,
 		Members: members, Store: store, DataDir: plan.dir,
 		Log: rlog, Transport: c.tr, Logger: log, OnReady: onReady, LogRetention: cf.logKeep, SyncEvery: cf.syncEvery,
+		RangeGroups: cf.rangeGroups,
 		OnMember: func(id uint64, addr string) {
 			if addr != "" && id != self {
 				c.tr.SetPeer(id, plan.route(id, addr))
@@ -484,8 +488,8 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 			for _, p := range st.Peers {
 				match[p.Node] = p.Match
 			}
-			ranges = st.Ranges
 		}
+		ranges = append(ranges, st.Ranges...) // each range from its leaseholder
 		asked++
 		for _, p := range st.Peers {
 			if p.Live && p.Node != st.Node {
@@ -511,14 +515,17 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	if len(ranges) > 0 {
-		var replicas []string
-		for _, p := range first.Peers {
-			replicas = append(replicas, strconv.FormatUint(p.Node, 10))
-		}
+		slices.SortFunc(ranges, func(a, b cluster.RangeStatus) int {
+			return cmp.Or(cmp.Compare(a.Account, b.Account), cmp.Compare(a.Table, b.Table), cmp.Compare(a.StartPartitionKey, b.StartPartitionKey))
+		})
 		fmt.Fprintln(stdout)
 		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "table\tstart\tend\tentities\tbytes\treads/s\twrites/s\tgroup\treplicas\tleaseholder")
 		for _, r := range ranges {
+			var replicas []string
+			for _, id := range r.Replicas {
+				replicas = append(replicas, strconv.FormatUint(id, 10))
+			}
 			fmt.Fprintf(tw, "%s/%s\t%q\t%q\t%d\t%d\t%.1f\t%.1f\t%d\t%s\t%d\n", r.Account, r.Table, r.StartPartitionKey, r.EndPartitionKey,
 				r.Entities, r.Bytes, r.ReadsPerSecond, r.WritesPerSecond, r.Group, strings.Join(replicas, ","), r.Leaseholder)
 		}

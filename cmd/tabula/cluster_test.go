@@ -52,12 +52,13 @@ type procCluster struct {
 	restAddrs []string
 	dirs      []string
 	procs     []*serverProcess
+	extra     []string // more flags for every node
 }
 
-func startProcCluster(t *testing.T, size int) *procCluster {
+func startProcCluster(t *testing.T, size int, extra ...string) *procCluster {
 	t.Helper()
 	addrs := freeAddrs(t, 2*size)
-	c := &procCluster{t: t, nodeAddrs: addrs[:size], restAddrs: addrs[size:], procs: make([]*serverProcess, size)}
+	c := &procCluster{t: t, nodeAddrs: addrs[:size], restAddrs: addrs[size:], procs: make([]*serverProcess, size), extra: extra}
 	c.join = strings.Join(c.nodeAddrs, ",")
 	root := t.TempDir()
 	for i := range size {
@@ -72,8 +73,8 @@ func startProcCluster(t *testing.T, size int) *procCluster {
 func (c *procCluster) args(i int, secret string) []string {
 	// A short raft log: a node that misses a few dozen writes catches
 	// up by snapshot.
-	return []string{"--addr", c.restAddrs[i], "--data", c.dirs[i], "--node-addr", c.nodeAddrs[i], "--join", c.join,
-		"--cluster-secret", secret, "--raft-log-keep", "10", "--raft-sync-every", "20"}
+	return append([]string{"--addr", c.restAddrs[i], "--data", c.dirs[i], "--node-addr", c.nodeAddrs[i], "--join", c.join,
+		"--cluster-secret", secret, "--raft-log-keep", "10", "--raft-sync-every", "20"}, c.extra...)
 }
 
 func (c *procCluster) start(i int, secret string) {
