@@ -113,21 +113,35 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
-			runChaos(t, seed, *chaosTime)
-		})
+		for _, ranges := range []bool{false, true} {
+			name := fmt.Sprintf("seed%d", seed)
+			if ranges {
+				name += "-range-groups"
+			}
+			t.Run(name, func(t *testing.T) {
+				runChaos(t, seed, *chaosTime, ranges)
+			})
+		}
 	}
 }
 
-func runChaos(t *testing.T, seed uint64, dur time.Duration) {
+// runChaos runs one seed; with ranges, the table has a range group of
+// its own, whose leader the faults aim at.
+func runChaos(t *testing.T, seed uint64, dur time.Duration, ranges bool) {
 	c := newTestCluster(t, 3, seed)
+	if ranges {
+		c.stopAll()
+		c = newTablesCluster(t, 3, seed)
+	}
 	c.net.setFaults(0.05, 3*time.Millisecond)
 	ctx := context.Background()
-	if _, err := retryLeader(c, func(s *Store) (partition.StoredEntity, error) {
-		_, err := s.CreateTable(ctx, acct, "chaos")
-		return partition.StoredEntity{}, err
-	}); err != nil {
-		t.Fatalf("seed %d: create table: %v", seed, err)
+	createVia(c, "chaos")
+	// leads says whether a node answers for the table's entities.
+	leads := func(tn *testNode) bool { return tn.node.IsLeader() }
+	var group uint64
+	if ranges {
+		group = c.tableGroup("chaos").ID
+		leads = func(tn *testNode) bool { r := tn.node.group(group); return r != nil && r.ready.Load() }
 	}
 
 	var (
@@ -226,7 +240,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration) {
 			id := uint64(1 + frng.IntN(3))
 			nodesMu.Lock()
 			for lid, tn := range c.nodes {
-				if tn.node.IsLeader() && frng.IntN(3) > 0 {
+				if leads(tn) && frng.IntN(3) > 0 {
 					id = lid
 				}
 			}
@@ -249,7 +263,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration) {
 			// believes it leads after the others have elected another
 			nodesMu.Lock()
 			for lid, tn := range c.nodes {
-				if tn.node.IsLeader() {
+				if leads(tn) {
 					tn.paused.Store(true)
 					var others []uint64
 					for _, p := range c.peers {
@@ -288,6 +302,9 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration) {
 		}
 	}
 	c.converge(20 * time.Second)
+	if ranges {
+		c.convergeGroup(group, 20*time.Second)
+	}
 	var want string
 	for _, id := range c.peers {
 		got := dump(t, c.nodes[id].node.Replica(), "chaos")
