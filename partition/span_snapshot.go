@@ -1,14 +1,11 @@
 package partition
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
@@ -142,65 +139,6 @@ func (ss *SpanSnapshot) AppliedIndex() uint64 { return ss.applied }
 // Close releases the view.
 func (ss *SpanSnapshot) Close() error { return ss.snap.Close() }
 
-// WriteTo streams the view. It returns the bytes written.
-func (ss *SpanSnapshot) WriteTo(w io.Writer) (int64, error) {
-	cw := &checksumWriter{w: bufio.NewWriterSize(w, 256<<10), h: xxhash.New()}
-	buf := append([]byte(nil), spanSnapshotMagic...)
-	for _, s := range []string{ss.span.Account, ss.span.Table, ss.span.LowPartitionKey, ss.span.HighPartitionKey} {
-		buf = appendSpanString(buf, s)
-	}
-	buf = binary.BigEndian.AppendUint64(buf, ss.group)
-	buf = binary.BigEndian.AppendUint64(buf, ss.applied)
-	cw.Write(buf)
-
-	lo, hi := spanBounds(ss.prefix, ss.span)
-	it := ss.snap.NewIter(&lsm.IterOptions{LowerBound: lo, UpperBound: hi})
-	var count uint64
-	var walkErr error
-	for ok := it.First(); ok && cw.err == nil; ok = it.Next() {
-		pk, rk, err := splitEntitySuffix(it.Key()[len(ss.prefix):])
-		if err != nil {
-			walkErr = fmt.Errorf("partition: span snapshot: entity key %x: %w", it.Key(), err)
-			break
-		}
-		buf = append(buf[:0], spanRecordEntity)
-		buf = appendSpanBytes(buf, pk)
-		buf = appendSpanBytes(buf, rk)
-		buf = binary.AppendUvarint(buf, uint64(len(it.Value())))
-		cw.Write(buf)
-		cw.Write(it.Value())
-		count++
-	}
-	if err := errors.Join(walkErr, it.Close()); err != nil {
-		return cw.n, fmt.Errorf("partition: span snapshot: %w", err)
-	}
-	buf = append(buf[:0], spanRecordEnd)
-	buf = binary.BigEndian.AppendUint64(buf, count)
-	cw.Write(buf)
-	var sum [8]byte
-	binary.BigEndian.PutUint64(sum[:], cw.h.Sum64())
-	if cw.err == nil {
-		// Not summed: it is the sum.
-		n, err := cw.w.Write(sum[:])
-		cw.n += int64(n)
-		cw.err = err
-	}
-	if cw.err == nil {
-		cw.err = cw.w.(*bufio.Writer).Flush()
-	}
-	return cw.n, cw.err
-}
-
-func appendSpanString(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
-func appendSpanBytes(dst, b []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(b)))
-	return append(dst, b...)
-}
-
 // spanBounds returns the engine key range of span sp of the table whose
 // key prefix is prefix.
 func spanBounds(prefix []byte, sp Span) (lo, hi []byte) {
@@ -329,93 +267,19 @@ func (s *Store) IngestSpan(group uint64, sp Span, r io.Reader) (uint64, error) {
 // stageSpan reads a span stream, checks it and writes its entities to the
 // staging namespace of group; it returns the stream's applied index.
 func (s *Store) stageSpan(group uint64, want Span, r io.Reader) (uint64, error) {
-	sr := &summingReader{r: bufio.NewReaderSize(r, 256<<10), h: xxhash.New()}
-	magic := make([]byte, len(spanSnapshotMagic))
-	if err := sr.readFull(magic); err != nil || string(magic) != string(spanSnapshotMagic) {
-		return 0, fmt.Errorf("%w: no span snapshot header", ErrBadSpanSnapshot)
-	}
-	var got Span
-	for _, dst := range []*string{&got.Account, &got.Table, &got.LowPartitionKey, &got.HighPartitionKey} {
-		b, err := sr.spanBytes(maxSnapshotKey, nil)
-		if err != nil {
-			return 0, fmt.Errorf("%w: cut or damaged header", ErrBadSpanSnapshot)
-		}
-		*dst = string(b)
-	}
-	var nums [16]byte
-	if err := sr.readFull(nums[:]); err != nil {
-		return 0, fmt.Errorf("%w: cut header", ErrBadSpanSnapshot)
-	}
-	gotGroup, applied := binary.BigEndian.Uint64(nums[:8]), binary.BigEndian.Uint64(nums[8:])
-	if !got.same(want) || gotGroup != group {
-		return 0, fmt.Errorf("%w: the stream is of group %d, span [%q, %q) of %s/%s; want group %d, span [%q, %q) of %s/%s",
-			ErrBadSpanSnapshot, gotGroup, got.LowPartitionKey, got.HighPartitionKey, got.Account, got.Table,
-			group, want.LowPartitionKey, want.HighPartitionKey, want.Account, want.Table)
-	}
-
-	prefix := stagedPrefix(group)
-	var (
-		b           = s.db.NewBatch()
-		count       uint64
-		key, last   []byte
-		pk, rk, val []byte
-		err         error
-	)
-	for {
-		tag, err := sr.byte()
-		if err != nil {
-			return 0, fmt.Errorf("%w: cut after %d entities: %v", ErrBadSpanSnapshot, count, err)
-		}
-		if tag == spanRecordEnd {
-			break
-		}
-		if tag != spanRecordEntity {
-			return 0, fmt.Errorf("%w: entity %d: unknown record 0x%02x", ErrBadSpanSnapshot, count, tag)
-		}
-		if pk, err = sr.spanBytes(maxSnapshotKey, pk); err != nil {
-			return 0, fmt.Errorf("%w: entity %d: cut or damaged PartitionKey", ErrBadSpanSnapshot, count)
-		}
-		if rk, err = sr.spanBytes(maxSnapshotKey, rk); err != nil {
-			return 0, fmt.Errorf("%w: entity %d: cut or damaged RowKey", ErrBadSpanSnapshot, count)
-		}
-		if val, err = sr.spanBytes(maxSnapshotValue, val); err != nil {
-			return 0, fmt.Errorf("%w: entity %d: cut or damaged value", ErrBadSpanSnapshot, count)
-		}
-		if !want.contains(string(pk)) {
-			return 0, fmt.Errorf("%w: entity %d: PartitionKey %q is outside the span", ErrBadSpanSnapshot, count, pk)
-		}
-		// The staged key orders exactly as (pk, rk) does (keys.md).
-		key = appendEscaped(appendEscaped(append(key[:0], prefix...), string(pk)), string(rk))
-		if last != nil && string(key) <= string(last) {
-			return 0, fmt.Errorf("%w: entity %d (%q, %q) is out of key order", ErrBadSpanSnapshot, count, pk, rk)
-		}
-		last = append(last[:0], key...)
-		// A value the table service could not read back would pass the
-		// checksum if the sender stored it so: refuse it here rather than
-		// serve it.
-		if _, _, err := odata.DecodeEncoded(val); err != nil {
-			return 0, fmt.Errorf("%w: entity %d (%q, %q): %v", ErrBadSpanSnapshot, count, pk, rk, err)
-		}
+	b := s.db.NewBatch()
+	applied, err := readSpanStream(group, want, r, func(key, val []byte) error {
 		b.Set(key, val)
-		count++
 		if b.Size() >= spanIngestBatchBytes {
 			if err := s.db.Apply(b, unsyncedWO); err != nil {
-				return 0, fmt.Errorf("partition: ingest span of group %d: stage: %w", group, err)
+				return fmt.Errorf("partition: ingest span of group %d: stage: %w", group, err)
 			}
 			b.Reset()
 		}
-	}
-	var n [8]byte
-	if err = sr.readFull(n[:]); err != nil || binary.BigEndian.Uint64(n[:]) != count {
-		return 0, fmt.Errorf("%w: the stream's count does not match its %d entities", ErrBadSpanSnapshot, count)
-	}
-	want64 := sr.h.Sum64()
-	var sum [8]byte
-	if _, err := io.ReadFull(sr.r, sum[:]); err != nil || binary.BigEndian.Uint64(sum[:]) != want64 {
-		return 0, fmt.Errorf("%w: checksum mismatch", ErrBadSpanSnapshot)
-	}
-	if _, err := sr.r.ReadByte(); err != io.EOF {
-		return 0, fmt.Errorf("%w: bytes past the checksum", ErrBadSpanSnapshot)
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	// Unsynced: the marker's synced write makes the staged pairs durable
 	// before anything of the span is touched.
@@ -423,33 +287,6 @@ func (s *Store) stageSpan(group uint64, want Span, r io.Reader) (uint64, error) 
 		return 0, fmt.Errorf("partition: ingest span of group %d: stage: %w", group, err)
 	}
 	return applied, nil
-}
-
-// byte reads one byte, summed.
-func (s *summingReader) byte() (byte, error) {
-	c, err := s.r.ReadByte()
-	if err != nil {
-		return 0, err
-	}
-	s.h.Write([]byte{c})
-	return c, nil
-}
-
-// spanBytes reads a uvarint length of at most limit and that many bytes
-// into buf's storage.
-func (s *summingReader) spanBytes(limit uint64, buf []byte) ([]byte, error) {
-	n, err := s.uvarint()
-	if err != nil {
-		return nil, err
-	}
-	if n > limit {
-		return nil, fmt.Errorf("%w: a field of %d bytes", ErrBadSpanSnapshot, n)
-	}
-	buf = grow(buf, int(n))
-	if err := s.readFull(buf); err != nil {
-		return nil, err
-	}
-	return buf, nil
 }
 
 // moveStaged is the second phase of an ingest, and what Open redoes after

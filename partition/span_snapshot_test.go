@@ -338,11 +338,17 @@ func TestSpanIngestRefusesBadStreams(t *testing.T) {
 	before := viewOf(t, dst.s)
 	stream := spanStream(t, src.s, spanGroup, testSpan)
 
+	if applied, err := CheckSpanSnapshot(spanGroup, testSpan, bytes.NewReader(stream)); err != nil || applied != srcApplied {
+		t.Fatalf("CheckSpanSnapshot of a good stream: %d, %v; want %d", applied, err, srcApplied)
+	}
 	refused := func(what string, data []byte, sp Span, group uint64) {
 		t.Helper()
 		_, err := dst.s.IngestSpan(group, sp, bytes.NewReader(data))
 		if !errors.Is(err, ErrBadSpanSnapshot) {
 			t.Fatalf("%s: %v, want ErrBadSpanSnapshot", what, err)
+		}
+		if _, err := CheckSpanSnapshot(group, sp, bytes.NewReader(data)); !errors.Is(err, ErrBadSpanSnapshot) {
+			t.Fatalf("CheckSpanSnapshot, %s: %v, want ErrBadSpanSnapshot", what, err)
 		}
 	}
 	for i := range stream {
