@@ -172,32 +172,43 @@ func (r *replica) waitApplied(ctx context.Context, index uint64) error {
 }
 
 // syncAndCompact makes the applied commands durable in the store and lets
-// the system group's raft log go below them, keeping LogRetention entries
-// for followers that lag.
+// the group's raft log go below them, keeping LogRetention entries for
+// followers that lag (further behind, they take a snapshot).
 func (r *replica) syncAndCompact() error {
 	applied := r.applied.Load()
 	if err := r.n.st().SyncApplied(r.group, applied); err != nil {
 		return err
 	}
-	if r.group != systemGroup {
-		// A range group takes no snapshots yet: a follower behind its
-		// first index could never catch up, so its log is kept whole.
-		return nil
+	// The system group's first entry goes as soon as it is applied: the
+	// founders' configuration was bootstrapped, not logged, so a node
+	// that joins must start from a snapshot (which carries it), never
+	// from entry 1.
+	to := uint64(0)
+	if r.group == systemGroup {
+		to = 1
 	}
-	// The first entry goes as soon as it is applied: the founders'
-	// configuration was bootstrapped, not logged, so a node that joins
-	// must start from a snapshot (which carries it), never from entry 1.
-	to := uint64(1)
-	if applied > r.n.cfg.LogRetention && len(r.n.st().TableGroups()) == 0 {
-		// Not once tables have range groups: the system group's snapshot
-		// is the whole store, range groups' data included, which only a
-		// node of none of the groups can take (checkSnapshotGroups).
+	if applied > r.n.cfg.LogRetention && r.canSnapshot() {
 		to = applied - r.n.cfg.LogRetention
+	}
+	if to == 0 {
+		return nil
 	}
 	if first, err := r.rlog.FirstIndex(); err != nil || to < first || to > applied {
 		return err
 	}
 	return r.rlog.Compact(to)
+}
+
+// canSnapshot says whether the group can send a follower a snapshot, so
+// its log may be compacted: the system group always (of the whole
+// store); a range group of its table's span, which a group hostGroup was
+// given with no table (in tests) has not.
+func (r *replica) canSnapshot() bool {
+	if r.group == systemGroup {
+		return true
+	}
+	_, ok := r.n.groupSpan(r.group)
+	return ok
 }
 
 // holdsFirstEntry says whether the system group's log still holds its

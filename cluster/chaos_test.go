@@ -314,7 +314,12 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, ranges bool) {
 			t.Errorf("seed %d: node %d differs:\n%s\n---\n%s", seed, id, got, want)
 		}
 	}
-	t.Logf("seed %d: %d operations", seed, len(history))
+	snaps, spans := 0, 0
+	for _, tn := range c.nodes {
+		st := tn.node.Status()
+		snaps, spans = snaps+st.SnapshotsInstalled, spans+st.SpanSnapshotsInstalled
+	}
+	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans", seed, len(history), snaps, spans)
 }
 
 type stamped struct {

@@ -201,6 +201,8 @@ type testCluster struct {
 	tick   time.Duration
 	// rangeGroups is the nodes' Config.RangeGroups: tables get groups.
 	rangeGroups bool
+	// prepare, when set, is called on each node started, before it runs.
+	prepare func(*testNode)
 }
 
 func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
@@ -294,6 +296,9 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tn.node, tn.cancel = node, cancel
+	if c.prepare != nil {
+		c.prepare(tn)
+	}
 	go func() { tn.done <- node.Run(ctx) }()
 	go func() { // the node's raft clock, which a test may stop
 		t := time.NewTicker(c.tickInterval())

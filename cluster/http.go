@@ -292,6 +292,10 @@ type Status struct {
 	// made for lagging followers, and installed to catch up itself.
 	SnapshotsMade      int `json:"snapshots_made"`
 	SnapshotsInstalled int `json:"snapshots_installed"`
+	// SpanSnapshotsMade and SpanSnapshotsInstalled count the same for
+	// range groups, whose snapshots hold their table's span alone.
+	SpanSnapshotsMade      int `json:"span_snapshots_made"`
+	SpanSnapshotsInstalled int `json:"span_snapshots_installed"`
 	// Ranges are the range partitions of the tables whose leases this
 	// node holds: those of the range groups it leads, and, when it leads
 	// the system group, those of the tables without a range group. The

@@ -191,6 +191,11 @@ type Node struct {
 
 	stopped chan struct{}
 	failed  atomic.Pointer[error]
+
+	// afterSpanIngest, set by tests before Run, is called on the apply
+	// goroutine once a span snapshot is in the store and before the raft
+	// log records it.
+	afterSpanIngest func(group uint64)
 }
 
 // ErrStopped is returned to requests once the node has stopped.
@@ -284,7 +289,11 @@ func NewNode(cfg Config) (*Node, error) {
 	n.store.Store(c.Store)
 	n.snaps.served = map[string]*servedSnapshot{}
 	n.snaps.nextDir = ptr.n
+	n.snaps.keep = c.SnapshotKeep
 	n.hosts.wake = make(chan struct{}, 1)
+	if err := removeSpanFiles(dir.fs, c.DataDir); err != nil {
+		return nil, fmt.Errorf("cluster: remove fetched span snapshots: %w", err)
+	}
 	if err := n.hostTableGroups(); err != nil {
 		return nil, err
 	}
@@ -339,12 +348,12 @@ func (n *Node) route(msgs []transport.Message) {
 	}
 }
 
-// deliver queues system-group messages for the loop, as Receive does
-// (a follower's MsgSnap, once its snapshot is fetched).
-func (n *Node) deliver(msgs []*raftpb.Message) {
+// deliver queues a group's messages for the loop, as Receive does (a
+// follower's MsgSnap, once its snapshot is fetched).
+func (n *Node) deliver(group uint64, msgs []*raftpb.Message) {
 	out := make([]transport.Message, len(msgs))
 	for i, m := range msgs {
-		out[i] = transport.Message{Group: systemGroup, Raft: m}
+		out[i] = transport.Message{Group: group, Raft: m}
 	}
 	n.Receive(out)
 }
@@ -492,15 +501,19 @@ func (n *Node) handleReadys(rs []*replica) error {
 		snap := !raft.IsEmptySnap(rd.Snapshot)
 		if snap {
 			// The store first: a crash after the switch is recovered from
-			// the store's pointer (NewNode), one before it from the old
-			// store. Only the system group is sent snapshots (step).
+			// the store's pointer (NewNode), or after a span's ingest from
+			// its record (hostGroup); one before it from the old store.
 			meta := rd.Snapshot.GetMetadata()
-			if err := n.onApply(func() error { return n.installSnapshot(meta) }); err != nil {
+			if r.group == systemGroup {
+				if err := n.onApply(func() error { return n.installSnapshot(meta) }); err != nil {
+					return err
+				}
+				n.confMu.Lock()
+				n.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
+				n.confMu.Unlock()
+			} else if err := n.onApply(func() error { return r.installSpanSnapshot(meta) }); err != nil {
 				return err
 			}
-			n.confMu.Lock()
-			n.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
-			n.confMu.Unlock()
 			w.ApplySnapshot(r.group, meta)
 		}
 		// A leader sends its appends before its own write is durable, so

@@ -168,6 +168,14 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 		}
 		r.rn.Tick()
 		n.touch(r)
+		if r.campaignLeft == 0 && r.group != systemGroup && r.leader.Load() == 0 && n.replica.ready.Load() {
+			// A range group with no leader this node knows of (the
+			// cluster restarted, its leader's node died): the system
+			// group's leader stands at once rather than leave the group
+			// unavailable for a randomized election timeout. PreVote
+			// keeps this from deposing a leader the others still hear.
+			r.campaignLeft = campaignTicks
+		}
 		if r.campaignLeft > 0 {
 			if r.campaignLeft--; r.campaignLeft%2 == 0 {
 				r.campaign()

@@ -23,9 +23,10 @@ import (
 // records the pair in the table's catalog entry (partition.RangeGroup) as
 // it applies it, so the descriptor is replicated with the catalog. A node
 // hosts the groups it is a voter of from then on, and drops a group (its
-// replica and its log) with its table. What is not built yet (see
-// docs/cluster.md): splits of a table into several groups, changes of a
-// group's voters, and snapshots of a group (its log is never compacted).
+// replica and its log) with its table. A replica that falls behind its
+// peers' compacted logs catches up from a snapshot of the table's span
+// (range_snapshot.go). What is not built yet (docs/cluster.md): splits
+// of a table into several groups, and changes of a group's voters.
 
 // hostGroup adds this node's replica of range group id, whose voters are
 // voters: before the node runs, or from its loop. A group new to the node
@@ -58,25 +59,34 @@ func (n *Node) hostGroup(id uint64, voters []uint64) error {
 	}
 	if applied > hs.GetCommit() {
 		// As for the system group (NewNode): the store applied entries the
-		// hard state does not say are committed. No snapshot can take a
-		// range group's store past its log.
+		// hard state does not say are committed; and a span snapshot the
+		// store ingested may not be in the log yet (the node crashed
+		// between the two), as its record says.
+		first, err := st.FirstIndex()
+		if err != nil {
+			return fmt.Errorf("cluster: group %d: read raft log: %w", id, err)
+		}
 		last, err := st.LastIndex()
 		if err != nil {
 			return fmt.Errorf("cluster: group %d: read raft log: %w", id, err)
 		}
-		if applied > last {
+		w := n.cfg.Log.NewWrite()
+		if rec := n.recordedRangeSnapshot(id, applied); rec != nil && first <= applied {
+			w.ApplySnapshot(id, rec)
+		} else if applied > last {
 			return fmt.Errorf("cluster: group %d: the store applied entry %d, past the raft log's last, %d", id, applied, last)
 		}
-		w := n.cfg.Log.NewWrite()
 		w.SetHardState(id, &raftpb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: &applied})
 		if err := w.Commit(true); err != nil {
 			return fmt.Errorf("cluster: group %d: record commit index: %w", id, err)
 		}
 	}
-	r, err := newReplica(n, id, st, st, applied)
+	rs := &rangeStorage{Storage: st}
+	r, err := newReplica(n, id, st, rs, applied)
 	if err != nil {
 		return err
 	}
+	rs.r = r
 	r.voters = slices.Clone(cs.GetVoters())
 	n.replicasMu.Lock()
 	n.replicas[id] = r

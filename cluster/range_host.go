@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -22,6 +24,8 @@ const defaultGroupVoters = 3
 // calling its election, one tick in two, until the group has a leader:
 // the other voters start hosting the group only as they apply the
 // table's creation, so the first votes may reach nodes that drop them.
+// The system group's leader does the same for a hosted group with no
+// known leader (tickReplicas).
 const campaignTicks = 20
 
 // hostChange is a range group for the loop to start hosting or to drop,
@@ -227,26 +231,63 @@ func (n *Node) awaitTableGroup(ctx context.Context, account, table string) {
 	}
 }
 
-// checkSnapshotGroups refuses to install a snapshot of the system group
-// on a node that hosts range groups, or that the snapshot's catalog names
-// a voter of one: the snapshot holds the leader's copy of those groups'
-// entities and applied indexes, which this node's logs of the groups do
-// not match, and range groups take no snapshots of their own yet. The
-// system group's log is not compacted once a table has a range group
-// (syncAndCompact), so only a node behind a compaction made before any
-// did meets this.
-func (n *Node) checkSnapshotGroups(next *partition.Store) error {
+// carryRangeGroups makes a store restored from a system snapshot (the
+// leader's whole store, next) hold this node's own copy of each range
+// group it hosts, taken from its live store (old): the spans and applied
+// indexes that its logs of those groups continue, not the leader's. The
+// spans of the other groups are emptied and their applied indexes reset:
+// a group the node is a voter of but did not host yet (created while it
+// was behind) starts from nothing and is replicated by its leader, from
+// the log or a span snapshot. It returns the host changes to make once
+// the store is switched: the groups to start, and those hosted whose
+// table the snapshot no longer has (dropped while the node was behind).
+// It runs on the apply goroutine, so no range group applies meanwhile,
+// and before the switch, so a crash leaves the old store in use.
+func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error) {
 	n.replicasMu.RLock()
-	hosted := len(n.replicas) - 1
+	hosted := make(map[uint64]bool, len(n.replicas))
+	for id := range n.replicas {
+		hosted[id] = id != systemGroup
+	}
 	n.replicasMu.RUnlock()
-	named := 0
+	var changes []hostChange
 	for _, tg := range next.TableGroups() {
-		if tg.Group.Has(n.cfg.ID) {
-			named++
+		id, sp := tg.Group.ID, partition.Span{Account: tg.Account, Table: tg.Table}
+		var err error
+		if hosted[id] {
+			delete(hosted, id)
+			err = copySpan(old, next, id, sp)
+		} else {
+			_, err = next.IngestSpan(id, sp, bytes.NewReader(partition.EmptySpanStream(id, sp)))
+			if tg.Group.Has(n.cfg.ID) {
+				changes = append(changes, hostChange{group: id, voters: tg.Group.Voters})
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", id, err)
 		}
 	}
-	if hosted > 0 || named > 0 {
-		return fmt.Errorf("cluster: cannot install a snapshot of the system group on node %d: it hosts %d range groups and the snapshot names it in %d, and range groups take no snapshots yet", n.cfg.ID, hosted, named)
+	for id, ok := range hosted {
+		if ok {
+			changes = append(changes, hostChange{group: id})
+		}
 	}
-	return nil
+	return changes, nil
+}
+
+// copySpan replaces span sp of group in store to with from's.
+func copySpan(from, to *partition.Store, group uint64, sp partition.Span) error {
+	ss, err := from.SnapshotSpan(group, sp)
+	if err != nil {
+		return err
+	}
+	defer ss.Close()
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := ss.WriteTo(pw)
+		pw.CloseWithError(err)
+	}()
+	_, err = to.IngestSpan(group, sp, pr)
+	pr.CloseWithError(err) // ends the writer if the ingest stopped early
+	return err
 }

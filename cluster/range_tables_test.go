@@ -239,3 +239,176 @@ func TestRangeGroupTablesSurviveCrashes(t *testing.T) {
 	}
 	check()
 }
+
+// TestRangeGroupCatchesUpBySnapshot stops a voter of a table's group
+// while the others write far past what their logs keep: back, it catches
+// up from a snapshot of the table's span (not of the whole store), holds
+// what the others hold, and takes the writes that follow from the log.
+func TestRangeGroupCatchesUpBySnapshot(t *testing.T) {
+	c := newTablesCluster(t, 3, 23)
+	createVia(c, "snapped")
+	createVia(c, "other")
+	upsertVia(c, "other", "p", "kept", 1)
+	g := c.tableGroup("snapped")
+	ld := c.groupLeader(g.ID, 10*time.Second)
+	var lag *testNode
+	for _, tn := range c.nodes {
+		if tn != ld {
+			lag = tn
+			break
+		}
+	}
+	lagFS := lag.fs
+	c.stop(lag.id)
+	for i := range 150 { // past SyncEvery (50) plus LogRetention (30)
+		upsertVia(c, "snapped", fmt.Sprintf("p%d", i%7), fmt.Sprintf("r%03d", i), i)
+	}
+	ld = c.groupLeader(g.ID, 10*time.Second)
+	if first, _ := ld.node.group(g.ID).rlog.FirstIndex(); first <= 2 {
+		t.Fatalf("the leader's log of group %d starts at %d: not compacted", g.ID, first)
+	}
+	back := c.start(lag.id, lagFS)
+	upsertVia(c, "snapped", "p0", "after", 1000)
+	c.convergeGroup(g.ID, 20*time.Second)
+	if st := back.node.Status(); st.SpanSnapshotsInstalled == 0 || st.SnapshotsInstalled != 0 {
+		t.Fatalf("the returning node caught up without a span snapshot, or with a store snapshot: %+v", st)
+	}
+	want := dump(t, ld.node.st(), "snapped")
+	if got := dump(t, back.node.st(), "snapped"); got != want {
+		t.Fatalf("the returning node holds\n%s\nthe leader\n%s", got, want)
+	}
+	c.convergeGroup(c.tableGroup("other").ID, 20*time.Second)
+	if got := dump(t, back.node.st(), "other"); !strings.Contains(got, "p/kept") {
+		t.Fatalf("the other table on the returning node: %q", got)
+	}
+	// Its files: no fetched snapshot left behind.
+	names, err := back.fs.List("/node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if strings.HasSuffix(name, ".snap") {
+			t.Errorf("a fetched span snapshot left behind: %s", name)
+		}
+	}
+}
+
+// TestSpanSnapshotCrashBeforeTheLogRecordsIt takes the disk of a node as
+// a power loss would leave it right after a span snapshot went into its
+// store and before its raft log recorded it: started from that disk, the
+// node records the snapshot from the record it wrote beside the store,
+// and catches up like the others.
+func TestSpanSnapshotCrashBeforeTheLogRecordsIt(t *testing.T) {
+	c := newTablesCluster(t, 3, 24)
+	createVia(c, "crashy")
+	g := c.tableGroup("crashy")
+	ld := c.groupLeader(g.ID, 10*time.Second)
+	var lag *testNode
+	for _, tn := range c.nodes {
+		if tn != ld {
+			lag = tn
+			break
+		}
+	}
+	lagFS := lag.fs
+	c.stop(lag.id)
+	for i := range 150 {
+		upsertVia(c, "crashy", "p", fmt.Sprintf("r%03d", i), i)
+	}
+	disk := make(chan *vfs.MemFS, 1)
+	rng := rand.New(rand.NewPCG(24, 1))
+	c.prepare = func(tn *testNode) {
+		if tn.id != lag.id {
+			return
+		}
+		tn.node.afterSpanIngest = func(group uint64) {
+			if group == g.ID {
+				select {
+				case disk <- tn.fs.CrashClone(rng):
+				default:
+				}
+			}
+		}
+	}
+	c.start(lag.id, lagFS)
+	var crashed *vfs.MemFS
+	select {
+	case crashed = <-disk:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no span snapshot was installed")
+	}
+	c.prepare = nil
+	c.stop(lag.id)
+	back := c.start(lag.id, crashed)
+	upsertVia(c, "crashy", "p", "after", 1000)
+	c.convergeGroup(g.ID, 20*time.Second)
+	if err := back.node.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, back.node.st(), "crashy"), dump(t, c.groupLeader(g.ID, time.Second).node.st(), "crashy"); got != want {
+		t.Fatalf("the node started from the crash holds\n%s\nthe leader\n%s", got, want)
+	}
+}
+
+// TestSystemSnapshotKeepsRangeGroups stops a node while the system
+// group's log moves far past what it keeps (so the node must take a
+// snapshot of the leader's whole store) and while a table is created and
+// another dropped. Back, the node keeps its own copy of the group it
+// hosted (its log continues that copy, not the leader's), starts the new
+// table's group from nothing, drops the dropped table's group, and ends
+// with every group's data equal to its leader's.
+func TestSystemSnapshotKeepsRangeGroups(t *testing.T) {
+	c := newTablesCluster(t, 3, 25)
+	for _, tb := range []string{"kept", "dropped"} {
+		createVia(c, tb)
+		upsertVia(c, tb, "p", "before", 1)
+	}
+	kept, dropped := c.tableGroup("kept"), c.tableGroup("dropped")
+	lag := c.nodes[otherThan(c, c.leader(10*time.Second).id)]
+	lagFS := lag.fs
+	c.stop(lag.id)
+
+	upsertVia(c, "kept", "p", "during", 2)
+	createVia(c, "fresh")
+	upsertVia(c, "fresh", "p", "new", 3)
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.DeleteTable(context.Background(), acct, "dropped")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 { // past SyncEvery (50) plus LogRetention (30) in the system log
+		if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+			return struct{}{}, s.SetTableACL(context.Background(), acct, "kept", []partition.SignedIdentifier{{ID: fmt.Sprintf("id%d", i), Permission: "r"}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := c.tableGroup("fresh")
+
+	back := c.start(lag.id, lagFS)
+	c.converge(20 * time.Second)
+	if st := back.node.Status(); st.SnapshotsInstalled == 0 {
+		t.Fatalf("the returning node caught up without a snapshot of the system group: %+v", st)
+	}
+	for _, g := range []uint64{kept.ID, fresh.ID} {
+		c.convergeGroup(g, 20*time.Second)
+	}
+	for _, tb := range []string{"kept", "fresh"} {
+		g := c.tableGroup(tb)
+		want := dump(t, c.groupLeader(g.ID, time.Second).node.st(), tb)
+		if got := dump(t, back.node.st(), tb); got != want {
+			t.Fatalf("table %s on the returning node:\n%s\nits leader:\n%s", tb, got, want)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); back.node.group(dropped.ID) != nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the returning node still hosts the dropped table's group %d", dropped.ID)
+		}
+	}
+	// The group it kept goes on taking writes.
+	upsertVia(c, "kept", "p", "after", 4)
+	c.convergeGroup(kept.ID, 20*time.Second)
+	if e, err := back.node.st().GetEntity(context.Background(), acct, "kept", "p", "after"); err != nil || entityN(t, e) != 4 {
+		t.Fatalf("a write after the snapshot on the returning node: %+v, %v", e, err)
+	}
+}

@@ -16,10 +16,10 @@ import (
 // sees it, and how far it has applied. Every replica of a node shares the
 // node's loop, raft log, transport, apply goroutine and store.
 //
-// The system group (group 1) replicates the table service as a whole, its
-// catalog included. Range groups, one per range partition, are being built
-// (docs/cluster.md, "Range partitions as groups"): today they replicate
-// entity writes over a fixed set of voters, without snapshots.
+// The system group (group 1) replicates the table service's catalog, and
+// the entities of the tables that have no range group; a range group
+// replicates one table's entities over a fixed set of voters
+// (range_group.go).
 type replica struct {
 	n     *Node
 	group uint64
@@ -52,6 +52,8 @@ type replica struct {
 	// campaignLeft counts down the ticks a new group's creator keeps
 	// calling elections (range_host.go).
 	campaignLeft int
+	// spans is a range group's snapshot state (range_snapshot.go).
+	spans spanSnapshots
 
 	// applied is the index of the last entry applied; appliedTS the
 	// newest commit timestamp among the commands applied. sinceSync is
@@ -115,10 +117,13 @@ func (r *replica) step(msgs []*raftpb.Message) {
 			continue
 		}
 		if m.GetType() == raftpb.MessageType_MsgSnap {
-			if r.group != systemGroup {
-				continue // range groups take no snapshots yet
+			staged := false
+			if r.group == systemGroup {
+				staged = r.n.snapshotMessage(m)
+			} else {
+				staged = r.spanSnapshotMessage(m)
 			}
-			if !r.n.snapshotMessage(m) {
+			if !staged {
 				continue // stepped once its snapshot is fetched and staged
 			}
 		}

@@ -50,8 +50,8 @@ func (c *testCluster) waitGroupQuiesced(id, g uint64, timeout time.Duration) {
 // TestReviewRangeFollowerCatchesUpAfterManyWrites stops a follower of a
 // range group while the group takes more writes than the log keeps
 // (SyncEvery 50, LogRetention 30 in the tests), then starts it again: it
-// must catch up. Range groups take no snapshots, so their logs must not
-// be compacted (docs/cluster.md: "their logs never compacted").
+// must catch up. A group hostGroup was given has no table whose span it
+// could send as a snapshot, so its log must not be compacted.
 func TestReviewRangeFollowerCatchesUpAfterManyWrites(t *testing.T) {
 	c, g, want := startIdleRangeGroup(t, 31)
 	lag := otherThan(c, c.groupLeader(g, 10*time.Second).id)

@@ -41,7 +41,7 @@ const snapshotIdle = time.Minute
 // stream it and until Config.SnapshotKeep after its last use.
 type servedSnapshot struct {
 	token []byte
-	ss    *partition.StoreSnapshot
+	ss    snapshotView // the store's, or a range group's span
 	meta  *raftpb.SnapshotMetadata
 	ts    int64 // the newest commit timestamp applied at its index
 	made  time.Time
@@ -49,6 +49,12 @@ type servedSnapshot struct {
 	// handed out or streamed.
 	streams int
 	used    time.Time
+}
+
+// snapshotView is a pinned view a leader streams to a follower.
+type snapshotView interface {
+	WriteTo(io.Writer) (int64, error)
+	Close() error
 }
 
 // stagedSnapshot is a snapshot a follower fetched and restored, waiting
@@ -68,10 +74,14 @@ type snapshots struct {
 	latest   *servedSnapshot
 	staged   *stagedSnapshot
 	fetching bool
-	nextDir  int  // the number of the last store directory made
-	closed   bool // the node stopped: stage nothing more
+	nextDir  int           // the number of the last store directory made
+	closed   bool          // the node stopped: stage nothing more
+	keep     time.Duration // Config.SnapshotKeep
 
-	made, installed int // counts, for Status
+	// Counts, for Status: store snapshots (the system group's) made and
+	// installed, and span snapshots (range groups').
+	made, installed         int
+	spanMade, spanInstalled int
 }
 
 // nodeStorage is the raft.Storage a node gives raft: its log, with
@@ -151,21 +161,29 @@ func (n *Node) takeSnapshot() (*servedSnapshot, error) {
 	now := time.Now()
 	s := &servedSnapshot{token: token, ss: n.st().Snapshot(), ts: n.appliedTS.Load(), made: now, used: now,
 		meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: proto.Clone(cs).(*raftpb.ConfState)}}
+	n.snaps.add(s)
 	n.snaps.mu.Lock()
-	defer n.snaps.mu.Unlock()
-	for k, old := range n.snaps.served {
-		// One a follower is still reading stays, however long the store
-		// takes to move.
-		if old.streams == 0 && now.Sub(old.used) > n.cfg.SnapshotKeep {
-			old.ss.Close()
-			delete(n.snaps.served, k)
-		}
-	}
-	n.snaps.served[string(token)] = s
 	n.snaps.latest = s
 	n.snaps.made++
+	n.snaps.mu.Unlock()
 	n.log.Info("cluster: snapshot made for a lagging follower", "node", n.cfg.ID, "index", idx, "term", term)
 	return s, nil
+}
+
+// add registers a snapshot made to be served, and releases those unused
+// for longer than the node keeps them.
+func (ss *snapshots) add(s *servedSnapshot) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for k, old := range ss.served {
+		// One a follower is still reading stays, however long the store
+		// takes to move.
+		if old.streams == 0 && s.made.Sub(old.used) > ss.keep {
+			old.ss.Close()
+			delete(ss.served, k)
+		}
+	}
+	ss.served[string(s.token)] = s
 }
 
 // snapshotMagic opens a served snapshot: a header (the snapshot's index,
@@ -258,7 +276,7 @@ func (n *Node) fetchSnapshot(m *raftpb.Message) {
 		n.log.Warn("cluster: fetching a snapshot failed; the leader will offer another", "node", n.cfg.ID, "err", err)
 		return
 	}
-	n.deliver([]*raftpb.Message{m})
+	n.deliver(systemGroup, []*raftpb.Message{m})
 }
 
 func (n *Node) stage(m *raftpb.Message) error {
@@ -283,26 +301,11 @@ func (n *Node) stage(m *raftpb.Message) error {
 	}
 	defer rc.Close()
 	br := bufio.NewReader(newIdleReader(rc, snapshotIdle, cancel))
-	var hdr [8 + 24]byte
-	if _, err := io.ReadFull(br, hdr[:]); err != nil || string(hdr[:8]) != string(snapshotMagic) {
-		return fmt.Errorf("cluster: snapshot from node %d: bad header", from)
-	}
-	idx, term := binary.BigEndian.Uint64(hdr[8:]), binary.BigEndian.Uint64(hdr[16:])
-	if idx != meta.GetIndex() || term != meta.GetTerm() {
-		return fmt.Errorf("cluster: snapshot from node %d is at %d/%d, not %d/%d", from, idx, term, meta.GetIndex(), meta.GetTerm())
-	}
-	var bookLen [4]byte
-	if _, err := io.ReadFull(br, bookLen[:]); err != nil || binary.BigEndian.Uint32(bookLen[:]) > 1<<20 {
-		return fmt.Errorf("cluster: snapshot from node %d: bad member list", from)
-	}
-	rawBook := make([]byte, binary.BigEndian.Uint32(bookLen[:]))
-	if _, err := io.ReadFull(br, rawBook); err != nil {
-		return fmt.Errorf("cluster: snapshot from node %d: cut member list", from)
-	}
-	book, err := decodeMembers(rawBook)
+	hdr, err := readSnapshotHeader(br, from, meta)
 	if err != nil {
 		return err
 	}
+	idx := meta.GetIndex()
 	n.snaps.mu.Lock()
 	n.snaps.nextDir++
 	ptr := storePointer{n: n.snaps.nextDir, snap: meta}
@@ -331,10 +334,42 @@ func (n *Node) stage(m *raftpb.Message) error {
 		old.store.Close()
 		partition.RemoveStore(n.dir.fs, old.ptr.dir(n.dir.dir))
 	}
-	n.snaps.staged = &stagedSnapshot{meta: meta, ptr: ptr, store: store, ts: int64(binary.BigEndian.Uint64(hdr[24:])), members: book}
+	n.snaps.staged = &stagedSnapshot{meta: meta, ptr: ptr, store: store, ts: hdr.ts, members: hdr.book}
 	n.snaps.mu.Unlock()
 	n.log.Info("cluster: snapshot fetched and staged", "node", n.cfg.ID, "from", from, "index", idx)
 	return nil
+}
+
+// snapshotHeader is what precedes a served snapshot's stream.
+type snapshotHeader struct {
+	ts   int64      // the newest commit timestamp applied at its index
+	book memberBook // the leader's member book when it served it
+}
+
+// readSnapshotHeader reads a served snapshot's header (ServeSnapshot) and
+// checks that it is of the snapshot raft's message names.
+func readSnapshotHeader(br *bufio.Reader, from uint64, meta *raftpb.SnapshotMetadata) (snapshotHeader, error) {
+	var hdr [8 + 24]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil || string(hdr[:8]) != string(snapshotMagic) {
+		return snapshotHeader{}, fmt.Errorf("cluster: snapshot from node %d: bad header", from)
+	}
+	idx, term := binary.BigEndian.Uint64(hdr[8:]), binary.BigEndian.Uint64(hdr[16:])
+	if idx != meta.GetIndex() || term != meta.GetTerm() {
+		return snapshotHeader{}, fmt.Errorf("cluster: snapshot from node %d is at %d/%d, not %d/%d", from, idx, term, meta.GetIndex(), meta.GetTerm())
+	}
+	var bookLen [4]byte
+	if _, err := io.ReadFull(br, bookLen[:]); err != nil || binary.BigEndian.Uint32(bookLen[:]) > 1<<20 {
+		return snapshotHeader{}, fmt.Errorf("cluster: snapshot from node %d: bad member list", from)
+	}
+	rawBook := make([]byte, binary.BigEndian.Uint32(bookLen[:]))
+	if _, err := io.ReadFull(br, rawBook); err != nil {
+		return snapshotHeader{}, fmt.Errorf("cluster: snapshot from node %d: cut member list", from)
+	}
+	book, err := decodeMembers(rawBook)
+	if err != nil {
+		return snapshotHeader{}, err
+	}
+	return snapshotHeader{ts: int64(binary.BigEndian.Uint64(hdr[24:])), book: book}, nil
 }
 
 // installSnapshot switches to the staged store raft has accepted. It runs
@@ -347,7 +382,8 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	if st == nil || st.meta.GetIndex() != meta.GetIndex() || st.meta.GetTerm() != meta.GetTerm() {
 		return fmt.Errorf("cluster: raft accepted snapshot %d/%d, which is not the one staged", meta.GetIndex(), meta.GetTerm())
 	}
-	if err := n.checkSnapshotGroups(st.store); err != nil {
+	changes, err := n.carryRangeGroups(n.st(), st.store)
+	if err != nil {
 		st.store.Close()
 		return err
 	}
@@ -375,6 +411,9 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 		n.appliedTS.Store(st.ts)
 	}
 	n.advanceApplied(meta.GetIndex())
+	for _, c := range changes {
+		n.hosts.add(c)
+	}
 	n.snaps.mu.Lock()
 	n.snaps.installed++
 	n.snaps.mu.Unlock()

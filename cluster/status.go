@@ -72,6 +72,7 @@ func (n *Node) Status() nodeStatus {
 	}
 	n.snaps.mu.Lock()
 	st.SnapshotsMade, st.SnapshotsInstalled = n.snaps.made, n.snaps.installed
+	st.SpanSnapshotsMade, st.SpanSnapshotsInstalled = n.snaps.spanMade, n.snaps.spanInstalled
 	n.snaps.mu.Unlock()
 	return st
 }

@@ -40,17 +40,14 @@ func (p storePointer) dir(dataDir string) string {
 }
 
 // encode writes the pointer: a header line, then "dir N" and, for a
-// restored store, "snapshot INDEX TERM CONFSTATE-HEX".
+// restored store, its snapshot line.
 func (p storePointer) encode() ([]byte, error) {
 	s := fmt.Sprintf("tabula-store 1\ndir %d\n", p.n)
 	if p.snap != nil {
-		cs, err := proto.Marshal(p.snap.GetConfState())
+		line, err := snapshotLine(p.snap)
 		if err != nil {
 			return nil, err
 		}
-		// An empty configuration marshals to nothing: the line then ends
-		// after the term.
-		line := strings.TrimSuffix(fmt.Sprintf("snapshot %d %d %s", p.snap.GetIndex(), p.snap.GetTerm(), hex.EncodeToString(cs)), " ")
 		s += line + "\n"
 	}
 	return []byte(s), nil
@@ -69,29 +66,49 @@ func decodeStorePointer(b []byte) (storePointer, error) {
 		return bad("no store directory")
 	}
 	if len(lines) == 3 {
-		f := strings.Fields(lines[2])
-		if len(f) < 3 || len(f) > 4 || f[0] != "snapshot" {
-			return bad("bad snapshot line")
+		snap, err := parseSnapshotLine(lines[2])
+		if err != nil {
+			return bad(err.Error())
 		}
-		idx, err1 := strconv.ParseUint(f[1], 10, 64)
-		term, err2 := strconv.ParseUint(f[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			return bad("bad snapshot line")
-		}
-		csHex := ""
-		if len(f) == 4 {
-			csHex = f[3]
-		}
-		raw, err := hex.DecodeString(csHex)
-		cs := &raftpb.ConfState{}
-		if err != nil || proto.Unmarshal(raw, cs) != nil {
-			return bad("bad conf state")
-		}
-		p.snap = &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: cs}
+		p.snap = snap
 	} else if len(lines) > 3 {
 		return bad("trailing lines")
 	}
 	return p, nil
+}
+
+// snapshotLine records a snapshot's position and configuration in a
+// small file: "snapshot INDEX TERM CONFSTATE-HEX".
+func snapshotLine(meta *raftpb.SnapshotMetadata) (string, error) {
+	cs, err := proto.Marshal(meta.GetConfState())
+	if err != nil {
+		return "", err
+	}
+	// An empty configuration marshals to nothing: the line then ends
+	// after the term.
+	return strings.TrimSuffix(fmt.Sprintf("snapshot %d %d %s", meta.GetIndex(), meta.GetTerm(), hex.EncodeToString(cs)), " "), nil
+}
+
+func parseSnapshotLine(line string) (*raftpb.SnapshotMetadata, error) {
+	f := strings.Fields(line)
+	if len(f) < 3 || len(f) > 4 || f[0] != "snapshot" {
+		return nil, errors.New("bad snapshot line")
+	}
+	idx, err1 := strconv.ParseUint(f[1], 10, 64)
+	term, err2 := strconv.ParseUint(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return nil, errors.New("bad snapshot line")
+	}
+	csHex := ""
+	if len(f) == 4 {
+		csHex = f[3]
+	}
+	raw, err := hex.DecodeString(csHex)
+	cs := &raftpb.ConfState{}
+	if err != nil || proto.Unmarshal(raw, cs) != nil {
+		return nil, errors.New("bad conf state")
+	}
+	return &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: cs}, nil
 }
 
 // storeDir is a node's data directory as far as its store goes.

@@ -280,7 +280,11 @@ func TestSpanSnapshotWholeAndEmpty(t *testing.T) {
 	// taken from a store whose table has nothing there.
 	blank := newEnv(t, nil)
 	blank.createTable(spanTable)
-	if _, err := dst.s.IngestSpan(3, empty, bytes.NewReader(spanStream(t, blank.s, 3, empty))); err != nil {
+	blankStream := spanStream(t, blank.s, 3, empty)
+	if !bytes.Equal(blankStream, EmptySpanStream(3, empty)) {
+		t.Fatalf("EmptySpanStream differs from the stream of an empty span:\n%x\n%x", EmptySpanStream(3, empty), blankStream)
+	}
+	if _, err := dst.s.IngestSpan(3, empty, bytes.NewReader(blankStream)); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range allEntities(t, dst.s, acct, spanTable) {
@@ -338,6 +342,9 @@ func TestSpanIngestRefusesBadStreams(t *testing.T) {
 	before := viewOf(t, dst.s)
 	stream := spanStream(t, src.s, spanGroup, testSpan)
 
+	if applied, err := CheckSpanSnapshot(spanGroup, testSpan, bytes.NewReader(EmptySpanStream(spanGroup, testSpan))); err != nil || applied != 0 {
+		t.Fatalf("CheckSpanSnapshot of an empty stream: %d, %v", applied, err)
+	}
 	if applied, err := CheckSpanSnapshot(spanGroup, testSpan, bytes.NewReader(stream)); err != nil || applied != srcApplied {
 		t.Fatalf("CheckSpanSnapshot of a good stream: %d, %v; want %d", applied, err, srcApplied)
 	}

@@ -20,12 +20,7 @@ import (
 // WriteTo streams the view. It returns the bytes written.
 func (ss *SpanSnapshot) WriteTo(w io.Writer) (int64, error) {
 	cw := &checksumWriter{w: bufio.NewWriterSize(w, 256<<10), h: xxhash.New()}
-	buf := append([]byte(nil), spanSnapshotMagic...)
-	for _, s := range []string{ss.span.Account, ss.span.Table, ss.span.LowPartitionKey, ss.span.HighPartitionKey} {
-		buf = appendSpanString(buf, s)
-	}
-	buf = binary.BigEndian.AppendUint64(buf, ss.group)
-	buf = binary.BigEndian.AppendUint64(buf, ss.applied)
+	buf := appendSpanHeader(nil, ss.span, ss.group, ss.applied)
 	cw.Write(buf)
 
 	lo, hi := spanBounds(ss.prefix, ss.span)
@@ -64,6 +59,28 @@ func (ss *SpanSnapshot) WriteTo(w io.Writer) (int64, error) {
 		cw.err = cw.w.(*bufio.Writer).Flush()
 	}
 	return cw.n, cw.err
+}
+
+// appendSpanHeader appends the header of a span stream: the magic, the
+// span, the group and its applied index.
+func appendSpanHeader(dst []byte, sp Span, group, applied uint64) []byte {
+	dst = append(dst, spanSnapshotMagic...)
+	for _, s := range []string{sp.Account, sp.Table, sp.LowPartitionKey, sp.HighPartitionKey} {
+		dst = appendSpanString(dst, s)
+	}
+	dst = binary.BigEndian.AppendUint64(dst, group)
+	return binary.BigEndian.AppendUint64(dst, applied)
+}
+
+// EmptySpanStream returns the stream of span sp of group holding no
+// entity, at applied index 0: ingested, it empties the span and resets
+// the group's applied index, for a replica that must take the group's
+// data from its peers.
+func EmptySpanStream(group uint64, sp Span) []byte {
+	b := appendSpanHeader(nil, sp, group, 0)
+	b = append(b, spanRecordEnd)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	return binary.BigEndian.AppendUint64(b, xxhash.Sum64(b))
 }
 
 func appendSpanString(dst []byte, s string) []byte {

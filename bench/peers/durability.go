@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/partition"
@@ -60,13 +62,25 @@ func durability(kind serverKind, tmp string, n, conns int) durabilityRun {
 	}
 	defer srv.stop()
 	c = newTableClient(srv.endpoint, conns)
+	// A server still coming up (a cluster's groups electing their
+	// leaders) answers 503 or not at all: that is not a lost write, so
+	// such reads are asked again for a while; a 404 is a loss.
+	deadline := time.Now().Add(30 * time.Second)
 	for i := range acked {
 		if !acked[i].Load() {
 			continue
 		}
 		out.Acknowledged++
-		if r, err := c.do("GET", entityPath("durable", "p", fmt.Sprintf("r%07d", i)), "", nil); err == nil && r.ok() {
-			out.Survived++
+		for {
+			r, err := c.do("GET", entityPath("durable", "p", fmt.Sprintf("r%07d", i)), "", nil)
+			if err == nil && r.ok() {
+				out.Survived++
+				break
+			}
+			if (err == nil && r.status != http.StatusServiceUnavailable) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	return out

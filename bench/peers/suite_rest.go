@@ -32,6 +32,7 @@ type restFlags struct {
 	tabulaArgs         string
 	baseBin            string
 	clusterN, kills    int
+	rangeGroups        bool
 	emulateLimits      bool
 	partitionRate      float64
 	accountRate        float64
@@ -52,6 +53,7 @@ func (f *restFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cache, "cache", defaultCache(), "folder for the pinned azurite npm install (azurite-<version>) and the tabula build")
 	fs.StringVar(&f.results, "results", "", "also write the report to this file, e.g. ../RESULTS-rest.md")
 	fs.IntVar(&f.clusterN, "cluster", 0, "run system \"cluster\", Tabula as this many nodes on this machine, first among the systems (so the ratios are the cluster against the single node), and its failover test")
+	fs.BoolVar(&f.rangeGroups, "range-groups", false, "with -cluster: the nodes run with --range-groups (every table in a raft group of its own)")
 	fs.IntVar(&f.kills, "kills", 5, "with -cluster: leader kills in the failover test (0: none)")
 	fs.BoolVar(&f.emulateLimits, "emulate-limits", false, "also run the limits phase: tabula serve --emulate-limits, one hot partition beside scattered ones (-workloads \"\" runs it alone)")
 	fs.Float64Var(&f.partitionRate, "partition-rate", 2000, "with -emulate-limits: the partition limit, entities/s")
@@ -245,6 +247,7 @@ func runRESTSuite(args []string, log io.Writer) error {
 			"data-n": strconv.Itoa(f.dataN), "scan-n": strconv.Itoa(f.scanN), "durability-n": strconv.Itoa(f.durabilityN)}}
 	if f.clusterN > 0 {
 		rep.Params["cluster"], rep.Params["kills"] = strconv.Itoa(f.clusterN), strconv.Itoa(f.kills)
+		rep.Params["range-groups"] = strconv.FormatBool(f.rangeGroups)
 	}
 	if f.emulateLimits {
 		rep.Params["partition-rate"], rep.Params["account-rate"] = fmt.Sprint(f.partitionRate), fmt.Sprint(f.accountRate)
@@ -269,8 +272,12 @@ func runRESTSuite(args []string, log io.Writer) error {
 			if err != nil {
 				return err
 			}
-			kinds[sys] = clusterKind(sys, bin, f.clusterN, strings.Fields(f.tabulaArgs))
-			rep.Notes = append(rep.Notes, fmt.Sprintf("cluster: %d `tabula serve` nodes of this checkout on this machine, one raft group, every write fsynced in the raft log of a quorum before it is acknowledged; the clients talk to the leader; CPU and peak RSS are the sums over the nodes", f.clusterN))
+			args, groups := strings.Fields(f.tabulaArgs), "one raft group"
+			if f.rangeGroups {
+				args, groups = append(args, "--range-groups"), "every table in a raft group of its own (--range-groups) beside the system group"
+			}
+			kinds[sys] = clusterKind(sys, bin, f.clusterN, args)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("cluster: %d `tabula serve` nodes of this checkout on this machine, %s, every write fsynced in the raft log of a quorum before it is acknowledged; the clients talk to the leader; CPU and peak RSS are the sums over the nodes", f.clusterN, groups))
 			rep.Acks = append(rep.Acks, ackMeaning{sys, "in the raft log of a quorum of nodes, fsynced on each, and applied by the leader"})
 		case "base":
 			if f.baseBin == "" {

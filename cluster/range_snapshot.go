@@ -1,0 +1,374 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/cluster/raftlog"
+	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/vfs"
+)
+
+// Range snapshots catch up a range group's replica that needs entries
+// its peers' logs no longer hold, from its table's span alone (a span
+// snapshot, docs/snapshot.md), as the system group's snapshots do from
+// the whole store (snapshot.go). The leader pins a view of the span with
+// the group's applied index; the follower fetches it out of band into a
+// file beside its store, checks it, and only then lets raft see the
+// message. When raft hands the snapshot back in a Ready, the apply
+// goroutine ingests the file into the store (which sets the group's
+// applied index with the data) and the loop records the snapshot in the
+// group's log. A crash between the two is repaired at the next start
+// from a record of the snapshot written before the ingest
+// (recordedRangeSnapshot).
+
+// rangeStorage is a range group's raft.Storage: its log, with snapshots
+// of its table's span once the log is compacted.
+type rangeStorage struct {
+	*raftlog.Storage
+	r *replica
+}
+
+// Snapshot implements raft.Storage. raft asks for one only to send it to
+// a follower that needs compacted entries; it runs on the loop.
+func (s *rangeStorage) Snapshot() (*raftpb.Snapshot, error) {
+	first, err := s.Storage.FirstIndex()
+	if err != nil {
+		return nil, err
+	}
+	if first <= 1 {
+		return s.Storage.Snapshot()
+	}
+	return s.r.leaderSpanSnapshot(first)
+}
+
+// spanSnapshots is a range replica's snapshot state: the last one it
+// made as the leader (loop-owned), and the one it fetched as a follower.
+type spanSnapshots struct {
+	latest *servedSnapshot
+
+	mu       sync.Mutex
+	staged   *stagedSpan
+	fetching bool
+}
+
+// stagedSpan is a span snapshot a follower fetched and checked, in a
+// file, waiting for raft to hand it back.
+type stagedSpan struct {
+	meta *raftpb.SnapshotMetadata
+	path string
+	ts   int64
+}
+
+// groupSpan returns the span a range group replicates: its whole table.
+func (n *Node) groupSpan(group uint64) (partition.Span, bool) {
+	for _, tg := range n.st().TableGroups() {
+		if tg.Group.ID == group {
+			return partition.Span{Account: tg.Account, Table: tg.Table}, true
+		}
+	}
+	return partition.Span{}, false
+}
+
+// leaderSpanSnapshot returns a snapshot of the group's span whose index
+// is at least first-1 (so the log continues it), reusing a recent one.
+// The view and the group's applied index it holds agree (SnapshotSpan),
+// so it needs no pause of the apply goroutine.
+func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
+	n := r.n
+	l := r.spans.latest
+	if l == nil || l.meta.GetIndex()+1 < first || time.Since(l.made) > snapshotReuse {
+		sp, ok := n.groupSpan(r.group)
+		if !ok {
+			return nil, raft.ErrSnapshotTemporarilyUnavailable // its table is being dropped
+		}
+		ss, err := n.st().SnapshotSpan(r.group, sp)
+		if err != nil {
+			return nil, err
+		}
+		idx := ss.AppliedIndex()
+		if idx+1 < first {
+			// The store's view is behind the compaction (a write of the
+			// group still on its way to the engine): raft retries.
+			ss.Close()
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
+		}
+		term, err := r.rlog.Term(idx)
+		if err != nil {
+			ss.Close()
+			return nil, err
+		}
+		token := make([]byte, 16)
+		rand.Read(token)
+		now := time.Now()
+		l = &servedSnapshot{token: token, ss: ss, ts: r.appliedTS.Load(), made: now, used: now,
+			meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: &raftpb.ConfState{Voters: r.voters}}}
+		n.snaps.add(l)
+		n.snaps.mu.Lock()
+		n.snaps.spanMade++
+		n.snaps.mu.Unlock()
+		r.spans.latest = l
+		n.log.Info("cluster: span snapshot made for a lagging follower", "node", n.cfg.ID, "group", r.group, "index", idx, "term", term)
+	}
+	n.snaps.mu.Lock()
+	l.used = time.Now()
+	n.snaps.mu.Unlock()
+	return &raftpb.Snapshot{Data: snapshotData(n.cfg.ID, l.token), Metadata: proto.Clone(l.meta).(*raftpb.SnapshotMetadata)}, nil
+}
+
+// spanSnapshotMessage handles a range group's MsgSnap on the follower, as
+// snapshotMessage does the system group's: stepped once its snapshot is
+// fetched and checked; until then it starts the fetch (once) and is
+// dropped, for the leader to send again.
+func (r *replica) spanSnapshotMessage(m *raftpb.Message) bool {
+	meta := m.GetSnapshot().GetMetadata()
+	if meta.GetIndex() <= r.applied.Load() {
+		// Already applied (a message sent again while the last one was
+		// installed): raft answers it with where the replica is.
+		return true
+	}
+	r.spans.mu.Lock()
+	defer r.spans.mu.Unlock()
+	if st := r.spans.staged; st != nil && st.meta.GetIndex() == meta.GetIndex() && st.meta.GetTerm() == meta.GetTerm() {
+		return true
+	}
+	if r.spans.fetching || r.n.cfg.FetchSnapshot == nil {
+		return false
+	}
+	r.spans.fetching = true
+	msg := proto.Clone(m).(*raftpb.Message)
+	go func() {
+		err := r.fetchSpan(msg)
+		r.spans.mu.Lock()
+		r.spans.fetching = false
+		r.spans.mu.Unlock()
+		if err != nil {
+			r.n.log.Warn("cluster: fetching a span snapshot failed; the leader will offer another", "node", r.n.cfg.ID, "group", r.group, "err", err)
+			return
+		}
+		r.n.deliver(r.group, []*raftpb.Message{msg})
+	}()
+	return false
+}
+
+// spanFile is where a follower keeps a fetched span snapshot of group at
+// index until it ingests it.
+func (n *Node) spanFile(group, index uint64) string {
+	return filepath.Join(n.dir.dir, "span-"+strconv.FormatUint(group, 10)+"-"+strconv.FormatUint(index, 10)+spanFileSuffix)
+}
+
+const spanFileSuffix = ".snap"
+
+// removeSpanFiles deletes the span snapshots fetched by an earlier run:
+// what a follower fetched and did not install is fetched again if raft
+// still wants it.
+func removeSpanFiles(fs vfs.FS, dir string) error {
+	names, err := fs.List(dir)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, "span-") && strings.HasSuffix(name, spanFileSuffix) {
+			if err := fs.Remove(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fetchSpan fetches a span snapshot into its file and checks it.
+func (r *replica) fetchSpan(m *raftpb.Message) error {
+	n := r.n
+	meta := m.GetSnapshot().GetMetadata()
+	sp, ok := n.groupSpan(r.group)
+	if !ok {
+		return errors.New("the group's table is gone")
+	}
+	from, token, err := parseSnapshotData(m.GetSnapshot().GetData())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	rc, err := n.cfg.FetchSnapshot(ctx, from, token)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	br := bufio.NewReader(newIdleReader(rc, snapshotIdle, cancel))
+	hdr, err := readSnapshotHeader(br, from, meta)
+	if err != nil {
+		return err
+	}
+	path := n.spanFile(r.group, meta.GetIndex())
+	fs := n.dir.fs
+	f, err := fs.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, br)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = checkSpanFile(fs, path, r.group, sp, meta.GetIndex())
+	}
+	if err != nil {
+		fs.Remove(path)
+		return fmt.Errorf("span snapshot of group %d from node %d: %w", r.group, from, err)
+	}
+	r.spans.mu.Lock()
+	defer r.spans.mu.Unlock()
+	if old := r.spans.staged; old != nil && old.path != path {
+		fs.Remove(old.path)
+	}
+	r.spans.staged = &stagedSpan{meta: meta, path: path, ts: hdr.ts}
+	n.log.Info("cluster: span snapshot fetched", "node", n.cfg.ID, "group", r.group, "from", from, "index", meta.GetIndex())
+	return nil
+}
+
+// checkSpanFile checks a fetched span snapshot, and that it holds the
+// index raft's message names.
+func checkSpanFile(fs vfs.FS, path string, group uint64, sp partition.Span, index uint64) error {
+	f, err := fs.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	applied, err := partition.CheckSpanSnapshot(group, sp, bufio.NewReaderSize(f, 256<<10))
+	if err == nil && applied != index {
+		err = fmt.Errorf("the stream holds index %d, the message %d", applied, index)
+	}
+	return err
+}
+
+// installSpanSnapshot ingests the staged span snapshot raft accepted. It
+// runs on the apply goroutine; the snapshot is first recorded beside the
+// store, so that a crash after the ingest and before the raft log
+// records it is repaired at the next start.
+func (r *replica) installSpanSnapshot(meta *raftpb.SnapshotMetadata) error {
+	n := r.n
+	r.spans.mu.Lock()
+	st := r.spans.staged
+	r.spans.staged = nil
+	r.spans.mu.Unlock()
+	if st == nil || st.meta.GetIndex() != meta.GetIndex() || st.meta.GetTerm() != meta.GetTerm() {
+		return fmt.Errorf("cluster: group %d: raft accepted span snapshot %d/%d, which is not the one fetched", r.group, meta.GetIndex(), meta.GetTerm())
+	}
+	sp, ok := n.groupSpan(r.group)
+	if !ok {
+		return fmt.Errorf("cluster: group %d: no table to install a span snapshot in", r.group)
+	}
+	rec, err := encodeSpanRecord(r.group, meta)
+	if err != nil {
+		return err
+	}
+	fs := n.dir.fs
+	if err := vfs.WriteFileAtomic(fs, n.rangeSnapshotRecord(r.group), rec); err != nil {
+		return fmt.Errorf("cluster: group %d: record the span snapshot: %w", r.group, err)
+	}
+	f, err := fs.Open(st.path)
+	if err != nil {
+		return err
+	}
+	applied, err := n.st().IngestSpan(r.group, sp, bufio.NewReaderSize(f, 256<<10))
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("cluster: group %d: ingest span snapshot %d: %w", r.group, meta.GetIndex(), err)
+	}
+	if applied != meta.GetIndex() {
+		return fmt.Errorf("cluster: group %d: span snapshot %d ingested at index %d", r.group, meta.GetIndex(), applied)
+	}
+	if n.afterSpanIngest != nil {
+		n.afterSpanIngest(r.group)
+	}
+	fs.Remove(st.path)
+	if st.ts > r.appliedTS.Load() {
+		r.appliedTS.Store(st.ts)
+	}
+	r.advanceApplied(applied)
+	n.snaps.mu.Lock()
+	n.snaps.spanInstalled++
+	n.snaps.mu.Unlock()
+	n.log.Info("cluster: span snapshot installed", "node", n.cfg.ID, "group", r.group, "index", applied)
+	return nil
+}
+
+// rangeSnapshotRecord names the file recording the last span snapshot a
+// follower installed in group (docs/cluster-files.md).
+func (n *Node) rangeSnapshotRecord(group uint64) string {
+	return filepath.Join(n.dir.dir, "SPANSNAP-"+strconv.FormatUint(group, 10))
+}
+
+// recordedRangeSnapshot returns the span snapshot of group the node
+// installed in its store at index applied, if its record says so: the
+// store holds it whatever the raft log recorded.
+func (n *Node) recordedRangeSnapshot(group, applied uint64) *raftpb.SnapshotMetadata {
+	b, err := readFile(n.dir.fs, n.rangeSnapshotRecord(group))
+	if err != nil {
+		return nil
+	}
+	g, meta, err := decodeSpanRecord(b)
+	if err != nil {
+		n.log.Warn("cluster: a span snapshot record is damaged; ignored", "group", group, "err", err)
+		return nil
+	}
+	if g != group || meta.GetIndex() != applied {
+		return nil
+	}
+	return meta
+}
+
+// encodeSpanRecord writes a span snapshot record: a header line, the
+// group, and the snapshot line.
+func encodeSpanRecord(group uint64, meta *raftpb.SnapshotMetadata) ([]byte, error) {
+	line, err := snapshotLine(meta)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, "tabula-span-snapshot 1\ngroup %d\n%s\n", group, line), nil
+}
+
+func decodeSpanRecord(b []byte) (uint64, *raftpb.SnapshotMetadata, error) {
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 3 || lines[0] != "tabula-span-snapshot 1" {
+		return 0, nil, errors.New("no header, or not three lines")
+	}
+	var group uint64
+	if _, err := fmt.Sscanf(lines[1], "group %d", &group); err != nil || group <= systemGroup || lines[1] != "group "+strconv.FormatUint(group, 10) {
+		return 0, nil, errors.New("bad group line")
+	}
+	meta, err := parseSnapshotLine(lines[2])
+	return group, meta, err
+}
+
+// readFile reads a small file whole.
+func readFile(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 1<<20))
+}
