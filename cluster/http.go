@@ -127,9 +127,10 @@ func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, rest http.Handler, 
 }
 
 // route returns the node to answer r (rest's TableRouter names what it
-// addresses): the ready leader of the group that replicates that, as this node knows it (0 when it knows
-// none). For a table whose range group this node does not host, that is
-// the group's first voter heard from lately, which knows its leader.
+// addresses): the ready leader of the group that replicates that, as
+// this node knows it (0 when it knows none). For a table whose range
+// group this node does not host, it is one of the group's voters, which
+// knows its leader.
 func (h *HTTP) route(r *http.Request, rest http.Handler) uint64 {
 	n := h.node
 	rep := n.replica
@@ -357,8 +358,8 @@ func sortPeers(ps []PeerStatus) {
 
 type forwardKey struct{}
 
-// forward is where a request goes, and the how many times it will have
-// been forwarded once there.
+// forward is where a request goes, and how many times it will have been
+// forwarded once there.
 type forward struct {
 	to   uint64
 	hops int

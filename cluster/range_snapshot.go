@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"bufio"
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -198,36 +197,18 @@ func (r *replica) fetchSpan(m *raftpb.Message) error {
 	if !ok {
 		return errors.New("the group's table is gone")
 	}
-	from, token, err := parseSnapshotData(m.GetSnapshot().GetData())
+	ss, err := n.fetchSnapshotStream(m)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-n.stopped:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	rc, err := n.cfg.FetchSnapshot(ctx, from, token)
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	br := bufio.NewReader(newIdleReader(rc, snapshotIdle, cancel))
-	hdr, err := readSnapshotHeader(br, from, meta)
-	if err != nil {
-		return err
-	}
+	defer ss.close()
 	path := n.spanFile(r.group, meta.GetIndex())
 	fs := n.dir.fs
 	f, err := fs.Create(path)
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, br)
+	_, err = io.Copy(f, ss.br)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -236,15 +217,15 @@ func (r *replica) fetchSpan(m *raftpb.Message) error {
 	}
 	if err != nil {
 		fs.Remove(path)
-		return fmt.Errorf("span snapshot of group %d from node %d: %w", r.group, from, err)
+		return fmt.Errorf("span snapshot of group %d from node %d: %w", r.group, ss.from, err)
 	}
 	r.spans.mu.Lock()
 	defer r.spans.mu.Unlock()
 	if old := r.spans.staged; old != nil && old.path != path {
 		fs.Remove(old.path)
 	}
-	r.spans.staged = &stagedSpan{meta: meta, path: path, ts: hdr.ts}
-	n.log.Info("cluster: span snapshot fetched", "node", n.cfg.ID, "group", r.group, "from", from, "index", meta.GetIndex())
+	r.spans.staged = &stagedSpan{meta: meta, path: path, ts: ss.hdr.ts}
+	n.log.Info("cluster: span snapshot fetched", "node", n.cfg.ID, "group", r.group, "from", ss.from, "index", meta.GetIndex())
 	return nil
 }
 

@@ -240,6 +240,21 @@ func TestRangeGroupTablesSurviveCrashes(t *testing.T) {
 	check()
 }
 
+// leaveBehind stops a follower of table's group and writes 150 entities
+// to the table over partitions partitions: past SyncEvery (50) plus
+// LogRetention (30), so the group's log no longer holds what the
+// follower lacks. It returns the stopped node and its disk.
+func (c *testCluster) leaveBehind(table string, partitions int) (*testNode, *vfs.MemFS) {
+	c.t.Helper()
+	ld := c.groupLeader(c.tableGroup(table).ID, 10*time.Second)
+	lag := c.nodes[otherThan(c, ld.id)]
+	c.stop(lag.id)
+	for i := range 150 {
+		upsertVia(c, table, fmt.Sprintf("p%d", i%partitions), fmt.Sprintf("r%03d", i), i)
+	}
+	return lag, lag.fs
+}
+
 // TestRangeGroupCatchesUpBySnapshot stops a voter of a table's group
 // while the others write far past what their logs keep: back, it catches
 // up from a snapshot of the table's span (not of the whole store), holds
@@ -250,20 +265,8 @@ func TestRangeGroupCatchesUpBySnapshot(t *testing.T) {
 	createVia(c, "other")
 	upsertVia(c, "other", "p", "kept", 1)
 	g := c.tableGroup("snapped")
+	lag, lagFS := c.leaveBehind("snapped", 7)
 	ld := c.groupLeader(g.ID, 10*time.Second)
-	var lag *testNode
-	for _, tn := range c.nodes {
-		if tn != ld {
-			lag = tn
-			break
-		}
-	}
-	lagFS := lag.fs
-	c.stop(lag.id)
-	for i := range 150 { // past SyncEvery (50) plus LogRetention (30)
-		upsertVia(c, "snapped", fmt.Sprintf("p%d", i%7), fmt.Sprintf("r%03d", i), i)
-	}
-	ld = c.groupLeader(g.ID, 10*time.Second)
 	if first, _ := ld.node.group(g.ID).rlog.FirstIndex(); first <= 2 {
 		t.Fatalf("the leader's log of group %d starts at %d: not compacted", g.ID, first)
 	}
@@ -302,19 +305,7 @@ func TestSpanSnapshotCrashBeforeTheLogRecordsIt(t *testing.T) {
 	c := newTablesCluster(t, 3, 24)
 	createVia(c, "crashy")
 	g := c.tableGroup("crashy")
-	ld := c.groupLeader(g.ID, 10*time.Second)
-	var lag *testNode
-	for _, tn := range c.nodes {
-		if tn != ld {
-			lag = tn
-			break
-		}
-	}
-	lagFS := lag.fs
-	c.stop(lag.id)
-	for i := range 150 {
-		upsertVia(c, "crashy", "p", fmt.Sprintf("r%03d", i), i)
-	}
+	lag, lagFS := c.leaveBehind("crashy", 1)
 	disk := make(chan *vfs.MemFS, 1)
 	rng := rand.New(rand.NewPCG(24, 1))
 	c.prepare = func(tn *testNode) {

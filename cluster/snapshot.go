@@ -279,15 +279,24 @@ func (n *Node) fetchSnapshot(m *raftpb.Message) {
 	n.deliver(systemGroup, []*raftpb.Message{m})
 }
 
-func (n *Node) stage(m *raftpb.Message) error {
-	meta := m.GetSnapshot().GetMetadata()
+// snapshotStream is a snapshot being fetched: its header read, its body
+// (the store's or a span's stream) to read from br.
+type snapshotStream struct {
+	from  uint64
+	hdr   snapshotHeader
+	br    *bufio.Reader
+	close func()
+}
+
+// fetchSnapshotStream starts fetching the snapshot m describes from the
+// node that made it and reads its header. The transfer is cut when the
+// node stops or no byte comes for snapshotIdle; the caller closes it.
+func (n *Node) fetchSnapshotStream(m *raftpb.Message) (*snapshotStream, error) {
 	from, token, err := parseSnapshotData(m.GetSnapshot().GetData())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Cancelled when the node stops, or when the transfer stalls.
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	go func() {
 		select {
 		case <-n.stopped:
@@ -297,14 +306,26 @@ func (n *Node) stage(m *raftpb.Message) error {
 	}()
 	rc, err := n.cfg.FetchSnapshot(ctx, from, token)
 	if err != nil {
-		return err
+		cancel()
+		return nil, err
 	}
-	defer rc.Close()
-	br := bufio.NewReader(newIdleReader(rc, snapshotIdle, cancel))
-	hdr, err := readSnapshotHeader(br, from, meta)
+	ss := &snapshotStream{from: from, br: bufio.NewReader(newIdleReader(rc, snapshotIdle, cancel)),
+		close: func() { rc.Close(); cancel() }}
+	if ss.hdr, err = readSnapshotHeader(ss.br, from, m.GetSnapshot().GetMetadata()); err != nil {
+		ss.close()
+		return nil, err
+	}
+	return ss, nil
+}
+
+func (n *Node) stage(m *raftpb.Message) error {
+	meta := m.GetSnapshot().GetMetadata()
+	ss, err := n.fetchSnapshotStream(m)
 	if err != nil {
 		return err
 	}
+	defer ss.close()
+	from, hdr, br := ss.from, ss.hdr, ss.br
 	idx := meta.GetIndex()
 	n.snaps.mu.Lock()
 	n.snaps.nextDir++
