@@ -302,10 +302,21 @@ type Status struct {
 	// the system group, those of the tables without a range group. The
 	// leaseholder serves the reads, so its rates are the ranges' load.
 	Ranges []RangeStatus `json:"ranges,omitempty"`
+	// Groups are the range groups this node hosts, each with its leader
+	// as this node knows it and how far this node applied it; only when
+	// the request asks (?groups=1).
+	Groups []GroupStatus `json:"groups,omitempty"`
 	// RangeGroups are the range groups this node hosts, Quiesced those
 	// of them idle (not ticked).
 	RangeGroups int `json:"range_groups"`
 	Quiesced    int `json:"quiesced"`
+}
+
+// GroupStatus is a range group as a node hosting it sees it.
+type GroupStatus struct {
+	Group   uint64 `json:"group"`
+	Leader  uint64 `json:"leader"`
+	Applied uint64 `json:"applied"`
 }
 
 // RangeStatus is one range partition of a table as its leaseholder sees
@@ -348,6 +359,9 @@ func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
 	}
 	sortPeers(st.Peers)
 	st.Ranges = h.node.ranges(r.Context())
+	if r.URL.Query().Get("groups") != "" {
+		st.Groups = h.node.groupStatus()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(st.Status)
 }

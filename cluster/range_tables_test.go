@@ -132,6 +132,9 @@ func TestTablesGetRangeGroups(t *testing.T) {
 		if a, err := tn.node.st().AppliedIndex(g.ID); err != nil || a == 0 {
 			t.Fatalf("node %d: applied index of group %d = %d, %v", tn.id, g.ID, a, err)
 		}
+		if gs := tn.node.groupStatus(); len(gs) != 1 || gs[0].Group != g.ID || gs[0].Leader == 0 || gs[0].Applied == 0 {
+			t.Fatalf("node %d: group status %+v", tn.id, gs)
+		}
 	}
 
 	// The group's leader stops: another takes the table over.

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"slices"
 
@@ -110,5 +111,19 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 			out = append(out, rs)
 		}
 	}
+	return out
+}
+
+// groupStatus lists the range groups this node hosts, by id.
+func (n *Node) groupStatus() []GroupStatus {
+	n.replicasMu.RLock()
+	out := make([]GroupStatus, 0, len(n.replicas))
+	for id, r := range n.replicas {
+		if id != systemGroup {
+			out = append(out, GroupStatus{Group: id, Leader: r.leader.Load(), Applied: r.applied.Load()})
+		}
+	}
+	n.replicasMu.RUnlock()
+	slices.SortFunc(out, func(a, b GroupStatus) int { return cmp.Compare(a.Group, b.Group) })
 	return out
 }
