@@ -406,3 +406,40 @@ func TestSystemSnapshotKeepsRangeGroups(t *testing.T) {
 		t.Fatalf("a write after the snapshot on the returning node: %+v, %v", e, err)
 	}
 }
+
+// TestRangeGroupsTurnedOnInARunningCluster restarts a cluster whose
+// tables were made without range groups with them on: the old table
+// stays in the system group, a new one gets its own, and both take writes
+// and reads, through the groups they belong to, across a further restart.
+func TestRangeGroupsTurnedOnInARunningCluster(t *testing.T) {
+	c := newTestCluster(t, 3, 26)
+	createVia(c, "old")
+	upsertVia(c, "old", "p", "before", 1)
+	c.rangeGroups = true
+	c.restartAll()
+	createVia(c, "new")
+	if g := c.tableGroup("old"); g.ID != 0 {
+		t.Fatalf("the old table got group %+v", g)
+	}
+	g := c.tableGroup("new")
+	if g.ID == 0 {
+		t.Fatal("a table made with range groups on has none")
+	}
+	sysBefore := c.leader(10 * time.Second).node.applied.Load()
+	for i := range 10 {
+		upsertVia(c, "new", "p", fmt.Sprintf("r%d", i), i)
+	}
+	if d := c.leader(10*time.Second).node.applied.Load() - sysBefore; d > 3 {
+		t.Fatalf("the system group applied %d entries during 10 writes to the new table", d)
+	}
+	upsertVia(c, "old", "p", "after", 2)
+	c.restartAll()
+	for _, want := range []struct {
+		table, rk string
+		n         int
+	}{{"old", "before", 1}, {"old", "after", 2}, {"new", "r9", 9}} {
+		if e, err := readVia(c, want.table, "p", want.rk); err != nil || entityN(t, e) != want.n {
+			t.Fatalf("%s/%s after the restarts: %+v, %v", want.table, want.rk, e, err)
+		}
+	}
+}
