@@ -37,6 +37,7 @@ const (
 	helloPath    = "/cluster/hello"
 	snapshotPath = "/cluster/snapshot"
 	membersPath  = "/cluster/members"
+	leasePath    = "/cluster/lease"
 )
 
 // Signature purposes (transport.Sign).
@@ -46,6 +47,7 @@ const (
 	purposeHello    = "hello"
 	purposeSnapshot = "snapshot"
 	purposeMember   = "member"
+	purposeLease    = "lease"
 )
 
 // leaderHeader names, on a refusal from a node that does not lead, the
@@ -161,6 +163,7 @@ func (h *HTTP) Internal() http.Handler {
 	mux.Handle(transport.StreamPath, h.raft)
 	mux.HandleFunc(statusPath, h.status)
 	mux.HandleFunc(membersPath, h.membersHandler)
+	mux.HandleFunc(leasePath, h.leaseHandler)
 	mux.HandleFunc(snapshotPath, func(w http.ResponseWriter, r *http.Request) {
 		if _, err := transport.Verify(r, h.secret, purposeSnapshot, h.node.cfg.ID, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
@@ -437,4 +440,57 @@ func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
 		ID      uint64            `json:"id"`
 		Members map[uint64]string `json:"members"`
 	}{id, h.node.Members()})
+}
+
+// leaseHandler moves a table's lease (POST ?account=&table=&to=). A node
+// holding no replica of the table's group refuses with 503 and the
+// address of one of its voters.
+func (h *HTTP) leaseHandler(w http.ResponseWriter, r *http.Request) {
+	if _, err := transport.Verify(r, h.secret, purposeLease, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r, h.secret, purposeLease, 0, h.now()); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+	}
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST", http.StatusMethodNotAllowed)
+		return
+	}
+	q := r.URL.Query()
+	to, err := strconv.ParseUint(q.Get("to"), 10, 64)
+	if err != nil || to == 0 || q.Get("table") == "" || q.Get("account") == "" {
+		http.Error(w, "account, table and to (a node id) are needed", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	group, err := h.node.TransferLease(ctx, q.Get("account"), q.Get("table"), to)
+	switch {
+	case errors.Is(err, ErrNotHosted):
+		if g, gerr := h.node.st().TableGroup(q.Get("account"), q.Get("table")); gerr == nil && g.ID != 0 {
+			w.Header().Set(leaderHeader, h.addr(h.node.someVoter(g.Voters)))
+		}
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	case errors.Is(err, ErrNotLeaseholder):
+		if l := h.node.groupLeader(group); l != 0 {
+			w.Header().Set(leaderHeader, h.addr(l))
+		}
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	case partition.IsCode(err, partition.CodeTableNotFound):
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	case errors.Is(err, ErrBadLease):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(struct {
+		Group       uint64 `json:"group"`
+		Leaseholder uint64 `json:"leaseholder"`
+	}{group, to})
 }

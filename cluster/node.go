@@ -178,7 +178,8 @@ type Node struct {
 	conf          *raftpb.ConfState
 	removed       atomic.Bool
 	memberReqs    chan memberRequest
-	lastPromotion time.Time // loop-owned
+	calls         chan func() // work for the loop from other goroutines
+	lastPromotion time.Time   // loop-owned
 
 	inbox    chan []transport.Message
 	proposes chan *proposal
@@ -282,6 +283,7 @@ func NewNode(cfg Config) (*Node, error) {
 	n.replicas[systemGroup] = n.replica
 	n.replicaList = append(n.replicaList, n.replica)
 	n.memberReqs = make(chan memberRequest, 16)
+	n.calls = make(chan func(), 16)
 	n.conf = cs
 	if err := n.initMembers(book, cs); err != nil {
 		return nil, err
@@ -422,6 +424,8 @@ func (n *Node) loop(ctx context.Context) error {
 		case r := <-n.memberReqs:
 			n.handleMemberRequest(r)
 			n.touch(n.replica)
+		case f := <-n.calls:
+			f()
 		case <-n.hosts.wake:
 			if err := n.applyHostChanges(); err != nil {
 				return err

@@ -443,3 +443,41 @@ func TestRangeGroupsTurnedOnInARunningCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestTransferLease moves a table's lease to another voter; the table
+// takes writes there after. A replica that does not hold the lease
+// refuses and knows who does; a node that is no voter, or a missing
+// table, is refused.
+func TestTransferLease(t *testing.T) {
+	c := newTablesCluster(t, 3, 27)
+	createVia(c, "leased")
+	g := c.tableGroup("leased")
+	from := c.groupLeader(g.ID, 10*time.Second)
+	to := c.nodes[otherThan(c, from.id)]
+	var asked *testNode // a replica that is neither
+	for _, tn := range c.nodes {
+		if tn != from && tn != to {
+			asked = tn
+		}
+	}
+	ctx := context.Background()
+	if _, err := asked.node.TransferLease(ctx, acct, "leased", to.id); !errors.Is(err, ErrNotLeaseholder) || asked.node.groupLeader(g.ID) != from.id {
+		t.Fatalf("a transfer asked of a follower: %v (it knows leader %d)", err, asked.node.groupLeader(g.ID))
+	}
+	if _, err := from.node.TransferLease(ctx, acct, "leased", to.id); err != nil {
+		t.Fatal(err)
+	}
+	if ld := c.groupLeader(g.ID, 10*time.Second); ld != to {
+		t.Fatalf("group %d is led by node %d, want %d", g.ID, ld.id, to.id)
+	}
+	upsertVia(c, "leased", "p", "moved", 1)
+	if e, err := to.node.getInGroup(ctx, g.ID, acct, "leased", "p", "moved"); err != nil || entityN(t, e) != 1 {
+		t.Fatalf("a read at the new leaseholder: %+v, %v", e, err)
+	}
+	if _, err := to.node.TransferLease(ctx, acct, "leased", 9); !errors.Is(err, ErrBadLease) {
+		t.Fatalf("a lease to a node in no voter set: %v", err)
+	}
+	if _, err := asked.node.TransferLease(ctx, acct, "missing", to.id); !partition.IsCode(err, partition.CodeTableNotFound) {
+		t.Fatalf("the lease of a missing table: %v", err)
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/cluster/transport"
 	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/server/auth"
 	"github.com/tabuladb/tabula/vfs"
 )
 
@@ -442,9 +443,13 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "decommission" {
 		return decommission(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "transfer-lease" {
+		return transferLease(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "status" {
 		fmt.Fprintln(stderr, `usage: tabula cluster status --node HOST:PORT [--cluster-secret S]
-       tabula cluster decommission --node HOST:PORT --id N [--cluster-secret S]`)
+       tabula cluster decommission --node HOST:PORT --id N [--cluster-secret S]
+       tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--account A] [--cluster-secret S]`)
 		return 2
 	}
 	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
@@ -573,12 +578,53 @@ func decommission(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tabula cluster decommission: --node, --id and the cluster secret are needed")
 		return 2
 	}
+	if _, err := askCluster(http.MethodDelete, *nodeAddr, fmt.Sprintf("/cluster/members?id=%d", *id), "member", secret); err != nil {
+		fmt.Fprintf(stderr, "tabula cluster decommission: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "node %d removed from the cluster\n", *id)
+	return 0
+}
+
+// transferLease moves a table's lease (the leadership of its range
+// group) to another of the group's voters.
+func transferLease(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("cluster transfer-lease", "usage: tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--account A] [--cluster-secret S]", stderr)
+	nodeAddr := fs.String("node", "", "the internal address of any node")
+	table := fs.String("table", "", "the table whose lease moves")
+	account := fs.String("account", auth.DevAccountName, "the table's account")
+	to := fs.Uint64("to", 0, "the id of the node to hold the lease, a voter of the table's range group (tabula cluster status lists them)")
+	secretFlag := fs.String("cluster-secret", "", "the cluster secret (default $"+secretEnv+")")
+	if !parseArgs(fs, args, 0) {
+		return 2
+	}
+	secret := []byte(*secretFlag)
+	if len(secret) == 0 {
+		secret = []byte(os.Getenv(secretEnv))
+	}
+	if *nodeAddr == "" || *table == "" || *to == 0 || len(secret) == 0 {
+		fmt.Fprintln(stderr, "tabula cluster transfer-lease: --node, --table, --to and the cluster secret are needed")
+		return 2
+	}
+	q := url.Values{"account": {*account}, "table": {*table}, "to": {strconv.FormatUint(*to, 10)}}
+	if _, err := askCluster(http.MethodPost, *nodeAddr, "/cluster/lease?"+q.Encode(), "lease", secret); err != nil {
+		fmt.Fprintf(stderr, "tabula cluster transfer-lease: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "the lease of %s/%s is with node %d\n", *account, *table, *to)
+	return 0
+}
+
+// askCluster sends an operator's request to a node's internal address,
+// signed for purpose, and follows the node another names
+// (X-Tabula-Leader) while the answer is 503 or the node cannot be
+// reached, for up to a minute. A 4xx answer is final.
+func askCluster(method, addr, path, purpose string, secret []byte) ([]byte, error) {
 	client := &http.Client{Timeout: 35 * time.Second}
-	addr := *nodeAddr
-	var last string
-	for range 60 {
-		req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("http://%s/cluster/members?id=%d", addr, *id), nil)
-		transport.Sign(req, secret, "member", 0, 0, time.Now())
+	last := "no answer"
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		req, _ := http.NewRequest(method, "http://"+addr+path, nil)
+		transport.Sign(req, secret, purpose, 0, 0, time.Now())
 		resp, err := client.Do(req)
 		if err != nil {
 			last = err.Error()
@@ -589,11 +635,9 @@ func decommission(args []string, stdout, stderr io.Writer) int {
 		resp.Body.Close()
 		switch {
 		case resp.StatusCode == http.StatusOK:
-			fmt.Fprintf(stdout, "node %d removed from the cluster\n", *id)
-			return 0
-		case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusBadRequest:
-			fmt.Fprintf(stderr, "tabula cluster decommission: %s: %s\n", resp.Status, bytes.TrimSpace(body))
-			return 1
+			return body, nil
+		case resp.StatusCode >= 400 && resp.StatusCode < 500:
+			return nil, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
 		}
 		if l := resp.Header.Get("X-Tabula-Leader"); l != "" {
 			addr = l
@@ -601,6 +645,5 @@ func decommission(args []string, stdout, stderr io.Writer) int {
 		last = fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(body))
 		time.Sleep(250 * time.Millisecond)
 	}
-	fmt.Fprintf(stderr, "tabula cluster decommission: %s\n", last)
-	return 1
+	return nil, errors.New(last)
 }

@@ -41,7 +41,9 @@ func (c *procCluster) clusterRanges() []cluster.RangeStatus {
 // the writes: the table's group elects another and the writes go on; the
 // node restarts and catches up from its logs. A fourth node, in no
 // table's group, answers for both tables by forwarding, and a table
-// created then gets a group of its own. Nothing acknowledged is lost.
+// created then gets a group of its own; an operator moves a table's
+// lease through a node that holds no replica of it. Nothing acknowledged
+// is lost.
 func TestClusterRangeGroups(t *testing.T) {
 	c := startProcCluster(t, 3, "--range-groups")
 	ctx := context.Background()
@@ -98,6 +100,11 @@ func TestClusterRangeGroups(t *testing.T) {
 			tb, rk, _ := strings.Cut(k, "/")
 			resp, err := c.client(node, tb).GetEntity(ctx, "p", rk, nil)
 			if err != nil {
+				for i, p := range c.procs {
+					if p != nil {
+						t.Logf("node %d:\n%s", i+1, p.stderr)
+					}
+				}
 				t.Fatalf("acknowledged %s through node %d: %v", k, node+1, err)
 			}
 			if !bytes.Contains(resp.Value, []byte(fmt.Sprintf(`"N":%d`, n))) {
@@ -147,6 +154,36 @@ func TestClusterRangeGroups(t *testing.T) {
 		if !strings.Contains(out.String(), "devstoreaccount1/"+tb) {
 			t.Errorf("cluster status lacks table %s:\n%s", tb, out.String())
 		}
+	}
+	// beta's lease moves, asked of the fourth node, which holds no
+	// replica of beta's group (it sends the operator to one that does).
+	leaseholder := func(table string) uint64 {
+		for _, r := range c.clusterRanges() {
+			if r.Table == table {
+				return r.Leaseholder
+			}
+		}
+		return 0
+	}
+	target := leaseholder("beta")%3 + 1
+	out.Reset()
+	if code := run([]string{"cluster", "transfer-lease", "--node", c.nodeAddrs[3], "--table", "beta", "--to", fmt.Sprint(target), "--cluster-secret", testSecret}, &out, &errOut); code != 0 {
+		for i, p := range c.procs {
+			t.Logf("node %d:\n%s", i+1, p.stderr)
+		}
+		t.Fatalf("transfer-lease: %d %s", code, errOut.String())
+	}
+	for deadline := time.Now().Add(10 * time.Second); leaseholder("beta") != target; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("beta's lease is with node %d, want %d", leaseholder("beta"), target)
+		}
+	}
+	for i := 110; i < 116; i++ {
+		write(3, i)
+	}
+	check(0)
+	if code := run([]string{"cluster", "transfer-lease", "--node", c.nodeAddrs[0], "--table", "beta", "--to", "4", "--cluster-secret", testSecret}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "not a voter") {
+		t.Fatalf("a lease to a node outside beta's group: %d %s", code, errOut.String())
 	}
 	// A write to a missing table is still the service's answer.
 	_, err := c.client(3, "missing").AddEntity(ctx, entityJSON("p", "r", 1), nil)

@@ -58,7 +58,7 @@ type procCluster struct {
 func startProcCluster(t *testing.T, size int, extra ...string) *procCluster {
 	t.Helper()
 	addrs := freeAddrs(t, 2*size)
-	c := &procCluster{t: t, nodeAddrs: addrs[:size], restAddrs: addrs[size:], procs: make([]*serverProcess, size), extra: extra}
+	c := &procCluster{t: t, nodeAddrs: addrs[:size:size], restAddrs: addrs[size:], procs: make([]*serverProcess, size), extra: extra}
 	c.join = strings.Join(c.nodeAddrs, ",")
 	root := t.TempDir()
 	for i := range size {

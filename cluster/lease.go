@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A table's lease is the leadership of its range group: the leader serves
+// its reads and orders its writes. A new table's lease starts with the
+// node that created it (the system group's leader then); an operator
+// moves it to spread load (`tabula cluster transfer-lease`), by raft's
+// leadership transfer, which the current leader carries out once the
+// target has the whole log. Only the leader is asked: raft's followers
+// would forward the request under the target's name, which the transport
+// refuses (a node sends only messages of its own).
+
+// ErrNotHosted is returned for a request about a range group this node
+// holds no replica of: ask one of its voters.
+var ErrNotHosted = errors.New("cluster: this node holds no replica of the table's range group")
+
+// ErrNotLeaseholder is returned when a lease transfer is asked of a
+// replica that does not lead the group: ask its leader (raft would
+// forward the request, but a node's messages must be its own).
+var ErrNotLeaseholder = errors.New("cluster: this node does not hold the table's lease")
+
+// ErrBadLease is wrapped by the refusal of a lease transfer that cannot
+// be done anywhere: a table without a range group, a node not its voter.
+var ErrBadLease = errors.New("cluster: no such lease transfer")
+
+// TransferLease moves the lease of a table's range group to node to, one
+// of the group's voters, and waits until to leads the group or ctx ends.
+// It is asked of the group's leader: another replica answers
+// ErrNotLeaseholder (and knows the leader: groupLeader).
+func (n *Node) TransferLease(ctx context.Context, account, table string, to uint64) (group uint64, err error) {
+	g, err := n.st().TableGroup(account, table)
+	switch {
+	case err != nil:
+		return 0, err
+	case g.ID == 0:
+		return 0, fmt.Errorf("%w: table %s has no range group (the system group replicates it)", ErrBadLease, table)
+	case !g.Has(to):
+		return g.ID, fmt.Errorf("%w: node %d is not a voter of the table's range group %d (voters %v)", ErrBadLease, to, g.ID, g.Voters)
+	}
+	r := n.group(g.ID)
+	if r == nil {
+		return g.ID, ErrNotHosted
+	}
+	if r.leader.Load() == to {
+		return g.ID, nil
+	}
+	if !r.ready.Load() {
+		return g.ID, ErrNotLeaseholder
+	}
+	select {
+	case n.calls <- func() {
+		// A quiesced group must tick again: the transfer times out by
+		// ticks, and the new leader's heartbeats follow.
+		r.quiesced.Store(false)
+		r.rn.TransferLeader(to)
+		n.touch(r)
+	}:
+	case <-ctx.Done():
+		return g.ID, ctx.Err()
+	case <-n.stopped:
+		return g.ID, ErrStopped
+	}
+	tick := time.NewTicker(n.cfg.TickInterval / 4)
+	defer tick.Stop()
+	for r.leader.Load() != to {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return g.ID, errBusy(fmt.Sprintf("the lease of group %d has not reached node %d yet (leader %d)", g.ID, to, r.leader.Load()))
+		case <-n.stopped:
+			return g.ID, ErrStopped
+		}
+	}
+	n.log.Info("cluster: lease transferred", "group", g.ID, "table", table, "to", to)
+	return g.ID, nil
+}
+
+// groupLeader returns the leader of range group id as this node knows it
+// (0 when it hosts no replica of it or knows no leader).
+func (n *Node) groupLeader(id uint64) uint64 {
+	if r := n.group(id); r != nil {
+		return r.leader.Load()
+	}
+	return 0
+}
