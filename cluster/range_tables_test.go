@@ -452,6 +452,7 @@ func TestTransferLease(t *testing.T) {
 	c := newTablesCluster(t, 3, 27)
 	createVia(c, "leased")
 	g := c.tableGroup("leased")
+	c.convergeGroup(g.ID, 10*time.Second) // every node hosts it and knows its leader
 	from := c.groupLeader(g.ID, 10*time.Second)
 	to := c.nodes[otherThan(c, from.id)]
 	var asked *testNode // a replica that is neither
