@@ -157,10 +157,8 @@ func ParseIndex(data []byte) (*Index, error) {
 				return bad(n, "bad size %q", fields[2])
 			}
 			f.Size = size
-			if len(fields[3]) != 16 {
-				return bad(n, "bad checksum %q", fields[3])
-			}
-			if f.XXHash, err = strconv.ParseUint(fields[3], 16, 64); err != nil {
+			var ok bool
+			if f.XXHash, ok = parseChecksum(fields[3]); !ok {
 				return bad(n, "bad checksum %q", fields[3])
 			}
 			if k := len(x.Files); k > 0 && x.Files[k-1].Name >= f.Name {
@@ -168,11 +166,11 @@ func ParseIndex(data []byte) (*Index, error) {
 			}
 			x.Files = append(x.Files, f)
 		case fields[0] == "end":
-			if len(fields) != 2 || len(fields[1]) != 16 {
+			if len(fields) != 2 {
 				return bad(n, "want %q", "end <xxhash64>")
 			}
-			sum, err := strconv.ParseUint(fields[1], 16, 64)
-			if err != nil {
+			sum, ok := parseChecksum(fields[1])
+			if !ok {
 				return bad(n, "bad checksum %q", fields[1])
 			}
 			if got := xxhash.Sum64(data[:lineStart]); got != sum {
@@ -187,6 +185,17 @@ func ParseIndex(data []byte) (*Index, error) {
 		return bad(0, "truncated: no end line")
 	}
 	return x, nil
+}
+
+// parseChecksum reads a checksum as the index writes it: 16 lower-case
+// hex digits, the one spelling, so an index that parses writes back byte
+// for byte.
+func parseChecksum(s string) (uint64, bool) {
+	if len(s) != 16 || strings.ContainsFunc(s, func(c rune) bool { return (c < '0' || c > '9') && (c < 'a' || c > 'f') }) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	return v, err == nil
 }
 
 func truncate(s string, n int) string {
