@@ -293,6 +293,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		if err := node.hostGroup(g, c.peers[:len(c.peers):len(c.peers)]); err != nil {
 			c.t.Fatalf("node %d: %v", id, err)
 		}
+		node.group(g).tableless = true
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tn.node, tn.cancel = node, cancel

@@ -121,6 +121,10 @@ func (n *Node) dropGroup(group uint64) error {
 	if err := n.cfg.Log.DeleteGroup(group); err != nil {
 		return fmt.Errorf("cluster: drop range group %d: %w", group, err)
 	}
+	r.spans.mu.Lock()
+	r.spans.removeStaged(n.dir.fs, ^uint64(0))
+	r.spans.mu.Unlock()
+	n.dir.fs.Remove(n.rangeSnapshotRecord(group))
 	n.log.Info("cluster: range group dropped with its table", "node", n.cfg.ID, "group", group)
 	return nil
 }
@@ -132,20 +136,25 @@ var errTableGone = &odata.Error{Code: partition.CodeTableNotFound, Message: "The
 // wrongGroup refuses an entity write that reaches the log of a group
 // other than its table's: the system group's, for a table that has a
 // range group (a node proposed it before it knew of the group: its client
-// retries, and is routed to the group); or an old range group's, for a
-// table dropped and created again under the same name. A table without a
-// range group is written through whichever group took the write (the
-// system group's, or a range group given to a test by hostGroup). The
-// answer is the same on every replica: the catalog at a given entry of
-// the system group is, and a range group's entries are applied only
-// between its table's creation and drop.
+// retries, and is routed to the group); or a range group's, for any table
+// not its own (one dropped and created again, with another group or with
+// none). The answer is the same on every replica: the catalog at a given
+// entry of the system group is, and a range group's entries are applied
+// only between its table's creation and drop, or refused. A group
+// hostGroup was given with no table (in tests) writes the tables that
+// have no group.
 func (r *replica) wrongGroup(s *partition.Store, account, table string) error {
 	g, err := s.TableGroup(account, table)
 	switch {
-	case err != nil || g.ID == 0 || g.ID == r.group:
+	case err != nil || g.ID == r.group:
 		return nil // the store answers for a missing table
 	case r.group == systemGroup:
+		if g.ID == 0 {
+			return nil
+		}
 		return errBusy(fmt.Sprintf("the table's entities are replicated by range group %d", g.ID))
+	case g.ID == 0 && r.tableless:
+		return nil
 	}
 	return errTableGone
 }

@@ -55,13 +55,27 @@ func (s *rangeStorage) Snapshot() (*raftpb.Snapshot, error) {
 }
 
 // spanSnapshots is a range replica's snapshot state: the last one it
-// made as the leader (loop-owned), and the one it fetched as a follower.
+// made as the leader (loop-owned), and those it fetched as a follower, by
+// index. A newer fetch does not replace an older one: raft may have
+// accepted the older one, whose install then waits on the apply
+// goroutine.
 type spanSnapshots struct {
 	latest *servedSnapshot
 
 	mu       sync.Mutex
-	staged   *stagedSpan
+	staged   map[uint64]*stagedSpan
 	fetching bool
+}
+
+// removeStaged forgets the fetched snapshots at or below index and
+// deletes their files. The caller holds mu.
+func (s *spanSnapshots) removeStaged(fs vfs.FS, index uint64) {
+	for i, st := range s.staged {
+		if i <= index {
+			fs.Remove(st.path)
+			delete(s.staged, i)
+		}
+	}
 }
 
 // stagedSpan is a span snapshot a follower fetched and checked, in a
@@ -141,7 +155,7 @@ func (r *replica) spanSnapshotMessage(m *raftpb.Message) bool {
 	}
 	r.spans.mu.Lock()
 	defer r.spans.mu.Unlock()
-	if st := r.spans.staged; st != nil && st.meta.GetIndex() == meta.GetIndex() && st.meta.GetTerm() == meta.GetTerm() {
+	if st := r.spans.staged[meta.GetIndex()]; st != nil && st.meta.GetTerm() == meta.GetTerm() {
 		return true
 	}
 	if r.spans.fetching || r.n.cfg.FetchSnapshot == nil {
@@ -221,10 +235,10 @@ func (r *replica) fetchSpan(m *raftpb.Message) error {
 	}
 	r.spans.mu.Lock()
 	defer r.spans.mu.Unlock()
-	if old := r.spans.staged; old != nil && old.path != path {
-		fs.Remove(old.path)
+	if r.spans.staged == nil {
+		r.spans.staged = map[uint64]*stagedSpan{}
 	}
-	r.spans.staged = &stagedSpan{meta: meta, path: path, ts: ss.hdr.ts}
+	r.spans.staged[meta.GetIndex()] = &stagedSpan{meta: meta, path: path, ts: ss.hdr.ts}
 	n.log.Info("cluster: span snapshot fetched", "node", n.cfg.ID, "group", r.group, "from", ss.from, "index", meta.GetIndex())
 	return nil
 }
@@ -250,22 +264,28 @@ func checkSpanFile(fs vfs.FS, path string, group uint64, sp partition.Span, inde
 // records it is repaired at the next start.
 func (r *replica) installSpanSnapshot(meta *raftpb.SnapshotMetadata) error {
 	n := r.n
+	fs := n.dir.fs
 	r.spans.mu.Lock()
-	st := r.spans.staged
-	r.spans.staged = nil
+	st := r.spans.staged[meta.GetIndex()]
+	delete(r.spans.staged, meta.GetIndex())
+	r.spans.removeStaged(fs, meta.GetIndex()) // older ones are of no use now
 	r.spans.mu.Unlock()
-	if st == nil || st.meta.GetIndex() != meta.GetIndex() || st.meta.GetTerm() != meta.GetTerm() {
+	if st == nil || st.meta.GetTerm() != meta.GetTerm() {
 		return fmt.Errorf("cluster: group %d: raft accepted span snapshot %d/%d, which is not the one fetched", r.group, meta.GetIndex(), meta.GetTerm())
 	}
+	defer fs.Remove(st.path)
 	sp, ok := n.groupSpan(r.group)
 	if !ok {
-		return fmt.Errorf("cluster: group %d: no table to install a span snapshot in", r.group)
+		// The table was dropped while the install waited behind the
+		// drop on this goroutine: the group goes with it (its drop is
+		// queued), so there is nothing to install.
+		r.advanceApplied(meta.GetIndex())
+		return nil
 	}
 	rec, err := encodeSpanRecord(r.group, meta)
 	if err != nil {
 		return err
 	}
-	fs := n.dir.fs
 	if err := vfs.WriteFileAtomic(fs, n.rangeSnapshotRecord(r.group), rec); err != nil {
 		return fmt.Errorf("cluster: group %d: record the span snapshot: %w", r.group, err)
 	}
@@ -284,7 +304,6 @@ func (r *replica) installSpanSnapshot(meta *raftpb.SnapshotMetadata) error {
 	if n.afterSpanIngest != nil {
 		n.afterSpanIngest(r.group)
 	}
-	fs.Remove(st.path)
 	if st.ts > r.appliedTS.Load() {
 		r.appliedTS.Store(st.ts)
 	}

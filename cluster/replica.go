@@ -54,6 +54,9 @@ type replica struct {
 	campaignLeft int
 	// spans is a range group's snapshot state (range_snapshot.go).
 	spans spanSnapshots
+	// tableless marks a range group hostGroup was given without a table
+	// of its own (tests): it writes the tables that have no group.
+	tableless bool
 
 	// applied is the index of the last entry applied; appliedTS the
 	// newest commit timestamp among the commands applied. sinceSync is
