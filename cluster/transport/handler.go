@@ -142,6 +142,11 @@ func (t *Transport) beginInbound(from uint64) *inbound {
 	}
 	t.inbound[from] = in
 	t.inWG.Add(1)
+	// The sender is up: a stream to it waiting out a backoff (it was
+	// down, or restarting) is opened now, not up to maxBackoff later.
+	if p := t.peers[from]; p != nil {
+		p.dialNow()
+	}
 	return in
 }
 

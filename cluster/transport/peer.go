@@ -28,7 +28,7 @@ type peer struct {
 	id uint64
 
 	wake   chan struct{} // something was queued (capacity 1)
-	redial chan struct{} // the address changed: skip the backoff (capacity 1)
+	redial chan struct{} // skip the backoff: the address changed, or the peer is heard (capacity 1)
 
 	mu           sync.Mutex
 	addr         string
@@ -52,6 +52,12 @@ func (p *peer) setAddr(addr string) {
 	if p.streamCancel != nil {
 		p.streamCancel(errAddrChanged)
 	}
+	p.dialNow()
+}
+
+// dialNow ends the wait before the next attempt to open a stream, if one
+// is under way.
+func (p *peer) dialNow() {
 	select {
 	case p.redial <- struct{}{}:
 	default:

@@ -779,3 +779,31 @@ func TestOutlivesServerTimeouts(t *testing.T) {
 		t.Fatalf("Unreachable() = %v: the stream broke at the server's timeout", u)
 	}
 }
+
+// TestDialsAPeerAsSoonAsItIsHeard: a node waiting out a long backoff
+// before it tries a down peer again opens its stream as soon as that
+// peer's own stream arrives (it restarted), not a backoff later.
+func TestDialsAPeerAsSoonAsItIsHeard(t *testing.T) {
+	slow := func(_ *Options, tu *tuning) { tu.minBackoff, tu.maxBackoff = time.Minute, time.Minute }
+	a, b := startNode(t, 1, slow), startNode(t, 2, slow)
+	defer a.close()
+	defer b.close()
+	b.stopServer()
+	a.tr.SetPeer(2, b.addr)
+	a.tr.Send([]Message{msg(1, 2, 1)})
+	waitFor(t, 5*time.Second, "peer 2 reported unreachable", func() bool {
+		u := a.tr.Unreachable()
+		return len(u) == 1 && u[0] == 2
+	})
+	// Node 2 comes back and talks to node 1 first.
+	b.serve(t, b.addr)
+	b.tr.SetPeer(1, a.addr)
+	b.tr.Send([]Message{msg(2, 1, 1)})
+	waitFor(t, 5*time.Second, "node 2's message at node 1", func() bool { return a.rec.count(2) == 1 })
+	i := uint64(2)
+	waitFor(t, 10*time.Second, "node 1's stream to node 2, well before its one-minute backoff", func() bool {
+		a.tr.Send([]Message{msg(1, 2, i)})
+		i++
+		return b.rec.count(1) > 0
+	})
+}
