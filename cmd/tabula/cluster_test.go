@@ -444,8 +444,23 @@ func TestClusterGrowAndShrink(t *testing.T) {
 // TestClusterRollingRestart restarts each of five nodes in turn, with
 // SIGTERM, while a client keeps writing through whichever node is up:
 // every write acknowledged is there at the end, read through each node.
+// It runs with the table in the system group, and in a range group of its
+// own.
 func TestClusterRollingRestart(t *testing.T) {
-	c := startProcCluster(t, 5)
+	for _, ranges := range []bool{false, true} {
+		t.Run(fmt.Sprintf("range-groups=%v", ranges), func(t *testing.T) {
+			var extra []string
+			if ranges {
+				// The table's group has three voters of the five nodes:
+				// two nodes answer for it by forwarding to a voter.
+				extra = append(extra, "--range-groups")
+			}
+			rollingRestart(t, startProcCluster(t, 5, extra...))
+		})
+	}
+}
+
+func rollingRestart(t *testing.T, c *procCluster) {
 	ctx := context.Background()
 	c.leader()
 	if _, err := c.client(0, "rolling").CreateTable(ctx, nil); err != nil {
