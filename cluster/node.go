@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -269,7 +270,8 @@ func NewNode(cfg Config) (*Node, error) {
 		storePtr: ptr,
 		replicas: make(map[uint64]*replica),
 		touched:  make(map[*replica]struct{}),
-		live:     liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool)},
+		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),
+			incarnation: rand.Uint64() | 1, runs: make(map[uint64]uint64)},
 		inbox:    make(chan []transport.Message, 1024),
 		proposes: make(chan *proposal, 1024),
 		reads:    make(chan *readWaiter, 1024),

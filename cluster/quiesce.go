@@ -44,6 +44,14 @@ type liveness struct {
 	heard   map[uint64]uint64 // peer -> ticks at its last message
 	notices map[uint64][]byte // peer -> (group, term, commit) notices to send
 	silent  map[uint64]bool   // the peers found silent at the last tick
+	// incarnation is this node's run, drawn at random when it starts;
+	// runs the peers' runs as their liveness messages last named them.
+	// A peer that restarted within an election timeout never looked
+	// silent, yet its replicas lost what they had not made durable and
+	// wait for their leaders, which may be quiesced: a new run counts as
+	// the peer coming back (heardLiveness).
+	incarnation uint64
+	runs        map[uint64]uint64
 }
 
 // isLive reports whether node id was heard from within an election
@@ -93,6 +101,7 @@ func (n *Node) sendLiveness(peers []uint64) {
 				Type:    raftpb.MessageType_MsgHeartbeat.Enum(),
 				From:    proto.Uint64(n.cfg.ID),
 				To:      proto.Uint64(id),
+				Commit:  proto.Uint64(n.live.incarnation),
 				Context: n.live.notices[id],
 			})
 		}
@@ -122,6 +131,15 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 			Reject: proto.Bool(true),
 		}})
 		return
+	}
+	from := m.GetFrom()
+	if run := m.GetCommit(); run != 0 {
+		if last, ok := n.live.runs[from]; ok && last != run {
+			// Restarted: the next tick finds it back, and wakes the
+			// quiesced leaders it is a voter of.
+			n.live.silent[from] = true
+		}
+		n.live.runs[from] = run
 	}
 	ctx := m.GetContext()
 	for len(ctx) > 0 {
@@ -185,14 +203,17 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 }
 
 // mustWake reports whether a quiesced replica must tick again: a
-// follower whose leader's node fell silent (to elect another); a leader
-// that no longer hears a quorum of its voters (CheckQuorum then deposes
-// it), or one of whose voters' nodes is heard again after a silence (it
-// may have missed entries, which only the leader's ticks bring it).
+// follower whose leader's node fell silent (to elect another) or came
+// back; a leader that no longer hears a quorum of its voters
+// (CheckQuorum then deposes it), or one of whose voters' nodes is heard
+// again after a silence or a restart (it may have missed entries, which
+// only the leader's ticks bring it).
 func (r *replica) mustWake(fell bool, back []uint64) bool {
 	st := r.rn.BasicStatus()
 	if st.RaftState != raft.StateLeader {
-		return fell && !r.n.isLive(st.Lead)
+		// Its leader's node went silent, or came back (it may have
+		// restarted, and lost its leadership with it).
+		return (fell && !r.n.isLive(st.Lead)) || slices.Contains(back, st.Lead)
 	}
 	for _, id := range back {
 		if slices.Contains(r.voters, id) {
