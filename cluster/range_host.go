@@ -124,6 +124,8 @@ func (n *Node) dropGroup(group uint64) error {
 	r.spans.mu.Lock()
 	r.spans.removeStaged(n.dir.fs, ^uint64(0))
 	r.spans.mu.Unlock()
+	r.spans.latest = nil
+	n.snaps.release(group)
 	n.dir.fs.Remove(n.rangeSnapshotRecord(group))
 	n.log.Info("cluster: range group dropped with its table", "node", n.cfg.ID, "group", group)
 	return nil

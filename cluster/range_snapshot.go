@@ -127,7 +127,7 @@ func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
 		token := make([]byte, 16)
 		rand.Read(token)
 		now := time.Now()
-		l = &servedSnapshot{token: token, ss: ss, ts: r.appliedTS.Load(), made: now, used: now,
+		l = &servedSnapshot{token: token, group: r.group, ss: ss, ts: r.appliedTS.Load(), made: now, used: now,
 			meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: &raftpb.ConfState{Voters: r.voters}}}
 		n.snaps.add(l)
 		n.snaps.mu.Lock()

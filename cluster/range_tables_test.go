@@ -287,6 +287,31 @@ func TestRangeGroupCatchesUpBySnapshot(t *testing.T) {
 	if got := dump(t, back.node.st(), "other"); !strings.Contains(got, "p/kept") {
 		t.Fatalf("the other table on the returning node: %q", got)
 	}
+	// Dropped, the table's pinned span views go on the node that made
+	// them.
+	served := func() (n int) {
+		ld.node.snaps.mu.Lock()
+		defer ld.node.snaps.mu.Unlock()
+		for _, s := range ld.node.snaps.served {
+			if s.group == g.ID {
+				n++
+			}
+		}
+		return n
+	}
+	if served() == 0 {
+		t.Fatal("the leader made no span snapshot, or does not list it")
+	}
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.DeleteTable(context.Background(), acct, "snapped")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); served() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d span views of the dropped group %d still pinned", served(), g.ID)
+		}
+	}
 	// Its files: no fetched snapshot left behind.
 	names, err := back.fs.List("/node")
 	if err != nil {

@@ -41,6 +41,7 @@ const snapshotIdle = time.Minute
 // stream it and until Config.SnapshotKeep after its last use.
 type servedSnapshot struct {
 	token []byte
+	group uint64       // the group it catches up
 	ss    snapshotView // the store's, or a range group's span
 	meta  *raftpb.SnapshotMetadata
 	ts    int64 // the newest commit timestamp applied at its index
@@ -159,7 +160,7 @@ func (n *Node) takeSnapshot() (*servedSnapshot, error) {
 	token := make([]byte, 16)
 	rand.Read(token)
 	now := time.Now()
-	s := &servedSnapshot{token: token, ss: n.st().Snapshot(), ts: n.appliedTS.Load(), made: now, used: now,
+	s := &servedSnapshot{token: token, group: systemGroup, ss: n.st().Snapshot(), ts: n.appliedTS.Load(), made: now, used: now,
 		meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: proto.Clone(cs).(*raftpb.ConfState)}}
 	n.snaps.add(s)
 	n.snaps.mu.Lock()
@@ -184,6 +185,20 @@ func (ss *snapshots) add(s *servedSnapshot) {
 		}
 	}
 	ss.served[string(s.token)] = s
+}
+
+// release lets go of the snapshots made for group (dropped with its
+// table) that no follower is reading; one being read goes when it is
+// next found unused.
+func (ss *snapshots) release(group uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for k, s := range ss.served {
+		if s.group == group && s.streams == 0 {
+			s.ss.Close()
+			delete(ss.served, k)
+		}
+	}
 }
 
 // snapshotMagic opens a served snapshot: a header (the snapshot's index,
