@@ -213,8 +213,8 @@ func (h *HTTP) Internal() http.Handler {
 			return
 		}
 		hops, err := strconv.Atoi(r.Header.Get(hopsHeader))
-		if err != nil {
-			hops = maxHops // from a node that counts no hops: not forwarded again
+		if err != nil || hops < 0 {
+			hops = maxHops // no count, or a bad one: not forwarded again
 		}
 		h.serve(w, r, *rest, hops)
 	})

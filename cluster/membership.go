@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -175,15 +174,10 @@ func decodeMembers(raw []byte) (memberBook, error) {
 
 // loadMembers reads a node's member book; a missing file is an empty one.
 func loadMembers(fs vfs.FS, dir string) (memberBook, error) {
-	f, err := fs.Open(filepath.Join(dir, membersFile))
+	b, err := vfs.ReadFile(fs, filepath.Join(dir, membersFile), 1<<20)
 	if errors.Is(err, os.ErrNotExist) {
 		return newMemberBook(), nil
 	}
-	if err != nil {
-		return memberBook{}, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
 	if err != nil {
 		return memberBook{}, err
 	}

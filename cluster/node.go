@@ -262,7 +262,7 @@ func NewNode(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("cluster: record commit index: %w", err)
 		}
 	}
-	ns := &nodeStorage{Storage: st}
+	gs := &groupStorage{Storage: st}
 	n := &Node{
 		cfg:      c,
 		log:      c.Logger,
@@ -278,8 +278,8 @@ func NewNode(cfg Config) (*Node, error) {
 		applyCh:  make(chan applyItem, 64),
 		stopped:  make(chan struct{}),
 	}
-	ns.n = n
-	if n.replica, err = newReplica(n, systemGroup, st, ns, applied); err != nil {
+	gs.snapshot = n.leaderSnapshot
+	if n.replica, err = newReplica(n, systemGroup, st, gs, applied); err != nil {
 		return nil, err
 	}
 	n.replicas[systemGroup] = n.replica

@@ -81,12 +81,12 @@ func (n *Node) hostGroup(id uint64, voters []uint64) error {
 			return fmt.Errorf("cluster: group %d: record commit index: %w", id, err)
 		}
 	}
-	rs := &rangeStorage{Storage: st}
-	r, err := newReplica(n, id, st, rs, applied)
+	gs := &groupStorage{Storage: st}
+	r, err := newReplica(n, id, st, gs, applied)
 	if err != nil {
 		return err
 	}
-	rs.r = r
+	gs.snapshot = r.leaderSpanSnapshot
 	r.voters = slices.Clone(cs.GetVoters())
 	n.replicasMu.Lock()
 	n.replicas[id] = r

@@ -16,7 +16,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/vfs"
 )
@@ -33,26 +32,6 @@ import (
 // group's log. A crash between the two is repaired at the next start
 // from a record of the snapshot written before the ingest
 // (recordedRangeSnapshot).
-
-// rangeStorage is a range group's raft.Storage: its log, with snapshots
-// of its table's span once the log is compacted.
-type rangeStorage struct {
-	*raftlog.Storage
-	r *replica
-}
-
-// Snapshot implements raft.Storage. raft asks for one only to send it to
-// a follower that needs compacted entries; it runs on the loop.
-func (s *rangeStorage) Snapshot() (*raftpb.Snapshot, error) {
-	first, err := s.Storage.FirstIndex()
-	if err != nil {
-		return nil, err
-	}
-	if first <= 1 {
-		return s.Storage.Snapshot()
-	}
-	return s.r.leaderSpanSnapshot(first)
-}
 
 // spanSnapshots is a range replica's snapshot state: the last one it
 // made as the leader (loop-owned), and those it fetched as a follower, by
@@ -325,7 +304,7 @@ func (n *Node) rangeSnapshotRecord(group uint64) string {
 // installed in its store at index applied, if its record says so: the
 // store holds it whatever the raft log recorded.
 func (n *Node) recordedRangeSnapshot(group, applied uint64) *raftpb.SnapshotMetadata {
-	b, err := readFile(n.dir.fs, n.rangeSnapshotRecord(group))
+	b, err := vfs.ReadFile(n.dir.fs, n.rangeSnapshotRecord(group), 64<<10)
 	if err != nil {
 		return nil
 	}
@@ -361,14 +340,4 @@ func decodeSpanRecord(b []byte) (uint64, *raftpb.SnapshotMetadata, error) {
 	}
 	meta, err := parseSnapshotLine(lines[2])
 	return group, meta, err
-}
-
-// readFile reads a small file whole.
-func readFile(fs vfs.FS, path string) ([]byte, error) {
-	f, err := fs.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, 1<<20))
 }

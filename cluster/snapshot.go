@@ -85,17 +85,23 @@ type snapshots struct {
 	spanMade, spanInstalled int
 }
 
-// nodeStorage is the raft.Storage a node gives raft: its log, with
-// snapshots of its store once the log is compacted.
-type nodeStorage struct {
+// groupStorage is the raft.Storage a replica gives raft: its group's log,
+// with snapshots once the log is compacted, which take the data whose
+// log is gone: the whole store for the system group
+// (Node.leaderSnapshot), the table's span for a range group
+// (replica.leaderSpanSnapshot, range_snapshot.go).
+type groupStorage struct {
 	*raftlog.Storage
-	n *Node
+	// snapshot returns one whose index is at least first-1; set once the
+	// replica exists.
+	snapshot func(first uint64) (*raftpb.Snapshot, error)
 }
 
 // Snapshot implements raft.Storage: the log's own (empty) snapshot while
-// nothing was compacted, else a snapshot of the store. raft asks for one
-// only to send it to a follower that needs compacted entries.
-func (s *nodeStorage) Snapshot() (*raftpb.Snapshot, error) {
+// nothing was compacted, else one of the group's data. raft asks for one
+// only to send it to a follower that needs compacted entries; it runs on
+// the loop.
+func (s *groupStorage) Snapshot() (*raftpb.Snapshot, error) {
 	first, err := s.Storage.FirstIndex()
 	if err != nil {
 		return nil, err
@@ -103,7 +109,7 @@ func (s *nodeStorage) Snapshot() (*raftpb.Snapshot, error) {
 	if first <= 1 {
 		return s.Storage.Snapshot()
 	}
-	return s.n.leaderSnapshot(first)
+	return s.snapshot(first)
 }
 
 // snapshotData is what a MsgSnap carries: the node that made the

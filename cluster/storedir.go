@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -132,15 +131,10 @@ func newStoreDir(dataDir string, opts *partition.Options) *storeDir {
 
 // readPointer reads STORE; a data directory without one gets store-1.
 func (d *storeDir) readPointer() (storePointer, error) {
-	f, err := d.fs.Open(filepath.Join(d.dir, storePointerFile))
+	b, err := vfs.ReadFile(d.fs, filepath.Join(d.dir, storePointerFile), 64<<10)
 	if errors.Is(err, os.ErrNotExist) {
 		return storePointer{n: 1}, nil
 	}
-	if err != nil {
-		return storePointer{}, fmt.Errorf("cluster: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {
 		return storePointer{}, fmt.Errorf("cluster: %w", err)
 	}

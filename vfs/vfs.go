@@ -64,6 +64,18 @@ func SyncDir(fs FS, dir string) error {
 	return d.Close()
 }
 
+// ReadFile reads a small file whole, at most limit bytes of it: the
+// counterpart of WriteFileAtomic for a file that is read at start and
+// must not be allowed to grow the reader's memory without bound.
+func ReadFile(fs FS, name string, limit int64) ([]byte, error) {
+	f, err := fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
 // WriteFileAtomic replaces the file name with data atomically and
 // durably: it writes name+".tmp", syncs it, renames it over name and syncs
 // the directory, so a crash leaves the old content or the new, never a mix
