@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -409,6 +410,24 @@ func (c *testCluster) leader(timeout time.Duration) *testNode {
 	}
 	c.t.Fatalf("no ready leader in %v", timeout)
 	return nil
+}
+
+// waitVoter waits until the leader's configuration has node id among
+// its voters (a joiner promoted), and returns that leader.
+func (c *testCluster) waitVoter(id uint64, timeout time.Duration) *testNode {
+	c.t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
+		ld := c.leader(timeout)
+		ld.node.confMu.Lock()
+		voter := slices.Contains(ld.node.conf.GetVoters(), id)
+		ld.node.confMu.Unlock()
+		if voter {
+			return ld
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d was not promoted to a voter in %v", id, timeout)
+		}
+	}
 }
 
 // converge waits until every running node has applied what the leader

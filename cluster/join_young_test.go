@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -36,18 +35,7 @@ func TestJoinYoungCluster(t *testing.T) {
 			c.peers = append(c.peers, 4)
 			joiner := c.startAs(4, vfs.NewMem(), true)
 			upsertVia(c, "young", "p", "after", 9)
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				ld := c.leader(10 * time.Second)
-				ld.node.confMu.Lock()
-				voter := slices.Contains(ld.node.conf.GetVoters(), 4)
-				ld.node.confMu.Unlock()
-				if voter {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the new node was not promoted to a voter in 20 s")
-				}
-			}
+			c.waitVoter(4, 20*time.Second)
 			c.converge(20 * time.Second)
 			if err := joiner.node.Err(); err != nil {
 				t.Fatalf("the new node failed: %v", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -257,20 +256,7 @@ func TestMembership(t *testing.T) {
 	c.peers = append(c.peers, 4)
 	joiner := c.startAs(4, vfs.NewMem(), true)
 	write("during", 20)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ld = c.leader(10 * time.Second)
-		ld.node.confMu.Lock()
-		voter := slices.Contains(ld.node.conf.GetVoters(), 4)
-		ld.node.confMu.Unlock()
-		if voter {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the new node was not promoted to a voter in 20 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ld = c.waitVoter(4, 20*time.Second)
 	c.converge(20 * time.Second)
 	want := dump(t, ld.node.Replica(), "members")
 	if got := dump(t, joiner.node.Replica(), "members"); got != want {
