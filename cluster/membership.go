@@ -268,7 +268,7 @@ func (n *Node) applyConfChange(e *raftpb.Entry) error {
 	n.conf = cs
 	n.confMu.Unlock()
 	w := n.cfg.Log.NewWrite()
-	w.SetConfState(systemGroup, cs)
+	w.SetConfState(systemGroup, e.GetIndex(), cs)
 	if err := w.Commit(true); err != nil {
 		return err
 	}

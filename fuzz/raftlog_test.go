@@ -129,7 +129,7 @@ var rlBase = sync.OnceValues(func() (*vfs.MemFS, error) {
 		w.Append(g, ents)
 		w.SetHardState(g, &pb.HardState{Term: proto.Uint64(2), Vote: proto.Uint64(g), Commit: proto.Uint64(2 + g)})
 	}
-	w.SetConfState(1, &pb.ConfState{Voters: []uint64{1, 2, 3}})
+	w.SetConfState(1, 0, &pb.ConfState{Voters: []uint64{1, 2, 3}})
 	if err := w.Commit(true); err != nil {
 		return nil, err
 	}

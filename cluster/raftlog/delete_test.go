@@ -17,7 +17,7 @@ func TestDeleteGroup(t *testing.T) {
 	l := mustOpen(t, testOptions(fs, 0))
 	w := l.NewWrite()
 	for _, g := range []uint64{4, 5, 6} {
-		w.SetConfState(g, &pb.ConfState{Voters: []uint64{1, 2, 3}})
+		w.SetConfState(g, 0, &pb.ConfState{Voters: []uint64{1, 2, 3}})
 		w.Append(g, []*pb.Entry{ent(1, 1, []byte("a")), ent(2, 1, []byte("b"))})
 		w.SetHardState(g, hardState(1, 1, 2))
 	}

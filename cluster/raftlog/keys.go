@@ -23,6 +23,7 @@ const (
 	kindConfState = 0x02 // value: raftpb.ConfState
 	kindTruncated = 0x03 // value: raftpb.Entry with only Index and Term: the last compacted entry
 	kindEntry     = 0x04 // key ends with u64be(index); value: raftpb.Entry
+	kindReplica   = 0x05 // value: the replica record (replica.go), after the entries
 
 	groupPrefixLen = 1 + 8
 	stateKeyLen    = groupPrefixLen + 1
@@ -30,7 +31,12 @@ const (
 )
 
 // FormatVersion is the version of the layout this build writes and reads.
-const FormatVersion = 1
+// Version 2 added the replica record (kindReplica); a version-1 log is
+// read as it is and becomes version 2 with the first record written.
+const FormatVersion = 2
+
+// formatVersionRecord is the first version that may hold replica records.
+const formatVersionRecord = 2
 
 var formatVersionKey = []byte{nsMeta, metaFormatVersion}
 
@@ -42,7 +48,8 @@ func groupPrefix(group uint64) []byte {
 }
 
 // stateKey is the key of one of a group's single values (hard state, conf
-// state, truncated state), or the prefix of its entries (kindEntry).
+// state, truncated state, replica record), or the prefix of its entries
+// (kindEntry).
 func stateKey(group uint64, kind byte) []byte {
 	return append(groupPrefix(group), kind)
 }

@@ -54,6 +54,8 @@ type Log struct {
 
 	mu     sync.Mutex
 	groups map[uint64]*Storage
+	// version is the format version on disk.
+	version uint64
 	// err is the sticky error of a failed write: once a write failed, no
 	// other is attempted, since what the failed one left on disk is
 	// unknown (an fsync failure cannot be retried safely).
@@ -106,6 +108,7 @@ func (l *Log) load() error {
 		if err := l.db.Set(formatVersionKey, binary.AppendUvarint(nil, FormatVersion), &lsm.WriteOptions{Sync: true}); err != nil {
 			return fmt.Errorf("raftlog: %s: writing the format version: %w", l.dir, err)
 		}
+		l.version = FormatVersion
 		return nil
 	}
 	ver, n := binary.Uvarint(v)
@@ -115,6 +118,7 @@ func (l *Log) load() error {
 	case ver > FormatVersion:
 		return fmt.Errorf("raftlog: %s: format version %d is newer than this build's format version %d", l.dir, ver, FormatVersion)
 	}
+	l.version = ver
 	ids, err := l.Groups()
 	if err != nil {
 		return err
@@ -234,10 +238,10 @@ func sortedIDs[V any](m map[uint64]V) []uint64 {
 	return ids
 }
 
-// DeleteGroup deletes every record of group id (entries, hard state, conf
-// state, snapshot position) in one synced batch and forgets its storage:
-// the group is gone from the node, never to come back under this id. The
-// caller must not use the group's Storage again.
+// DeleteGroup deletes every record of group id (entries, hard state,
+// conf state, snapshot position, replica record) in one synced batch and
+// forgets its storage: the group is gone from the node, or starts again
+// from nothing. The caller must not use the group's old Storage again.
 func (l *Log) DeleteGroup(id uint64) error {
 	if err := l.writable(); err != nil {
 		return err
@@ -246,12 +250,8 @@ func (l *Log) DeleteGroup(id uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var b lsm.Batch
-	it := l.db.NewIter(&lsm.IterOptions{LowerBound: groupPrefix(id), UpperBound: groupUpperBound(id)})
-	for ok := it.First(); ok; ok = it.Next() {
-		b.Delete(it.Key())
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("raftlog: %s: group %d: %w", l.dir, id, err)
+	if err := l.deleteAll(&b, id); err != nil {
+		return err
 	}
 	if err := l.apply(&b, true); err != nil {
 		return err
@@ -259,5 +259,17 @@ func (l *Log) DeleteGroup(id uint64) error {
 	l.mu.Lock()
 	delete(l.groups, id)
 	l.mu.Unlock()
+	return nil
+}
+
+// deleteAll adds to b the deletion of every key of group id.
+func (l *Log) deleteAll(b *lsm.Batch, id uint64) error {
+	it := l.db.NewIter(&lsm.IterOptions{LowerBound: groupPrefix(id), UpperBound: groupUpperBound(id)})
+	for ok := it.First(); ok; ok = it.Next() {
+		b.Delete(it.Key())
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("raftlog: %s: group %d: %w", l.dir, id, err)
+	}
 	return nil
 }

@@ -204,7 +204,7 @@ func corruptLog(t *testing.T, damage func(db *lsm.DB)) (*Log, error) {
 		for _, g := range []uint64{1, 2} {
 			w.Append(g, []*pb.Entry{ent(1, 1, []byte("a")), ent(2, 1, []byte("b")), ent(3, 1, []byte("c"))})
 			w.SetHardState(g, hardState(1, 1, 2))
-			w.SetConfState(g, &pb.ConfState{Voters: []uint64{1}})
+			w.SetConfState(g, 0, &pb.ConfState{Voters: []uint64{1}})
 		}
 	})
 	if err := l.Group(2).Compact(1); err != nil {
@@ -330,7 +330,7 @@ func TestCorruption(t *testing.T) {
 		l.Close()
 		t.Fatal("Open of a newer format succeeded")
 	}
-	if !strings.Contains(err.Error(), "format version 2 is newer than this build's format version 1") {
+	if !strings.Contains(err.Error(), "format version 3 is newer than this build's format version 2") {
 		t.Fatalf("Open of a newer format: %v", err)
 	}
 	l, err = corruptLog(t, del(formatVersionKey))

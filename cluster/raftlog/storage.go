@@ -3,6 +3,7 @@ package raftlog
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -33,6 +34,8 @@ type Storage struct {
 	// cache holds the newest entries, contiguous and ending at last (or
 	// is empty).
 	cache []*pb.Entry
+	// rec is the replica record (the zero Replica when none is stored).
+	rec Replica
 }
 
 var _ raft.Storage = (*Storage)(nil)
@@ -53,22 +56,35 @@ func (s *Storage) decode(v []byte, m proto.Message, what string) error {
 // load reads the group's state from the engine.
 func (s *Storage) load() error {
 	l := s.log
-	// The keys before the entries are the three single values, and
-	// nothing may follow the entries.
-	for _, r := range [][2][]byte{
-		{groupPrefix(s.id), stateKey(s.id, kindEntry)},
-		{stateKey(s.id, kindEntry+1), groupUpperBound(s.id)},
+	// The keys before the entries are the three single values, and only
+	// the replica record may follow the entries (from version 2).
+	for _, r := range []struct {
+		lo, hi []byte
+		kinds  []byte
+	}{
+		{groupPrefix(s.id), stateKey(s.id, kindEntry), []byte{kindHardState, kindConfState, kindTruncated}},
+		{stateKey(s.id, kindEntry+1), groupUpperBound(s.id), []byte{kindReplica}},
 	} {
-		it := l.db.NewIter(&lsm.IterOptions{LowerBound: r[0], UpperBound: r[1]})
+		it := l.db.NewIter(&lsm.IterOptions{LowerBound: r.lo, UpperBound: r.hi})
 		for ok := it.First(); ok; ok = it.Next() {
 			k := it.Key()
-			if len(k) != stateKeyLen || (k[groupPrefixLen] != kindHardState && k[groupPrefixLen] != kindConfState && k[groupPrefixLen] != kindTruncated) {
+			if len(k) != stateKeyLen || !slices.Contains(r.kinds, k[groupPrefixLen]) {
 				it.Close()
 				return s.corrupt("unknown key %x", k)
 			}
 		}
 		if err := it.Close(); err != nil {
 			return fmt.Errorf("raftlog: %s: group %d: %w", l.dir, s.id, err)
+		}
+	}
+	if v, ok, err := l.get(stateKey(s.id, kindReplica)); err != nil {
+		return err
+	} else if ok {
+		if l.version < formatVersionRecord {
+			return s.corrupt("a replica record in a log of format version %d", l.version)
+		}
+		if s.rec, err = decodeReplica(v); err != nil {
+			return s.corrupt("%v", err)
 		}
 	}
 	if v, ok, err := l.get(stateKey(s.id, kindHardState)); err != nil {
@@ -111,6 +127,9 @@ func (s *Storage) load() error {
 	if c := s.hs.GetCommit(); c > s.last {
 		return s.corrupt("hard state commit %d beyond the last index %d", c, s.last)
 	}
+	if s.rec.Removed && (s.hs != nil || s.cs != nil || s.truncIndex > 0 || s.last > 0) {
+		return s.corrupt("the replica was removed, but the group holds raft state")
+	}
 	return nil
 }
 
@@ -136,7 +155,7 @@ func (s *Storage) loadLast(it *lsm.Iterator) error {
 
 // hasState reports whether anything of the group was persisted.
 func (s *Storage) hasState() bool {
-	return s.hs != nil || s.cs != nil || s.truncIndex > 0 || s.last > 0
+	return s.hs != nil || s.cs != nil || s.truncIndex > 0 || s.last > 0 || s.rec != (Replica{})
 }
 
 // Bootstrap writes, for a new group, the initial ConfState (its voters)

@@ -26,6 +26,10 @@ type groupWrite struct {
 	appends [][]*pb.Entry        // in call order
 	hs      *pb.HardState
 	cs      *pb.ConfState
+	// confIndex is the log position cs is as of; replicaID, when not 0,
+	// the node's member's raft id to record.
+	confIndex uint64
+	replicaID uint64
 }
 
 // NewWrite returns an empty Write.
@@ -78,10 +82,13 @@ func (w *Write) SetHardState(group uint64, hs *pb.HardState) {
 	}
 }
 
-// SetConfState sets a group's conf state. A nil cs is ignored.
-func (w *Write) SetConfState(group uint64, cs *pb.ConfState) {
+// SetConfState sets a group's conf state, as of the entry at index (its
+// configuration change), which the replica record keeps. A nil cs is
+// ignored.
+func (w *Write) SetConfState(group, index uint64, cs *pb.ConfState) {
 	if cs != nil {
-		w.group(group).cs = proto.Clone(cs).(*pb.ConfState)
+		g := w.group(group)
+		g.cs, g.confIndex = proto.Clone(cs).(*pb.ConfState), index
 	}
 }
 
@@ -114,15 +121,23 @@ func (w *Write) Commit(sync bool) error {
 	}
 	var b lsm.Batch
 	plans := make([]groupPlan, len(ids))
+	records := false
 	for i, s := range stores {
 		p, err := s.plan(&b, w.groups[ids[i]])
 		if err != nil {
 			return w.log.fail(err)
 		}
 		plans[i] = p
+		records = records || p.rec != nil
+	}
+	if records {
+		w.log.upgradeForRecord(&b)
 	}
 	if err := w.log.apply(&b, sync); err != nil {
 		return err
+	}
+	if records {
+		w.log.recordWritten()
 	}
 	for i, s := range stores {
 		s.install(w.groups[ids[i]], plans[i])
@@ -137,12 +152,17 @@ type groupPlan struct {
 	// snapshot: the new last compacted entry, once b is written.
 	snap                  bool
 	truncIndex, truncTerm uint64
+	// rec is the new replica record, when the write changes it.
+	rec *Replica
 }
 
 // plan adds a group's part of a Write to b, against the group's current
 // state, and returns what to install once b is written.
 func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 	p := groupPlan{last: s.last}
+	if s.rec.Removed {
+		return p, fmt.Errorf("raftlog: group %d: a write to a group whose replica (%d) was removed", s.id, s.rec.ID)
+	}
 	truncIndex := s.truncIndex
 	if g.snap != nil {
 		idx := g.snap.GetIndex()
@@ -158,7 +178,7 @@ func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 		}
 		b.Set(stateKey(s.id, kindTruncated), v)
 		if g.cs == nil {
-			g.cs = proto.Clone(g.snap.GetConfState()).(*pb.ConfState)
+			g.cs, g.confIndex = proto.Clone(g.snap.GetConfState()).(*pb.ConfState), idx
 		}
 		p.snap, p.truncIndex, p.truncTerm = true, idx, g.snap.GetTerm()
 		p.last, truncIndex = idx, idx
@@ -222,6 +242,18 @@ func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 		}
 		b.Set(stateKey(s.id, kindConfState), v)
 	}
+	if rec := s.rec; g.cs != nil || g.replicaID != 0 {
+		if g.cs != nil {
+			rec.ConfIndex = g.confIndex
+		}
+		if g.replicaID != 0 {
+			rec.ID = g.replicaID
+		}
+		if rec != s.rec {
+			p.rec = &rec
+			b.Set(stateKey(s.id, kindReplica), rec.encode())
+		}
+	}
 	if g.hs != nil {
 		if c := g.hs.GetCommit(); c > p.last {
 			return p, fmt.Errorf("raftlog: group %d: hard state commits %d, beyond the last index %d", s.id, c, p.last)
@@ -250,6 +282,9 @@ func (s *Storage) install(g *groupWrite, p groupPlan) {
 	}
 	if g.cs != nil {
 		s.cs = g.cs
+	}
+	if p.rec != nil {
+		s.rec = *p.rec
 	}
 }
 
