@@ -288,7 +288,10 @@ func rlSeeds() map[string][]byte {
 		"new-group":          {rlEntry | rlAsEntry, 3, 1, 1, 1, 0, rlState | rlAsHardState, 3, 0x01, 1, 1, 1},
 		"unknown-kind":       {rlState, 1, 0x09, 0},
 		"short-key":          {rlRaw, 3, 0x02, 0, 1, 0},
-		"newer-version":      {rlRaw, 2, 0x01, 0x01, 1, 2},
+		"newer-version":      {rlRaw, 2, 0x01, 0x01, 1, 3},
+		"replica-record":     {rlState, 1, 0x05, 5, 0x85, 0x80, 0x04, 0, 0},
+		"removed-with-log":   {rlState, 1, 0x05, 3, 1, 0, 1},
+		"bad-record":         {rlState, 2, 0x05, 2, 9, 0},
 	}
 }
 
@@ -300,7 +303,8 @@ func TestRaftLogSeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := map[string]bool{"garbage-hard-state": true, "commit-past-log": true, "garbage-conf-state": true,
-		"truncated-at-0": true, "first-not-after": true, "unknown-kind": true, "short-key": true, "newer-version": true}
+		"truncated-at-0": true, "first-not-after": true, "unknown-kind": true, "short-key": true, "newer-version": true,
+		"removed-with-log": true, "bad-record": true}
 	for name, data := range rlSeeds() {
 		fs := base.CrashClone(nil)
 		db, err := lsm.Open(rlDir, &lsm.Options{FS: fs, MemTableSize: 16 << 10})
