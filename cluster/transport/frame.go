@@ -44,6 +44,30 @@ type Message struct {
 	Raft  *raftpb.Message
 }
 
+// nodeBits is how many low bits of a raft id name its node.
+const nodeBits = 32
+
+// MaxNodeID is the largest node id: a raft id's low 32 bits name its node.
+const MaxNodeID = 1<<nodeBits - 1
+
+// NodeOf returns the node whose member a raft id names. In the system
+// group and in group 0 a member's raft id is its node's id; in a range
+// group the high 32 bits tell apart the members a node has had there
+// over time (ReplicaID), so that a member added again after its removal
+// is never taken for the old one.
+func NodeOf(raftID uint64) uint64 { return raftID & MaxNodeID }
+
+// ReplicaID returns the raft id of a node's member of a range group that
+// incarnation tells apart from the node's earlier members there; a
+// group's founding members have incarnation 0, so their raft id is their
+// node's id.
+func ReplicaID(node, incarnation uint64) uint64 {
+	return node&MaxNodeID | incarnation<<nodeBits
+}
+
+// Incarnation returns what ReplicaID was given.
+func Incarnation(raftID uint64) uint64 { return raftID >> nodeBits }
+
 // errMalformed is wrapped by every error that means the peer sent bytes that
 // are not a valid stream.
 var errMalformed = errors.New("malformed raft frame")

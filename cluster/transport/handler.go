@@ -116,10 +116,10 @@ func (t *Transport) serveStream(w http.ResponseWriter, r *http.Request) {
 }
 
 // check refuses a frame carrying a message not from the stream's sender or
-// not to this node.
+// not to this node: one whose raft ids are not members of those nodes.
 func (t *Transport) check(from uint64, msgs []Message) error {
 	for i, m := range msgs {
-		if m.Raft.GetFrom() != from || m.Raft.GetTo() != t.self {
+		if NodeOf(m.Raft.GetFrom()) != from || NodeOf(m.Raft.GetTo()) != t.self {
 			return fmt.Errorf("%w: message %d of %d is from %d to %d on the stream from %d to %d",
 				errMalformed, i, len(msgs), m.Raft.GetFrom(), m.Raft.GetTo(), from, t.self)
 		}

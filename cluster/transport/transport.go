@@ -218,9 +218,9 @@ func (t *Transport) SetPeer(id uint64, addr string) {
 	go p.run()
 }
 
-// Send queues messages, each for the peer m.Raft.GetTo() names, without
-// blocking. The transport keeps the messages until they are written: the
-// caller must not modify them. A message to a peer without an address, or
+// Send queues messages, each for the node of the raft id m.Raft.GetTo()
+// (NodeOf), without blocking. The transport keeps the messages until they
+// are written: the caller must not modify them. A message to a peer without an address, or
 // past the peer's queue bound, is dropped.
 func (t *Transport) Send(msgs []Message) {
 	// Group the messages by peer, in order, resolving the peers under
@@ -238,9 +238,9 @@ func (t *Transport) Send(msgs []Message) {
 		return
 	}
 	for i := 0; i < len(msgs); {
-		to := msgs[i].Raft.GetTo()
+		to := NodeOf(msgs[i].Raft.GetTo())
 		j := i + 1
-		for j < len(msgs) && msgs[j].Raft.GetTo() == to {
+		for j < len(msgs) && NodeOf(msgs[j].Raft.GetTo()) == to {
 			j++
 		}
 		p := t.peers[to]

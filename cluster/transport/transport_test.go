@@ -608,6 +608,14 @@ func TestMalformedFrame(t *testing.T) {
 		{"no count", be32(2, 0), "has no count"},
 		{"truncated", be32(100, 1), "ends inside a frame"},
 		{"message from another node", func() []byte { f, _, _ := appendFrames(nil, []Message{msg(1, 2, 1)}, MaxFrame); return f }(), "is from 1 to 2 on the stream from 3"},
+		{"message from another node's member", func() []byte {
+			f, _, _ := appendFrames(nil, []Message{msg(ReplicaID(1, 3), 2, 1)}, MaxFrame)
+			return f
+		}(), "on the stream from 3"},
+		{"message to another node's member", func() []byte {
+			f, _, _ := appendFrames(nil, []Message{msg(3, ReplicaID(1, 2), 1)}, MaxFrame)
+			return f
+		}(), "on the stream from 3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			body := cat(good, c.bytes) // the good frame first: delivered
@@ -806,4 +814,27 @@ func TestDialsAPeerAsSoonAsItIsHeard(t *testing.T) {
 		i++
 		return b.rec.count(1) > 0
 	})
+}
+
+// TestMembersTravelBetweenTheirNodes sends messages between members of a
+// range group whose raft ids are not their nodes' ids (ReplicaID): each
+// goes to the node its raft id names, and is delivered unchanged.
+func TestMembersTravelBetweenTheirNodes(t *testing.T) {
+	a, b := startNode(t, 1), startNode(t, 2)
+	defer a.close()
+	defer b.close()
+	a.tr.SetPeer(2, b.addr)
+	from, to := ReplicaID(1, 17), ReplicaID(2, 1<<31+5)
+	if NodeOf(from) != 1 || NodeOf(to) != 2 || Incarnation(to) != 1<<31+5 || ReplicaID(2, 0) != 2 {
+		t.Fatalf("ReplicaID/NodeOf do not invert: %x %x", from, to)
+	}
+	a.tr.Send([]Message{msg(from, to, 1), msg(1, 2, 2), msg(from, ReplicaID(2, 9), 3)})
+	waitFor(t, 5*time.Second, "3 messages", func() bool { return b.rec.count(1) >= 3 })
+	got := b.rec.got[1]
+	if got[0].Raft.GetFrom() != from || got[0].Raft.GetTo() != to || got[2].Raft.GetTo() != ReplicaID(2, 9) {
+		t.Fatalf("delivered %v", got)
+	}
+	if u := a.tr.Unreachable(); u != nil {
+		t.Fatalf("Unreachable() = %v", u)
+	}
 }
