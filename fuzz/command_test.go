@@ -23,6 +23,8 @@ func FuzzCommand(f *testing.F) {
 		{Kind: command.KindCreateTable, Account: "a", Table: "t"},
 		{Kind: command.KindSetACL, Account: "a", Table: "t", ACL: []partition.SignedIdentifier{{ID: "id", Permission: "r"}}},
 		{Kind: command.KindSetProperties, Account: "a", Properties: []byte("<x/>")},
+		{Kind: command.KindCreateRangeTable, Account: "a", Table: "t", Voters: []uint64{1, 2, 3}},
+		{Kind: command.KindSetRangeVoters, Account: "a", Table: "t", Group: 9, Voters: []uint64{1, 2, 4}},
 	} {
 		f.Add(c.Append(nil))
 	}

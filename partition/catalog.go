@@ -19,8 +19,10 @@ type table struct {
 	name    string // as created: names are case-preserving
 	lower   string // the catalog key: names are case-insensitive
 	id      uint64
-	prefix  []byte     // appendTablePrefix(account, id); read-only
-	group   RangeGroup // read-only
+	prefix  []byte // appendTablePrefix(account, id); read-only
+	// group is the table's range descriptor: its id never changes, its
+	// voters do (SetGroupVoters), replaced whole under the store's catMu.
+	group atomic.Pointer[RangeGroup]
 
 	// deleted is set when the table is dropped, so that background work
 	// holding the table stops persisting things for it.
@@ -206,13 +208,16 @@ func (s *Store) loadCatalog() (pendingDrops []droppedTable, err error) {
 			return err
 		}
 		t := newTable(account, name, id)
-		t.group = g
+		t.setGroup(g)
 		rs, err := s.loadRanges(id)
 		if err != nil {
 			return err
 		}
 		t.ranges.Store(&rs)
 		s.tables.Store(tableKey{account, lower}, t)
+		if g.ID != 0 {
+			s.groups.Store(g.ID, t)
+		}
 		return nil
 	})
 	return pendingDrops, err

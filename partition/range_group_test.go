@@ -79,3 +79,56 @@ func TestCatalogValueRefusesBadGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestSetGroupVoters moves a table's descriptor to other voters: it is
+// found by group id, survives a reopen, is refused for another group or
+// a dropped table and for voters that are not valid, and the group index
+// forgets a dropped table.
+func TestSetGroupVoters(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.s.CreateTableInGroup(ctx, acct, "Moved", RangeGroup{ID: 12, Voters: []uint64{1, 2, 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if tg, ok := e.s.GroupTable(12); !ok || tg.Table != "Moved" || !reflect.DeepEqual(tg.Group.Voters, []uint64{1, 2, 3}) {
+		t.Fatalf("GroupTable(12) = %+v, %v", tg, ok)
+	}
+	if err := e.s.SetGroupVoters(ctx, acct, "moved", 12, []uint64{1, 2, 4}); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	want := RangeGroup{ID: 12, Voters: []uint64{1, 2, 4}}
+	if g, err := e.s.TableGroup(acct, "Moved"); err != nil || !reflect.DeepEqual(g, want) {
+		t.Fatalf("TableGroup after a move and a reopen = %+v, %v", g, err)
+	}
+	if tg, ok := e.s.GroupTable(12); !ok || !reflect.DeepEqual(tg.Group, want) {
+		t.Fatalf("GroupTable(12) after a reopen = %+v, %v", tg, ok)
+	}
+	for name, c := range map[string]struct {
+		group  uint64
+		voters []uint64
+		code   string
+	}{
+		"another group": {13, []uint64{1}, CodeTableNotFound},
+		"no voters":     {12, nil, CodeInvalidInput},
+		"a node twice":  {12, []uint64{1, 1}, CodeInvalidInput},
+		"node zero":     {12, []uint64{0, 1}, CodeInvalidInput},
+		"eight voters":  {12, []uint64{1, 2, 3, 4, 5, 6, 7, 8}, CodeInvalidInput},
+	} {
+		if err := e.s.SetGroupVoters(ctx, acct, "Moved", c.group, c.voters); !IsCode(err, c.code) {
+			t.Errorf("%s: %v, want %s", name, err, c.code)
+		}
+	}
+	if g, _ := e.s.TableGroup(acct, "Moved"); !reflect.DeepEqual(g, want) {
+		t.Fatalf("a refused move changed the descriptor: %+v", g)
+	}
+	if err := e.s.DeleteTable(ctx, acct, "Moved"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.s.GroupTable(12); ok {
+		t.Fatal("GroupTable finds a dropped table")
+	}
+	if err := e.s.SetGroupVoters(ctx, acct, "Moved", 12, []uint64{1}); !IsCode(err, CodeTableNotFound) {
+		t.Fatalf("a move of a dropped table's group: %v", err)
+	}
+}

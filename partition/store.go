@@ -75,6 +75,8 @@ type Store struct {
 	// tables maps tableKey to *table: looked up on every operation,
 	// changed only by catalog edits.
 	tables  sync.Map
+	// groups maps a range group's id to the live *table it replicates.
+	groups  sync.Map
 	deleted atomic.Pointer[map[uint64]struct{}]
 
 	// Maintenance state, owned by maintain (maintMu keeps a test's manual

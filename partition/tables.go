@@ -75,7 +75,7 @@ func (s *Store) CreateTableInGroup(ctx context.Context, account, name string, g 
 	}
 	id := s.nextID
 	t := newTable(account, name, id)
-	t.group = g.clone()
+	t.setGroup(g)
 	rs := []*rangeState{{born: s.tick.Load()}}
 	t.ranges.Store(&rs)
 
@@ -88,6 +88,9 @@ func (s *Store) CreateTableInGroup(ctx context.Context, account, name string, g 
 	}
 	s.nextID = id + 1
 	s.tables.Store(key, t)
+	if g.ID != 0 {
+		s.groups.Store(g.ID, t)
+	}
 	return Table{Name: name}, nil
 }
 
@@ -116,6 +119,9 @@ func (s *Store) DeleteTable(ctx context.Context, account, name string) error {
 	// Only now that the drop is durable may DropKey discard the keys.
 	t.deleted.Store(true)
 	s.tables.Delete(tableKey{account, t.lower})
+	if g := t.rangeGroup(); g.ID != 0 {
+		s.groups.Delete(g.ID)
+	}
 	s.markDeleted(t.id)
 	s.queueDrop(droppedTable{account: account, id: t.id})
 	return nil

@@ -27,6 +27,7 @@ const (
 	KindSetACL                           // Table's stored access policies: ACL
 	KindSetProperties                    // the account's service properties: Properties
 	KindCreateRangeTable                 // Table, with a range group of Voters
+	KindSetRangeVoters                   // Table's range group Group is to have Voters
 )
 
 func (k Kind) String() string {
@@ -45,6 +46,8 @@ func (k Kind) String() string {
 		return "set-properties"
 	case KindCreateRangeTable:
 		return "create-range-table"
+	case KindSetRangeVoters:
+		return "set-range-voters"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -66,8 +69,10 @@ type Command struct {
 	Properties []byte
 	// Voters are the nodes a new table's range group is replicated on,
 	// chosen by the leader that proposes it; the group's id is the index
-	// of the command's entry, unique and the same on every replica.
+	// of the command's entry, unique and the same on every replica. Or,
+	// with Group, the nodes a table's range group is to move to.
 	Voters []uint64
+	Group  uint64
 }
 
 // version is the first byte of every encoded command.
@@ -122,10 +127,10 @@ func (c *Command) Append(dst []byte) []byte {
 	case KindSetProperties:
 		dst = appendBytes(dst, c.Properties)
 	case KindCreateRangeTable:
-		dst = binary.AppendUvarint(dst, uint64(len(c.Voters)))
-		for _, v := range c.Voters {
-			dst = binary.AppendUvarint(dst, v)
-		}
+		dst = appendVoters(dst, c.Voters)
+	case KindSetRangeVoters:
+		dst = binary.AppendUvarint(dst, c.Group)
+		dst = appendVoters(dst, c.Voters)
 	}
 	return dst
 }
@@ -182,18 +187,12 @@ func Decode(b []byte) (Command, error) {
 	case KindSetProperties:
 		c.Properties = bytes.Clone(r.bytes())
 	case KindCreateRangeTable:
-		n := r.count(partition.MaxGroupVoters, 1)
-		if r.err == nil && n == 0 {
-			r.fail("a range group with no voters")
+		c.Voters = r.voters()
+	case KindSetRangeVoters:
+		if c.Group = r.uvarint(); r.err == nil && c.Group <= 1 {
+			r.fail("group %d is not a range group", c.Group)
 		}
-		c.Voters = make([]uint64, 0, n)
-		for i := 0; i < n && r.err == nil; i++ {
-			v := r.uvarint()
-			if r.err == nil && v == 0 {
-				r.fail("voter %d is node 0", i)
-			}
-			c.Voters = append(c.Voters, v)
-		}
+		c.Voters = r.voters()
 	default:
 		r.fail("unknown kind %d", c.Kind)
 	}
@@ -204,6 +203,32 @@ func Decode(b []byte) (Command, error) {
 		return Command{}, r.err
 	}
 	return c, nil
+}
+
+func appendVoters(dst []byte, voters []uint64) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(voters)))
+	for _, v := range voters {
+		dst = binary.AppendUvarint(dst, v)
+	}
+	return dst
+}
+
+// voters reads a range group's voters: 1 to partition.MaxGroupVoters
+// node ids, none 0.
+func (r *reader) voters() []uint64 {
+	n := r.count(partition.MaxGroupVoters, 1)
+	if r.err == nil && n == 0 {
+		r.fail("a range group with no voters")
+	}
+	voters := make([]uint64, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		v := r.uvarint()
+		if r.err == nil && v == 0 {
+			r.fail("voter %d is node 0", i)
+		}
+		voters = append(voters, v)
+	}
+	return voters
 }
 
 func appendString(dst []byte, s string) []byte {

@@ -44,6 +44,7 @@ func examples() []Command {
 		{Kind: KindSetACL, Account: "a", Table: "t", ACL: []partition.SignedIdentifier{}},
 		{Kind: KindSetProperties, Account: "a", Properties: []byte("<StorageServiceProperties/>")},
 		{Kind: KindCreateRangeTable, ID: 11, Account: "a", Table: "Ranged", Voters: []uint64{3, 1, 1 << 40}},
+		{Kind: KindSetRangeVoters, ID: 12, Account: "a", Table: "Ranged", Group: 1 << 33, Voters: []uint64{4, 1}},
 	}
 }
 
@@ -122,6 +123,19 @@ func TestDecodeRefusesDamage(t *testing.T) {
 		if _, err := Decode(bad); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%x: %v", bad, err)
 		}
+	}
+	// A move of the system group's voters, or of none, or to node 0.
+	head := []byte{1, byte(KindSetRangeVoters), 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'a', 1, 't'}
+	for name, tail := range map[string][]byte{
+		"system group": {1, 1, 2}, "group 0": {0, 1, 2}, "no voters": {5, 0}, "node 0": {5, 2, 1, 0},
+		"eight voters": {5, 8, 1, 2, 3, 4, 5, 6, 7, 8},
+	} {
+		if _, err := Decode(append(append([]byte(nil), head...), tail...)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("set-range-voters, %s: %v", name, err)
+		}
+	}
+	if c, err := Decode(append(append([]byte(nil), head...), 5, 2, 1, 4)); err != nil || c.Group != 5 || len(c.Voters) != 2 {
+		t.Errorf("a valid set-range-voters: %+v, %v", c, err)
 	}
 	// A batch claiming more operations than its bytes could hold.
 	huge := (&Command{Kind: KindBatch, Account: "a", Table: "t", Ops: []partition.Op{{Entity: &odata.Entity{}}}}).Append(nil)
