@@ -111,6 +111,13 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			}
 			n.hosts.add(hostChange{group: g.ID})
 		}
+	case command.KindSetRangeVoters:
+		res.err = s.SetGroupVoters(ctx, c.Account, c.Table, c.Group, c.Voters)
+		if res.err == nil {
+			// The group's leader here has members to move; a member here
+			// that is to go ticks again, to learn it went.
+			n.hosts.add(hostChange{group: c.Group, wake: true})
+		}
 	case command.KindSetACL:
 		res.err = s.SetTableACL(ctx, c.Account, c.Table, c.ACL)
 	case command.KindSetProperties:
@@ -179,15 +186,16 @@ func (r *replica) syncAndCompact() error {
 	if err := r.n.st().SyncApplied(r.group, applied); err != nil {
 		return err
 	}
-	// The system group's first entry goes as soon as it is applied: the
-	// founders' configuration was bootstrapped, not logged, so a node
-	// that joins must start from a snapshot (which carries it), never
-	// from entry 1.
+	// A group's first entry goes as soon as it is applied: the founders'
+	// configuration was bootstrapped, not logged, so a node that joins,
+	// or a member added to a range group, must start from a snapshot
+	// (which carries it), never from entry 1.
 	to := uint64(0)
-	if r.group == systemGroup {
+	canSnapshot := r.canSnapshot()
+	if canSnapshot {
 		to = 1
 	}
-	if applied > r.n.cfg.LogRetention && r.canSnapshot() {
+	if applied > r.n.cfg.LogRetention && canSnapshot {
 		to = applied - r.n.cfg.LogRetention
 	}
 	if to == 0 {
@@ -211,14 +219,15 @@ func (r *replica) canSnapshot() bool {
 	return ok
 }
 
-// holdsFirstEntry says whether the system group's log still holds its
-// first entry once it is applied (syncAndCompact drops it).
+// holdsFirstEntry says whether a group's log still holds its first
+// entry once it is applied, which syncAndCompact drops if the group can
+// send snapshots.
 func (r *replica) holdsFirstEntry() bool {
-	if r.group != systemGroup || r.applied.Load() < 1 {
+	if r.applied.Load() < 1 {
 		return false
 	}
 	first, err := r.rlog.FirstIndex()
-	return err == nil && first == 1
+	return err == nil && first == 1 && r.canSnapshot()
 }
 
 // fail stops the node on a failure that leaves its replica unusable.

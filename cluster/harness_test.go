@@ -63,7 +63,7 @@ func (t simTransport) Send(msgs []transport.Message) {
 		return
 	}
 	for _, m := range msgs {
-		to := m.Raft.GetTo()
+		to := transport.NodeOf(m.Raft.GetTo())
 		if s.cut[[2]uint64{t.from, to}] || (s.dropRate > 0 && s.rng.Float64() < s.dropRate) {
 			continue
 		}

@@ -315,11 +315,15 @@ type Status struct {
 	Quiesced    int `json:"quiesced"`
 }
 
-// GroupStatus is a range group as a node hosting it sees it.
+// GroupStatus is a range group as a node hosting it sees it: its leader,
+// how far this node applied it, and its members' nodes as its log has
+// them here (voters, and learners catching up).
 type GroupStatus struct {
-	Group   uint64 `json:"group"`
-	Leader  uint64 `json:"leader"`
-	Applied uint64 `json:"applied"`
+	Group    uint64   `json:"group"`
+	Leader   uint64   `json:"leader"`
+	Applied  uint64   `json:"applied"`
+	Voters   []uint64 `json:"voters"`
+	Learners []uint64 `json:"learners,omitempty"`
 }
 
 // RangeStatus is one range partition of a table as its leaseholder sees

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -58,7 +59,9 @@ func (n *Node) TransferLease(ctx context.Context, account, table string, to uint
 		// A quiesced group must tick again: the transfer times out by
 		// ticks, and the new leader's heartbeats follow.
 		r.quiesced.Store(false)
-		r.rn.TransferLeader(to)
+		if id := memberOf(r.conf, to); id != 0 && slices.Contains(r.conf.GetVoters(), id) {
+			r.rn.TransferLeader(id)
+		}
 		n.touch(r)
 	}:
 	case <-ctx.Done():

@@ -173,10 +173,8 @@ type Node struct {
 	snaps    snapshots
 	members  members
 
-	// The configuration as the loop last applied it, for RemoveMember's
-	// wait; removed is set when a change removes this node.
-	confMu        sync.Mutex
-	conf          *raftpb.ConfState
+	// removed is set when a change removes this node from the system
+	// group (its configuration is the embedded replica's conf).
 	removed       atomic.Bool
 	memberReqs    chan memberRequest
 	calls         chan func() // work for the loop from other goroutines
@@ -271,7 +269,7 @@ func NewNode(cfg Config) (*Node, error) {
 		replicas: make(map[uint64]*replica),
 		touched:  make(map[*replica]struct{}),
 		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),
-			incarnation: rand.Uint64() | 1, runs: make(map[uint64]uint64)},
+			incarnation: rand.Uint64() | 1, runs: make(map[uint64]uint64), checks: memberNotes{}, removed: memberNotes{}},
 		inbox:    make(chan []transport.Message, 1024),
 		proposes: make(chan *proposal, 1024),
 		reads:    make(chan *readWaiter, 1024),
@@ -279,14 +277,13 @@ func NewNode(cfg Config) (*Node, error) {
 		stopped:  make(chan struct{}),
 	}
 	gs.snapshot = n.leaderSnapshot
-	if n.replica, err = newReplica(n, systemGroup, st, gs, applied); err != nil {
+	if n.replica, err = newReplica(n, systemGroup, c.ID, st, gs, applied); err != nil {
 		return nil, err
 	}
 	n.replicas[systemGroup] = n.replica
 	n.replicaList = append(n.replicaList, n.replica)
 	n.memberReqs = make(chan memberRequest, 16)
 	n.calls = make(chan func(), 16)
-	n.conf = cs
 	if err := n.initMembers(book, cs); err != nil {
 		return nil, err
 	}
@@ -325,9 +322,9 @@ func (n *Node) Receive(msgs []transport.Message) {
 // route hands received messages to the replicas of their groups, and
 // notes their senders alive. Group 0 is the nodes' own: liveness, and
 // the groups the sender quiesced (quiesce.go).
-func (n *Node) route(msgs []transport.Message) {
+func (n *Node) route(msgs []transport.Message) error {
 	for _, m := range msgs {
-		n.live.heard[m.Raft.GetFrom()] = n.live.ticks
+		n.live.heard[transport.NodeOf(m.Raft.GetFrom())] = n.live.ticks
 	}
 	for i := 0; i < len(msgs); {
 		if msgs[i].Group == 0 {
@@ -340,16 +337,29 @@ func (n *Node) route(msgs []transport.Message) {
 		for j < len(msgs) && msgs[j].Group == g {
 			j++
 		}
-		if r := n.replicas[g]; r != nil {
+		r := n.replicas[g]
+		if to := msgs[i].Raft.GetTo(); g != systemGroup && (r == nil || r.id != to) {
+			// A member this node does not host yet, or a newer one than
+			// it hosts (range_members.go).
+			var err error
+			if r, err = n.hostMember(g, to); err != nil {
+				return err
+			}
+		}
+		if r != nil {
 			batch := make([]*raftpb.Message, j-i)
 			for k := range batch {
 				batch[k] = msgs[i+k].Raft
+				if r.group != systemGroup && !hasMember(r.conf, batch[k].GetFrom()) {
+					r.strayFrom(batch[k].GetFrom())
+				}
 			}
 			r.step(batch)
 			n.touch(r)
 		}
 		i = j
 	}
+	return nil
 }
 
 // deliver queues a group's messages for the loop, as Receive does (a
@@ -433,7 +443,9 @@ func (n *Node) loop(ctx context.Context) error {
 				return err
 			}
 		case msgs := <-n.inbox:
-			n.route(msgs)
+			if err := n.route(msgs); err != nil {
+				return err
+			}
 		case p := <-n.proposes:
 			p.r.stampAndPropose(p)
 			n.touch(p.r)
@@ -445,7 +457,9 @@ func (n *Node) loop(ctx context.Context) error {
 		for more := true; more; {
 			select {
 			case msgs := <-n.inbox:
-				n.route(msgs)
+				if err := n.route(msgs); err != nil {
+					return err
+				}
 			case p := <-n.proposes:
 				p.r.stampAndPropose(p)
 				n.touch(p.r)
@@ -510,15 +524,19 @@ func (n *Node) handleReadys(rs []*replica) error {
 			// the store's pointer (NewNode), or after a span's ingest from
 			// its record (hostGroup); one before it from the old store.
 			meta := rd.Snapshot.GetMetadata()
+			cs := proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
 			if r.group == systemGroup {
 				if err := n.onApply(func() error { return n.installSnapshot(meta) }); err != nil {
 					return err
 				}
 				n.confMu.Lock()
-				n.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
+				n.conf = cs
 				n.confMu.Unlock()
-			} else if err := n.onApply(func() error { return r.installSpanSnapshot(meta) }); err != nil {
-				return err
+			} else {
+				if err := n.onApply(func() error { return r.installSpanSnapshot(meta) }); err != nil {
+					return err
+				}
+				r.setConf(meta.GetIndex(), cs)
 			}
 			w.ApplySnapshot(r.group, meta)
 		}
@@ -554,13 +572,17 @@ func (n *Node) handleReadys(rs []*replica) error {
 		}
 		for _, e := range rd.CommittedEntries {
 			if e.GetType() == raftpb.EntryType_EntryConfChange {
+				apply := n.applyConfChange
 				if r.group != systemGroup {
-					return fmt.Errorf("cluster: group %d: entry %d is a configuration change, which range groups do not take yet", r.group, e.GetIndex())
+					apply = r.applyRangeConfChange
 				}
-				if err := n.applyConfChange(e); err != nil {
+				if err := apply(e); err != nil {
 					return err
 				}
 			}
+		}
+		if k := len(rd.CommittedEntries); k > 0 {
+			r.members.seen = max(r.members.seen, rd.CommittedEntries[k-1].GetIndex())
 		}
 		if len(rd.CommittedEntries) > 0 {
 			n.applyCh <- applyItem{r: r, ents: rd.CommittedEntries}

@@ -7,6 +7,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/cluster/transport"
 )
 
 // Quiescence: an idle range group costs nothing. Raft ticks a group to
@@ -52,6 +54,9 @@ type liveness struct {
 	// the peer coming back (heardLiveness).
 	incarnation uint64
 	runs        map[uint64]uint64
+	// checks and removed are the membership questions and answers to
+	// send with the tick's liveness messages (range_members.go).
+	checks, removed memberNotes
 }
 
 // isLive reports whether node id was heard from within an election
@@ -116,8 +121,17 @@ func (n *Node) sendLiveness(peers []uint64) {
 // are quiesced here too, if the peer still leads them in the same term
 // and this replica knows the commit index the leader quiesced at.
 func (n *Node) heardLiveness(m *raftpb.Message) {
-	if m.GetType() == raftpb.MessageType_MsgHeartbeatResp && m.GetReject() {
-		n.toldRemoved(m.GetFrom())
+	switch m.GetType() {
+	case raftpb.MessageType_MsgHeartbeatResp:
+		if m.GetReject() {
+			n.toldRemoved(m.GetFrom())
+		}
+		return
+	case msgMemberCheck:
+		n.heardMemberCheck(m)
+		return
+	case msgMembersRemoved:
+		n.heardMembersRemoved(m)
 		return
 	}
 	if n.members.isRemoved(m.GetFrom()) {
@@ -158,7 +172,7 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 		// otherwise stay behind until the group's next write.
 		if r := n.replicas[g]; r != nil && g != systemGroup {
 			st := r.rn.BasicStatus()
-			if st.Lead == m.GetFrom() && st.GetTerm() == term && st.RaftState == raft.StateFollower && st.GetCommit() >= commit {
+			if transport.NodeOf(st.Lead) == m.GetFrom() && st.GetTerm() == term && st.RaftState == raft.StateFollower && st.GetCommit() >= commit {
 				r.quiesced.Store(true)
 			}
 		}
@@ -181,8 +195,14 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 		} else if r.maybeQuiesce() {
 			continue
 		}
-		for _, id := range unreachable {
-			r.rn.ReportUnreachable(id)
+		r.reconcile()
+		r.noteLeaderless()
+		for _, node := range unreachable {
+			if r.group == systemGroup {
+				r.rn.ReportUnreachable(node)
+			} else if id := memberOf(r.conf, node); id != 0 {
+				r.rn.ReportUnreachable(id)
+			}
 		}
 		r.rn.Tick()
 		n.touch(r)
@@ -200,6 +220,7 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 			}
 		}
 	}
+	n.sendMemberMessages()
 }
 
 // mustWake reports whether a quiesced replica must tick again: a
@@ -213,10 +234,12 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 	if st.RaftState != raft.StateLeader {
 		// Its leader's node went silent, or came back (it may have
 		// restarted, and lost its leadership with it).
-		return (fell && !r.n.isLive(st.Lead)) || slices.Contains(back, st.Lead)
+		lead := transport.NodeOf(st.Lead)
+		return (fell && !r.n.isLive(lead)) || slices.Contains(back, lead)
 	}
+	voters := r.voterNodes()
 	for _, id := range back {
-		if slices.Contains(r.voters, id) {
+		if slices.Contains(voters, id) {
 			return true
 		}
 	}
@@ -224,12 +247,12 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 		return false
 	}
 	live := 0
-	for _, id := range r.voters {
+	for _, id := range voters {
 		if r.n.isLive(id) {
 			live++
 		}
 	}
-	return live*2 <= len(r.voters)
+	return live*2 <= len(voters)
 }
 
 // maybeQuiesce quiesces a leader's group that has nothing in flight: it
@@ -239,7 +262,7 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 // keeps ticking and CheckQuorum can act; and every live voter must be
 // caught up, since once quiesced nothing brings a follower what it missed.
 func (r *replica) maybeQuiesce() bool {
-	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() {
+	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() || !r.settled() {
 		return false
 	}
 	st := r.rn.Status()
@@ -257,7 +280,7 @@ func (r *replica) maybeQuiesce() bool {
 			return false // a learner catching up needs the ticks
 		}
 		voters++
-		if !r.n.isLive(id) {
+		if !r.n.isLive(transport.NodeOf(id)) {
 			continue
 		}
 		if pr.Match != commit {
@@ -271,19 +294,20 @@ func (r *replica) maybeQuiesce() bool {
 	n := r.n
 	var out []*raftpb.Message
 	for id, pr := range st.Progress {
-		if id == n.cfg.ID || !n.isLive(id) {
+		node := transport.NodeOf(id)
+		if id == r.id || !n.isLive(node) {
 			continue
 		}
 		out = append(out, &raftpb.Message{
 			Type:   raftpb.MessageType_MsgHeartbeat.Enum(),
-			From:   proto.Uint64(n.cfg.ID),
+			From:   proto.Uint64(r.id),
 			To:     proto.Uint64(id),
 			Term:   proto.Uint64(st.GetTerm()),
 			Commit: proto.Uint64(min(pr.Match, commit)),
 		})
-		notice := binary.AppendUvarint(n.live.notices[id], r.group)
+		notice := binary.AppendUvarint(n.live.notices[node], r.group)
 		notice = binary.AppendUvarint(notice, st.GetTerm())
-		n.live.notices[id] = binary.AppendUvarint(notice, commit)
+		n.live.notices[node] = binary.AppendUvarint(notice, commit)
 	}
 	n.sendGroup(r.group, out)
 	r.quiesced.Store(true)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tabuladb/tabula/cluster/command"
@@ -25,14 +23,19 @@ import (
 // hosts the groups it is a voter of from then on, and drops a group (its
 // replica and its log) with its table. A replica that falls behind its
 // peers' compacted logs catches up from a snapshot of the table's span
-// (range_snapshot.go). What is not built yet (docs/cluster.md): splits
-// of a table into several groups, and changes of a group's voters.
+// (range_snapshot.go). Its members move as its descriptor says
+// (range_members.go). What is not built yet (docs/cluster.md): splits of
+// a table into several groups.
 
-// hostGroup adds this node's replica of range group id, whose voters are
-// voters: before the node runs, or from its loop. A group new to the node
-// is bootstrapped; one it hosted before restarts from its log and from
-// the index the store applied.
-func (n *Node) hostGroup(id uint64, voters []uint64) error {
+// hostGroup adds this node's replica of range group id, before the node
+// runs or from its loop. A group with state in the raft log restarts
+// from it, as the member its replica record names (the node's own id
+// when none: a founding member); a group whose member here was retired
+// is not hosted. A group with no state at all is bootstrapped when its
+// founding voters are given (its table's creation is being applied) and
+// is otherwise not hosted: the node hosts a member there when a message
+// for one comes (hostMember).
+func (n *Node) hostGroup(id uint64, founders []uint64) error {
 	if id == systemGroup || id == 0 {
 		return fmt.Errorf("cluster: group %d is not a range group", id)
 	}
@@ -40,18 +43,25 @@ func (n *Node) hostGroup(id uint64, voters []uint64) error {
 		return fmt.Errorf("cluster: group %d is hosted already", id)
 	}
 	st := n.cfg.Log.Group(id)
-	hs, cs, err := st.InitialState()
-	if err != nil {
-		return fmt.Errorf("cluster: group %d: read raft state: %w", id, err)
+	rec := st.Replica()
+	if rec.Removed {
+		return nil
 	}
-	if len(cs.GetVoters()) == 0 && raft.IsEmptyHardState(hs) {
-		if len(voters) == 0 {
-			return fmt.Errorf("cluster: group %d: a new group needs its voters", id)
+	if st.Empty() {
+		if len(founders) == 0 {
+			return nil
 		}
-		cs = &raftpb.ConfState{Voters: voters}
-		if err := st.Bootstrap(cs); err != nil {
+		if err := st.Bootstrap(&raftpb.ConfState{Voters: founders}); err != nil {
 			return fmt.Errorf("cluster: group %d: bootstrap: %w", id, err)
 		}
+	}
+	member := rec.ID
+	if member == 0 {
+		member = n.cfg.ID
+	}
+	hs, _, err := st.InitialState()
+	if err != nil {
+		return fmt.Errorf("cluster: group %d: read raft state: %w", id, err)
 	}
 	applied, err := n.st().AppliedIndex(id)
 	if err != nil {
@@ -82,12 +92,12 @@ func (n *Node) hostGroup(id uint64, voters []uint64) error {
 		}
 	}
 	gs := &groupStorage{Storage: st}
-	r, err := newReplica(n, id, st, gs, applied)
+	r, err := newReplica(n, id, member, st, gs, applied)
 	if err != nil {
 		return err
 	}
 	gs.snapshot = r.leaderSpanSnapshot
-	r.voters = slices.Clone(cs.GetVoters())
+	r.members.seen = max(applied, st.Replica().ConfIndex)
 	n.replicasMu.Lock()
 	n.replicas[id] = r
 	n.replicaList = append(n.replicaList, r)

@@ -34,8 +34,14 @@ const campaignTicks = 20
 // loop, which waits on it).
 type hostChange struct {
 	group    uint64
-	voters   []uint64 // nil: drop the group
+	voters   []uint64 // a new group's founding voters; nil: drop the group
 	campaign bool     // the group is new: start its election at once
+	// retire, when set, names this node's member of the group, which the
+	// group removed: it goes, and the group stays (range_members.go).
+	retire uint64
+	// wake asks a hosted replica to tick again: its descriptor changed,
+	// and its leader has members to move.
+	wake bool
 }
 
 // hostQueue is the apply goroutine's queue of host changes for the loop.
@@ -68,6 +74,18 @@ func (q *hostQueue) take() []hostChange {
 // is a voter the group counts on.
 func (n *Node) applyHostChanges() error {
 	for _, c := range n.hosts.take() {
+		switch r := n.replicas[c.group]; {
+		case c.retire != 0:
+			if err := n.retire(c.group, c.retire); err != nil {
+				return err
+			}
+			continue
+		case c.wake:
+			if r != nil {
+				r.quiesced.Store(false)
+			}
+			continue
+		}
 		if c.voters == nil {
 			if err := n.dropGroup(c.group); err != nil {
 				return err
@@ -110,23 +128,15 @@ func (r *replica) campaign() {
 func (n *Node) dropGroup(group uint64) error {
 	r := n.replicas[group]
 	if r == nil {
-		return nil
+		// Not hosted: a member retired here leaves its tombstone.
+		return n.cfg.Log.DeleteGroup(group)
 	}
-	n.replicasMu.Lock()
-	delete(n.replicas, group)
-	n.replicaList = slices.DeleteFunc(n.replicaList, func(x *replica) bool { return x == r })
-	n.replicasMu.Unlock()
-	delete(n.touched, r)
-	r.stop(errTableGone)
-	if err := n.cfg.Log.DeleteGroup(group); err != nil {
+	n.unhost(r, errTableGone)
+	// After the group's entries still queued on the apply goroutine,
+	// which may compact its log.
+	if err := n.onApply(func() error { return n.cfg.Log.DeleteGroup(group) }); err != nil {
 		return fmt.Errorf("cluster: drop range group %d: %w", group, err)
 	}
-	r.spans.mu.Lock()
-	r.spans.removeStaged(n.dir.fs, ^uint64(0))
-	r.spans.mu.Unlock()
-	r.spans.latest = nil
-	n.snaps.release(group)
-	n.dir.fs.Remove(n.rangeSnapshotRecord(group))
 	n.log.Info("cluster: range group dropped with its table", "node", n.cfg.ID, "group", group)
 	return nil
 }
@@ -161,12 +171,26 @@ func (r *replica) wrongGroup(s *partition.Store, account, table string) error {
 	return errTableGone
 }
 
-// hostTableGroups hosts, before the node runs, the range groups its store
-// names it a voter of.
+// hostTableGroups hosts, before the node runs, the members of range
+// groups its raft log holds, for the tables its store knows. A group the
+// node holds no member of is hosted when a message for one comes
+// (hostMember); one whose member here was retired keeps no data here,
+// which a crash in the middle of its retirement may have left.
 func (n *Node) hostTableGroups() error {
 	for _, tg := range n.st().TableGroups() {
-		if tg.Group.Has(n.cfg.ID) {
-			if err := n.hostGroup(tg.Group.ID, tg.Group.Voters); err != nil {
+		id := tg.Group.ID
+		st := n.cfg.Log.Group(id)
+		switch {
+		case st.Empty():
+		case st.Replica().Removed:
+			if applied, err := n.st().AppliedIndex(id); err != nil || applied == 0 {
+				return err
+			}
+			if err := n.emptyGroupSpan(id); err != nil {
+				return err
+			}
+		default:
+			if err := n.hostGroup(id, nil); err != nil {
 				return fmt.Errorf("cluster: table %s/%s: %w", tg.Account, tg.Table, err)
 			}
 		}
@@ -202,16 +226,23 @@ func (n *Node) pickVoters() []uint64 {
 }
 
 // someVoter returns a voter of a group this node does not host, to
-// forward a request to: the first one heard from lately, or the first.
+// forward a request to: the first other node heard from lately, or the
+// first other one (0 when the node is the only one named).
 func (n *Node) someVoter(voters []uint64) uint64 {
-	if st := n.status.Load(); st != nil {
-		for _, v := range voters {
-			if st.live[v] {
-				return v
-			}
+	var first uint64
+	st := n.status.Load()
+	for _, v := range voters {
+		if v == n.cfg.ID {
+			continue
+		}
+		if st != nil && st.live[v] {
+			return v
+		}
+		if first == 0 {
+			first = v
 		}
 	}
-	return voters[0]
+	return first
 }
 
 // awaitTableGroup waits, for at most a few election timeouts, until a
@@ -247,11 +278,12 @@ func (n *Node) awaitTableGroup(ctx context.Context, account, table string) {
 // group it hosts, taken from its live store (old): the spans and applied
 // indexes that its logs of those groups continue, not the leader's. The
 // spans of the other groups are emptied and their applied indexes reset:
-// a group the node is a voter of but did not host yet (created while it
-// was behind) starts from nothing and is replicated by its leader, from
-// the log or a span snapshot. It returns the host changes to make once
-// the store is switched: the groups to start, and those hosted whose
-// table the snapshot no longer has (dropped while the node was behind).
+// a group the node is to be a member of but did not host yet (created
+// while it was behind, or moved here) starts from nothing, hosted when
+// its leader's first message comes, which brings it a span snapshot. It
+// returns the host changes to make once the store is switched: the
+// groups hosted whose table the snapshot no longer has (dropped while
+// the node was behind).
 // It runs on the apply goroutine, so no range group applies meanwhile,
 // and before the switch, so a crash leaves the old store in use.
 func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error) {
@@ -269,10 +301,10 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 			delete(hosted, id)
 			err = copySpan(old, next, id, sp)
 		} else {
+			// A member to be here comes from the group's leader, which
+			// sends it a span snapshot: it is hosted when that leader's
+			// first message comes (hostMember).
 			_, err = next.IngestSpan(id, sp, bytes.NewReader(partition.EmptySpanStream(id, sp)))
-			if tg.Group.Has(n.cfg.ID) {
-				changes = append(changes, hostChange{group: id, voters: tg.Group.Voters})
-			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", id, err)

@@ -67,12 +67,8 @@ type stagedSpan struct {
 
 // groupSpan returns the span a range group replicates: its whole table.
 func (n *Node) groupSpan(group uint64) (partition.Span, bool) {
-	for _, tg := range n.st().TableGroups() {
-		if tg.Group.ID == group {
-			return partition.Span{Account: tg.Account, Table: tg.Table}, true
-		}
-	}
-	return partition.Span{}, false
+	tg, ok := n.st().GroupTable(group)
+	return partition.Span{Account: tg.Account, Table: tg.Table}, ok
 }
 
 // leaderSpanSnapshot returns a snapshot of the group's span whose index
@@ -103,11 +99,19 @@ func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
 			ss.Close()
 			return nil, err
 		}
+		cs, ok := r.confAtIndex(idx)
+		if !ok {
+			// The configuration in force at idx was replaced before the
+			// last restart, and the store has not applied up to the
+			// change yet: raft asks again.
+			ss.Close()
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
+		}
 		token := make([]byte, 16)
 		rand.Read(token)
 		now := time.Now()
 		l = &servedSnapshot{token: token, group: r.group, ss: ss, ts: r.appliedTS.Load(), made: now, used: now,
-			meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: &raftpb.ConfState{Voters: r.voters}}}
+			meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: proto.Clone(cs).(*raftpb.ConfState)}}
 		n.snaps.add(l)
 		n.snaps.mu.Lock()
 		n.snaps.spanMade++

@@ -58,10 +58,20 @@ func (c *testCluster) tableGroup(table string) partition.RangeGroup {
 // leader has.
 func (c *testCluster) convergeGroup(g uint64, timeout time.Duration) {
 	c.t.Helper()
+	c.convergeMembers(g, nil, timeout)
+}
+
+// convergeMembers waits until the running nodes of members (every one
+// when nil) have applied what group g's leader has.
+func (c *testCluster) convergeMembers(g uint64, members []uint64, timeout time.Duration) {
+	c.t.Helper()
 	target := c.groupLeader(g, timeout).node.group(g).applied.Load()
 	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
 		behind := 0
 		for _, tn := range c.nodes {
+			if members != nil && !slices.Contains(members, tn.id) {
+				continue
+			}
 			if r := tn.node.group(g); r == nil || r.applied.Load() < target {
 				behind++
 			}

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tabuladb/tabula/cluster/raftlog"
+	"github.com/tabuladb/tabula/cluster/transport"
 )
 
 // replica is this node's member of one raft group: the group's raft state
@@ -18,16 +19,27 @@ import (
 //
 // The system group (group 1) replicates the table service's catalog, and
 // the entities of the tables that have no range group; a range group
-// replicates one table's entities over a fixed set of voters
-// (range_group.go).
+// replicates one table's entities (range_group.go), its members moving
+// as the table's descriptor says (range_members.go).
 type replica struct {
 	n     *Node
 	group uint64
-	rlog  *raftlog.Storage
-	rn    *raft.RawNode // loop-owned
-	// voters are a range group's voters, which do not change yet (the
-	// system group's configuration is the node's membership: n.conf).
-	voters []uint64
+	// id is the replica's raft id in its group: the node's id in the
+	// system group and in a range group it founded; a member added to a
+	// range group later has one of its own (transport.ReplicaID).
+	id   uint64
+	rlog *raftlog.Storage
+	rn   *raft.RawNode // loop-owned
+
+	// conf is the group's configuration as the loop last applied it (for
+	// the system group, the node's membership); readers on other
+	// goroutines take confMu. confs are a range group's configurations
+	// by the log index they took effect at, oldest first, from the one
+	// in force at the store's applied index: a snapshot carries the one
+	// of its own index (loop-owned; range_members.go).
+	confMu sync.Mutex
+	conf   *raftpb.ConfState
+	confs  []confAt
 
 	// Leadership, as the loop last saw it; readers are other goroutines.
 	leader atomic.Uint64 // the leader's id, 0 when none is known
@@ -57,6 +69,8 @@ type replica struct {
 	// tableless marks a range group hostGroup was given without a table
 	// of its own (tests): it writes the tables that have no group.
 	tableless bool
+	// members is a range group's work on its membership (range_members.go).
+	members rangeMembers
 
 	// applied is the index of the last entry applied; appliedTS the
 	// newest commit timestamp among the commands applied. sinceSync is
@@ -70,13 +84,13 @@ type replica struct {
 	waiters waiters
 }
 
-// newReplica starts the raft state machine of group on this node, from
-// storage (the group's log, and for the system group its snapshots) and
-// the index its store has applied.
-func newReplica(n *Node, group uint64, rlog *raftlog.Storage, storage raft.Storage, applied uint64) (*replica, error) {
+// newReplica starts the raft state machine of group on this node, as
+// member id, from storage (the group's log, and for the system group its
+// snapshots) and the index its store has applied.
+func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.Storage, applied uint64) (*replica, error) {
 	c := &n.cfg
 	rn, err := raft.NewRawNode(&raft.Config{
-		ID:              c.ID,
+		ID:              id,
 		ElectionTick:    c.ElectionTicks,
 		HeartbeatTick:   c.HeartbeatTicks,
 		Storage:         storage,
@@ -100,9 +114,16 @@ func newReplica(n *Node, group uint64, rlog *raftlog.Storage, storage raft.Stora
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft of group %d: %w", group, err)
 	}
+	_, cs, err := storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: group %d: read raft state: %w", group, err)
+	}
 	r := &replica{
 		n:          n,
 		group:      group,
+		id:         id,
+		conf:       cs,
+		confs:      []confAt{{index: rlog.Replica().ConfIndex, cs: cs}},
 		rlog:       rlog,
 		rn:         rn,
 		readsByCtx: make(map[string][]*readWaiter),
@@ -116,7 +137,7 @@ func newReplica(n *Node, group uint64, rlog *raftlog.Storage, storage raft.Stora
 // step hands the replica messages from its peers.
 func (r *replica) step(msgs []*raftpb.Message) {
 	for _, m := range msgs {
-		if m.GetTo() != r.n.cfg.ID {
+		if m.GetTo() != r.id {
 			continue
 		}
 		if m.GetType() == raftpb.MessageType_MsgSnap {
@@ -160,7 +181,8 @@ func (r *replica) send(msgs []*raftpb.Message) {
 // the last of rd.Entries); losing it fails the proposals and reads in
 // flight, whose fate this node can no longer tell.
 func (r *replica) leadershipChanged(ss *raft.SoftState) {
-	r.leader.Store(ss.Lead)
+	lead := transport.NodeOf(ss.Lead)
+	r.leader.Store(lead)
 	r.leaderMu.Lock()
 	defer r.leaderMu.Unlock()
 	wasLeader := r.isLeader
@@ -179,8 +201,8 @@ func (r *replica) leadershipChanged(ss *raft.SoftState) {
 	case !r.isLeader && wasLeader:
 		r.ready.Store(false)
 		r.waiters.failAll(errAmbiguous)
-		r.failReads(errNotLeader(ss.Lead))
-		log.Info("cluster: lost leadership", "node", r.n.cfg.ID, "group", r.group, "leader", ss.Lead)
+		r.failReads(errNotLeader(lead))
+		log.Info("cluster: lost leadership", "node", r.n.cfg.ID, "group", r.group, "leader", lead)
 	}
 }
 

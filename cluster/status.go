@@ -120,7 +120,9 @@ func (n *Node) groupStatus() []GroupStatus {
 	out := make([]GroupStatus, 0, len(n.replicas))
 	for id, r := range n.replicas {
 		if id != systemGroup {
-			out = append(out, GroupStatus{Group: id, Leader: r.leader.Load(), Applied: r.applied.Load()})
+			cs := r.confState()
+			out = append(out, GroupStatus{Group: id, Leader: r.leader.Load(), Applied: r.applied.Load(),
+				Voters: nodesOf(cs.GetVoters()), Learners: nodesOf(cs.GetLearners())})
 		}
 	}
 	n.replicasMu.RUnlock()

@@ -74,9 +74,20 @@ func (w *Write) SetReplicaID(group, id uint64) {
 // group's entries, hard state and conf state are deleted, and a replica
 // record marked removed is all that stays, in one synced batch. The id
 // is then refused for good (Replica().Removed); DeleteGroup forgets the
-// record too, when the group itself is gone or the node is added to it
-// again under a new id.
+// record too, when the group itself is gone.
 func (l *Log) RemoveReplica(group, id uint64) error {
+	return l.resetGroup(group, Replica{ID: id, Removed: true})
+}
+
+// StartReplica makes the group new to the node, its member there id:
+// whatever the group held is deleted and a replica record naming id is
+// all it holds, in one synced batch. The member has no configuration
+// until a snapshot brings one.
+func (l *Log) StartReplica(group, id uint64) error {
+	return l.resetGroup(group, Replica{ID: id})
+}
+
+func (l *Log) resetGroup(group uint64, rec Replica) error {
 	if err := l.writable(); err != nil {
 		return err
 	}
@@ -87,7 +98,6 @@ func (l *Log) RemoveReplica(group, id uint64) error {
 	if err := l.deleteAll(&b, group); err != nil {
 		return err
 	}
-	rec := Replica{ID: id, Removed: true}
 	b.Set(stateKey(group, kindReplica), rec.encode())
 	l.upgradeForRecord(&b)
 	if err := l.apply(&b, true); err != nil {
@@ -97,6 +107,14 @@ func (l *Log) RemoveReplica(group, id uint64) error {
 	s.hs, s.cs, s.truncIndex, s.truncTerm, s.last, s.cache = nil, nil, 0, 0, 0, nil
 	s.rec = rec
 	return nil
+}
+
+// Empty reports whether nothing of the group is stored, not even a
+// replica record.
+func (s *Storage) Empty() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return !s.hasState()
 }
 
 // upgradeForRecord adds to b the move of a version-1 log to the version

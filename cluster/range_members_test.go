@@ -1,0 +1,180 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/cluster/transport"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// setVoters names a table's voters through the system group's leader.
+func (c *testCluster) setVoters(table string, voters ...uint64) {
+	c.t.Helper()
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.n.SetTableVoters(context.Background(), acct, table, voters)
+	}); err != nil {
+		c.t.Fatalf("set the voters of %s to %v: %v", table, voters, err)
+	}
+}
+
+// waitMembers waits until group g's leader has exactly the members of
+// voters (no learner), every node of them hosts the group, and no other
+// running node does; it returns the leader.
+func (c *testCluster) waitMembers(g uint64, voters []uint64, timeout time.Duration) *testNode {
+	c.t.Helper()
+	want := slices.Sorted(slices.Values(voters))
+	var last string
+	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
+		var ld *testNode
+		hosts := []uint64{}
+		for _, tn := range c.nodes {
+			if r := tn.node.group(g); r != nil {
+				hosts = append(hosts, tn.id)
+				if r.ready.Load() {
+					ld = tn
+				}
+			}
+		}
+		slices.Sort(hosts)
+		if ld != nil {
+			cs := ld.node.group(g).confState()
+			got := slices.Sorted(slices.Values(nodesOf(cs.GetVoters())))
+			if slices.Equal(got, want) && len(cs.GetLearners()) == 0 && slices.Equal(hosts, want) {
+				return ld
+			}
+			last = fmt.Sprintf("leader %d: voters %v learners %v; hosted on %v", ld.id, got, cs.GetLearners(), hosts)
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("group %d did not move to %v in %v (%s)", g, want, timeout, last)
+		}
+	}
+}
+
+// TestRangeGroupMembersMove moves a table's range group from node to
+// node under writes: a follower's member to a node that had none, then
+// the leader's own (it hands its lease over first) back to the node that
+// was moved away, which gets a member of a new raft id. Every write
+// acknowledged is on every member; a node moved away keeps a tombstone
+// in its raft log and nothing of the table in its store; and the members
+// are where they were after the whole cluster restarts.
+func TestRangeGroupMembersMove(t *testing.T) {
+	c := newTablesCluster(t, 4, 31)
+	createVia(c, "moving")
+	g := c.tableGroup("moving")
+	if len(g.Voters) != 3 {
+		t.Fatalf("group %+v: want 3 voters of 4 nodes", g)
+	}
+	ld := c.groupLeader(g.ID, 10*time.Second)
+	var outside uint64
+	for _, tn := range c.nodes {
+		if !g.Has(tn.id) {
+			outside = tn.id
+		}
+	}
+
+	// Writes go on while the members move.
+	var acked sync.Map
+	var n atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rk := fmt.Sprintf("r%04d", i)
+			if _, err := retryAny(c, func(s *Store) (partition.StoredEntity, error) {
+				return s.Apply(context.Background(), acct, "moving", opUpsert("p", rk, i))
+			}); err == nil {
+				acked.Store(rk, i)
+				n.Add(1)
+			}
+		}
+	}()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 10s for %s", what)
+			}
+		}
+	}
+	waitFor("writes", func() bool { return n.Load() > 20 })
+
+	// A follower's member moves to the node outside the group.
+	var follower uint64
+	for _, v := range g.Voters {
+		if v != ld.id {
+			follower = v
+			break
+		}
+	}
+	moved := slices.DeleteFunc(slices.Clone(g.Voters), func(v uint64) bool { return v == follower })
+	moved = append(moved, outside)
+	c.setVoters("moving", moved...)
+	ld = c.waitMembers(g.ID, moved, 20*time.Second)
+	if r := c.nodes[outside].node.group(g.ID); transport.Incarnation(r.id) == 0 || transport.NodeOf(r.id) != outside {
+		t.Fatalf("the new member's raft id %x: want node %d with an incarnation", r.id, outside)
+	}
+	rec := c.nodes[follower].rlog.Group(g.ID).Replica()
+	if !rec.Removed || rec.ID != follower {
+		t.Fatalf("the node moved away keeps replica record %+v, want its founding member marked removed", rec)
+	}
+	before := n.Load()
+	waitFor("writes after the move", func() bool { return n.Load() > before+20 })
+
+	// The leader's own member moves, back to the node moved away first:
+	// its new member is not its old one.
+	leaving := ld.id
+	back := slices.DeleteFunc(slices.Clone(moved), func(v uint64) bool { return v == leaving })
+	back = append(back, follower)
+	c.setVoters("moving", back...)
+	ld = c.waitMembers(g.ID, back, 20*time.Second)
+	if ld.id == leaving {
+		t.Fatalf("node %d still leads the group it left", leaving)
+	}
+	if r := c.nodes[follower].node.group(g.ID); transport.Incarnation(r.id) == 0 {
+		t.Fatalf("node %d came back to the group as raft id %x, its old member's", follower, r.id)
+	}
+	before = n.Load()
+	waitFor("writes after the second move", func() bool { return n.Load() > before+20 })
+	close(stop)
+	wg.Wait()
+
+	check := func(when string) {
+		t.Helper()
+		c.convergeMembers(g.ID, back, 10*time.Second)
+		want := dump(t, ld.node.st(), "moving")
+		for _, tn := range c.nodes {
+			got := dump(t, tn.node.st(), "moving")
+			switch {
+			case slices.Contains(back, tn.id) && got != want:
+				t.Fatalf("%s: member node %d holds\n%s\nthe leader\n%s", when, tn.id, got, want)
+			case !slices.Contains(back, tn.id) && got != "":
+				t.Fatalf("%s: node %d, moved away, still holds the table's entities:\n%s", when, tn.id, got)
+			}
+		}
+		acked.Range(func(k, v any) bool {
+			e, err := ld.node.st().GetEntity(context.Background(), acct, "moving", "p", k.(string))
+			if err != nil || entityN(t, e) != v.(int) {
+				t.Fatalf("%s: acknowledged write %s=%d: %+v, %v", when, k, v, e, err)
+			}
+			return true
+		})
+	}
+	check("after the moves")
+	c.restartAll()
+	ld = c.waitMembers(g.ID, back, 20*time.Second)
+	upsertVia(c, "moving", "p", "after-restart", 1)
+	check("after a restart")
+}
