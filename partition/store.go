@@ -74,7 +74,7 @@ type Store struct {
 	nextID uint64 // under catMu
 	// tables maps tableKey to *table: looked up on every operation,
 	// changed only by catalog edits.
-	tables  sync.Map
+	tables sync.Map
 	// groups maps a range group's id to the live *table it replicates.
 	groups  sync.Map
 	deleted atomic.Pointer[map[uint64]struct{}]
