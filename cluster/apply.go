@@ -35,6 +35,16 @@ func (n *Node) applyLoop() {
 					n.fail(err)
 					break
 				}
+			} else if e.GetType() == raftpb.EntryType_EntryConfChange && r.group != systemGroup {
+				// The store's applied index passes a range group's
+				// configuration change, though it writes nothing there:
+				// a span snapshot taken from now on carries the new
+				// configuration, which a member it adds must find itself
+				// in.
+				if err := n.st().SyncApplied(r.group, e.GetIndex()); err != nil {
+					n.fail(err)
+					break
+				}
 			}
 			r.advanceApplied(e.GetIndex())
 			r.sinceSync++

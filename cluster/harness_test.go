@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -286,6 +288,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		// snapshot in every run.
 		SyncEvery: 50, LogRetention: 30, RequestTimeout: 300 * time.Millisecond,
 		Now: c.clock, SnapshotKeep: c.snapshotKeep, RangeGroups: c.rangeGroups,
+		Logger: testLogger(),
 	})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)
@@ -462,3 +465,12 @@ func dump(t testing.TB, s *partition.Store, table string) string {
 }
 
 const acct = "devstoreaccount1"
+
+// testLogger is the nodes' logger: silent, unless TABULA_TEST_LOG is set,
+// when it writes every node's log to standard error.
+func testLogger() *slog.Logger {
+	if os.Getenv("TABULA_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

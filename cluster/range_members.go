@@ -38,13 +38,6 @@ import (
 // its raft log gives way to a tombstone (raftlog.RemoveReplica) so the id
 // is never used again on the node, and its span is emptied.
 
-// confAt is a range group's configuration from the log index it took
-// effect at.
-type confAt struct {
-	index uint64
-	cs    *raftpb.ConfState
-}
-
 // rangeMembers is a range group replica's membership work; loop-owned.
 type rangeMembers struct {
 	// proposed is the last configuration change this replica proposed
@@ -118,26 +111,8 @@ func (r *replica) setConf(index uint64, cs *raftpb.ConfState) {
 	r.confMu.Lock()
 	r.conf = cs
 	r.confMu.Unlock()
-	// The configurations older than the one in force at the store's
-	// applied index are of no use to a snapshot.
-	applied := r.applied.Load()
-	k := 0
-	for k+1 < len(r.confs) && r.confs[k+1].index <= applied {
-		k++
-	}
-	r.confs = append(slices.Delete(r.confs, 0, k), confAt{index, cs})
+	r.confIndex = index
 	r.members.seen = max(r.members.seen, index)
-}
-
-// confAtIndex returns the group's configuration as of log index idx, if
-// the replica still knows it.
-func (r *replica) confAtIndex(idx uint64) (*raftpb.ConfState, bool) {
-	for i := len(r.confs) - 1; i >= 0; i-- {
-		if r.confs[i].index <= idx {
-			return r.confs[i].cs, true
-		}
-	}
-	return nil, false
 }
 
 // applyRangeConfChange applies a committed configuration change of a

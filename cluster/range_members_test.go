@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/tabuladb/tabula/cluster/transport"
 	"github.com/tabuladb/tabula/partition"
 )
@@ -177,4 +179,108 @@ func TestRangeGroupMembersMove(t *testing.T) {
 	ld = c.waitMembers(g.ID, back, 20*time.Second)
 	upsertVia(c, "moving", "p", "after-restart", 1)
 	check("after a restart")
+}
+
+// TestRemovedMemberThatMissedItRetires moves a group's members away
+// while their nodes cannot hear the group: once they can, they learn they
+// were removed (from the members they ask, or that their own messages
+// reach) and retire to a tombstone, their span emptied. One node is cut
+// off while its member is removed, another is down and starts again
+// after.
+func TestRemovedMemberThatMissedItRetires(t *testing.T) {
+	c := newTablesCluster(t, 5, 37)
+	createVia(c, "zombie")
+	g := c.tableGroup("zombie")
+	ld := c.groupLeader(g.ID, 10*time.Second)
+	for i := range 10 {
+		upsertVia(c, "zombie", "p", fmt.Sprintf("r%d", i), i)
+	}
+	c.convergeMembers(g.ID, g.Voters, 10*time.Second)
+	var cut, down uint64
+	var others []uint64
+	for _, v := range g.Voters {
+		switch {
+		case v == ld.id:
+		case cut == 0:
+			cut = v
+		default:
+			down = v
+		}
+	}
+	for _, tn := range c.nodes {
+		if !g.Has(tn.id) {
+			others = append(others, tn.id)
+		}
+	}
+	// moveTo names voters through a leader of the system group that is
+	// not the node cut off, and waits until the group's leader has them.
+	moveTo := func(want []uint64) {
+		t.Helper()
+		if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+			if !s.n.IsLeader() || s.n.cfg.ID == cut {
+				return struct{}{}, errBusy("not here")
+			}
+			return struct{}{}, s.n.SetTableVoters(context.Background(), acct, "zombie", want)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			var cs *raftpb.ConfState
+			for _, tn := range c.nodes {
+				if r := tn.node.group(g.ID); r != nil && r.ready.Load() && tn.id != cut {
+					cs = r.confState()
+				}
+			}
+			if got := slices.Sorted(slices.Values(nodesOf(cs.GetVoters()))); cs != nil && slices.Equal(got, slices.Sorted(slices.Values(want))) && len(cs.GetLearners()) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the group did not move to %v: %v", want, cs)
+			}
+		}
+	}
+
+	// The first member's node is cut off from everyone while it goes.
+	var rest []uint64
+	for _, tn := range c.nodes {
+		if tn.id != cut {
+			rest = append(rest, tn.id)
+		}
+	}
+	c.net.partition([]uint64{cut}, rest)
+	want := []uint64{ld.id, down, others[0]}
+	moveTo(want)
+	if c.nodes[cut].node.group(g.ID) == nil {
+		t.Fatal("the node cut off let its member go while it could hear nobody")
+	}
+	// The second member's node is down while it goes.
+	downFS := c.nodes[down].fs
+	c.stop(down)
+	want = []uint64{ld.id, others[0], others[1]}
+	moveTo(want)
+
+	c.net.heal()
+	c.start(down, downFS)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		gone := 0
+		for _, id := range []uint64{cut, down} {
+			if c.nodes[id].node.group(g.ID) == nil && c.nodes[id].rlog.Group(g.ID).Replica().Removed {
+				gone++
+			}
+		}
+		if gone == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the members removed while their nodes could not hear did not retire (cut: %v, down: %v)",
+				c.nodes[cut].node.group(g.ID) != nil, c.nodes[down].node.group(g.ID) != nil)
+		}
+	}
+	for _, id := range []uint64{cut, down} {
+		if got := dump(t, c.nodes[id].node.st(), "zombie"); got != "" {
+			t.Fatalf("node %d retired its member but holds the table's entities:\n%s", id, got)
+		}
+	}
+	upsertVia(c, "zombie", "p", "after", 1)
+	c.waitMembers(g.ID, want, 10*time.Second)
 }

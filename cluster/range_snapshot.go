@@ -77,8 +77,12 @@ func (n *Node) groupSpan(group uint64) (partition.Span, bool) {
 // so it needs no pause of the apply goroutine.
 func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
 	n := r.n
+	// A snapshot older than the group's last configuration change would
+	// not name the members it added, which raft makes refuse it; one at
+	// or past it carries the configuration in force now.
+	confIndex := r.confIndex
 	l := r.spans.latest
-	if l == nil || l.meta.GetIndex()+1 < first || time.Since(l.made) > snapshotReuse {
+	if l == nil || l.meta.GetIndex()+1 < first || l.meta.GetIndex() < confIndex || time.Since(l.made) > snapshotReuse {
 		sp, ok := n.groupSpan(r.group)
 		if !ok {
 			return nil, raft.ErrSnapshotTemporarilyUnavailable // its table is being dropped
@@ -88,9 +92,10 @@ func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
 			return nil, err
 		}
 		idx := ss.AppliedIndex()
-		if idx+1 < first {
+		if idx+1 < first || idx < confIndex {
 			// The store's view is behind the compaction (a write of the
-			// group still on its way to the engine): raft retries.
+			// group still on its way to the engine), or behind the last
+			// configuration change: raft retries.
 			ss.Close()
 			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
@@ -99,19 +104,11 @@ func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
 			ss.Close()
 			return nil, err
 		}
-		cs, ok := r.confAtIndex(idx)
-		if !ok {
-			// The configuration in force at idx was replaced before the
-			// last restart, and the store has not applied up to the
-			// change yet: raft asks again.
-			ss.Close()
-			return nil, raft.ErrSnapshotTemporarilyUnavailable
-		}
 		token := make([]byte, 16)
 		rand.Read(token)
 		now := time.Now()
 		l = &servedSnapshot{token: token, group: r.group, ss: ss, ts: r.appliedTS.Load(), made: now, used: now,
-			meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: proto.Clone(cs).(*raftpb.ConfState)}}
+			meta: &raftpb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: proto.Clone(r.conf).(*raftpb.ConfState)}}
 		n.snaps.add(l)
 		n.snaps.mu.Lock()
 		n.snaps.spanMade++

@@ -33,13 +33,12 @@ type replica struct {
 
 	// conf is the group's configuration as the loop last applied it (for
 	// the system group, the node's membership); readers on other
-	// goroutines take confMu. confs are a range group's configurations
-	// by the log index they took effect at, oldest first, from the one
-	// in force at the store's applied index: a snapshot carries the one
-	// of its own index (loop-owned; range_members.go).
-	confMu sync.Mutex
-	conf   *raftpb.ConfState
-	confs  []confAt
+	// goroutines take confMu. confIndex is the log index a range group's
+	// took effect at (loop-owned): a span snapshot must be at or past it
+	// to carry it (range_snapshot.go).
+	confMu    sync.Mutex
+	conf      *raftpb.ConfState
+	confIndex uint64
 
 	// Leadership, as the loop last saw it; readers are other goroutines.
 	leader atomic.Uint64 // the leader's id, 0 when none is known
@@ -123,7 +122,7 @@ func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.S
 		group:      group,
 		id:         id,
 		conf:       cs,
-		confs:      []confAt{{index: rlog.Replica().ConfIndex, cs: cs}},
+		confIndex:  rlog.Replica().ConfIndex,
 		rlog:       rlog,
 		rn:         rn,
 		readsByCtx: make(map[string][]*readWaiter),
