@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -113,25 +114,38 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	for _, seed := range seeds {
-		for _, ranges := range []bool{false, true} {
-			name := fmt.Sprintf("seed%d", seed)
-			if ranges {
-				name += "-range-groups"
-			}
-			t.Run(name, func(t *testing.T) {
-				runChaos(t, seed, *chaosTime, ranges)
+		for _, mode := range []chaosMode{chaosSystem, chaosRanges, chaosMoves} {
+			t.Run(fmt.Sprintf("seed%d%s", seed, mode), func(t *testing.T) {
+				runChaos(t, seed, *chaosTime, mode)
 			})
 		}
 	}
 }
 
-// runChaos runs one seed; with ranges, the table has a range group of
-// its own, whose leader the faults aim at.
-func runChaos(t *testing.T, seed uint64, dur time.Duration, ranges bool) {
-	c := newTestCluster(t, 3, seed)
+// chaosMode is what a chaos run replicates the table with.
+type chaosMode string
+
+const (
+	chaosSystem chaosMode = ""              // the system group, 3 nodes
+	chaosRanges chaosMode = "-range-groups" // a range group of its own, 3 nodes
+	// a range group on 3 of 4 nodes, which the faults also move: the
+	// table's voters are named anew now and then
+	chaosMoves chaosMode = "-moves"
+)
+
+// runChaos runs one seed; with a range group, the table's leader is the
+// group's, which the faults aim at.
+func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
+	ranges, moves := mode != chaosSystem, mode == chaosMoves
+	size := 3
+	if moves {
+		size = 4
+	}
+	var c *testCluster
 	if ranges {
-		c.stopAll()
-		c = newTablesCluster(t, 3, seed)
+		c = newTablesCluster(t, size, seed)
+	} else {
+		c = newTestCluster(t, size, seed)
 	}
 	c.net.setFaults(0.05, 3*time.Millisecond)
 	ctx := context.Background()
@@ -218,14 +232,30 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, ranges bool) {
 
 	// The fault injector: every few milliseconds, one change.
 	frng := rand.New(rand.NewPCG(seed, 0xfa17))
+	movesNamed := 0
 	down := map[uint64]bool{}
 	for time.Since(start) < dur {
 		time.Sleep(time.Duration(20+frng.IntN(40)) * time.Millisecond)
-		switch frng.IntN(7) {
-		case 0, 1: // lose power on a running node, if two stay up
+		switch k := frng.IntN(7); {
+		case k == 6 && moves: // the table's group is to move to 3 nodes of 4
+			voters := frng.Perm(size)[:3]
+			want := []uint64{uint64(voters[0] + 1), uint64(voters[1] + 1), uint64(voters[2] + 1)}
 			nodesMu.Lock()
-			if len(c.nodes) == 3 {
-				id := uint64(1 + frng.IntN(3))
+			for _, tn := range c.nodes {
+				if tn.node.IsLeader() {
+					// Refused or unknown when the leader falls meanwhile:
+					// the move is then made or not, and either is fine.
+					if tn.node.SetTableVoters(ctx, acct, "chaos", want) == nil {
+						movesNamed++
+					}
+					break
+				}
+			}
+			nodesMu.Unlock()
+		case k <= 1: // lose power on a running node, if the others stay up
+			nodesMu.Lock()
+			if len(c.nodes) == size {
+				id := uint64(1 + frng.IntN(size))
 				disk := c.crash(id, rand.New(rand.NewPCG(seed, frng.Uint64())))
 				down[id] = true
 				nodesMu.Unlock()
@@ -235,9 +265,9 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, ranges bool) {
 				delete(down, id)
 			}
 			nodesMu.Unlock()
-		case 2: // isolate one node, the leader when there is one: the case
+		case k == 2: // isolate one node, the leader when there is one: the case
 			// where a deposed leader could still answer
-			id := uint64(1 + frng.IntN(3))
+			id := uint64(1 + frng.IntN(size))
 			nodesMu.Lock()
 			for lid, tn := range c.nodes {
 				if leads(tn) && frng.IntN(3) > 0 {
@@ -252,14 +282,14 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, ranges bool) {
 				}
 			}
 			c.net.partition([]uint64{id}, others)
-		case 3:
+		case k == 3:
 			c.net.heal()
 			nodesMu.Lock()
 			for _, tn := range c.nodes {
 				tn.paused.Store(false)
 			}
 			nodesMu.Unlock()
-		case 4: // the leader's process stalls while cut off: it still
+		case k == 4: // the leader's process stalls while cut off: it still
 			// believes it leads after the others have elected another
 			nodesMu.Lock()
 			for lid, tn := range c.nodes {
@@ -302,11 +332,19 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, ranges bool) {
 		}
 	}
 	c.converge(20 * time.Second)
+	members := c.peers
 	if ranges {
-		c.convergeGroup(group, 20*time.Second)
+		members = c.tableGroup("chaos").Voters
+		c.waitMembers(group, members, 20*time.Second)
+		c.convergeMembers(group, members, 20*time.Second)
+	}
+	for _, id := range c.peers {
+		if !slices.Contains(members, id) {
+			c.waitRetired(id, group, "chaos", 20*time.Second)
+		}
 	}
 	var want string
-	for _, id := range c.peers {
+	for _, id := range members {
 		got := dump(t, c.nodes[id].node.Replica(), "chaos")
 		if want == "" {
 			want = got
@@ -319,7 +357,8 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, ranges bool) {
 		st := tn.node.Status()
 		snaps, spans = snaps+st.SnapshotsInstalled, spans+st.SpanSnapshotsInstalled
 	}
-	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans", seed, len(history), snaps, spans)
+	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named",
+		seed, len(history), snaps, spans, movesNamed)
 }
 
 type stamped struct {

@@ -12,6 +12,8 @@ import (
 // to the same book.
 func FuzzMembers(f *testing.F) {
 	f.Add([]byte("1 127.0.0.1:7001\n2 127.0.0.1:7002\nhighest 5\nremoved 4\nremoved 5\n"))
+	f.Add([]byte("1 127.0.0.1:7001\n2 127.0.0.1:7002\ndraining 2\n"))
+	f.Add([]byte("draining 07\n"))
 	f.Add([]byte("1 a b c\n"))
 	f.Add([]byte("highest 0\n"))
 	f.Add([]byte("removed x\n"))
@@ -25,7 +27,7 @@ func FuzzMembers(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the encoding of an accepted book is refused: %v", err)
 		}
-		if !maps.Equal(b.addrs, again.addrs) || !maps.Equal(b.removed, again.removed) || b.highest != again.highest {
+		if !maps.Equal(b.addrs, again.addrs) || !maps.Equal(b.removed, again.removed) || !maps.Equal(b.draining, again.draining) || b.highest != again.highest {
 			t.Fatalf("book %+v reads back as %+v", b, again)
 		}
 		for id := range b.addrs {

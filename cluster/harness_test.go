@@ -206,6 +206,9 @@ type testCluster struct {
 	rangeGroups bool
 	// prepare, when set, is called on each node started, before it runs.
 	prepare func(*testNode)
+	// placementInterval and deadAfter are the nodes' Config's (0: the
+	// defaults).
+	placementInterval, deadAfter time.Duration
 }
 
 func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
@@ -288,7 +291,8 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		// snapshot in every run.
 		SyncEvery: 50, LogRetention: 30, RequestTimeout: 300 * time.Millisecond,
 		Now: c.clock, SnapshotKeep: c.snapshotKeep, RangeGroups: c.rangeGroups,
-		Logger: testLogger(),
+		Logger:            testLogger(),
+		PlacementInterval: c.placementInterval, DeadAfter: c.deadAfter,
 	})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)

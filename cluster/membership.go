@@ -53,15 +53,17 @@ var ErrRemoved = errors.New("cluster: this node was removed from the cluster")
 
 // memberBook is the group's membership as a replica records it: every
 // member's internal address, the highest id ever assigned, the ids
-// removed.
+// removed, and the members being drained of their range groups before
+// they leave (placement.go).
 type memberBook struct {
-	addrs   map[uint64]string
-	highest uint64
-	removed map[uint64]bool
+	addrs    map[uint64]string
+	highest  uint64
+	removed  map[uint64]bool
+	draining map[uint64]bool
 }
 
 func newMemberBook() memberBook {
-	return memberBook{addrs: map[uint64]string{}, removed: map[uint64]bool{}}
+	return memberBook{addrs: map[uint64]string{}, removed: map[uint64]bool{}, draining: map[uint64]bool{}}
 }
 
 // members is a node's member book, and the loop's record of the
@@ -118,7 +120,16 @@ func (m *members) isRemoved(id uint64) bool {
 func (m *members) clone() memberBook {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return memberBook{addrs: maps.Clone(m.book.addrs), highest: m.book.highest, removed: maps.Clone(m.book.removed)}
+	return memberBook{addrs: maps.Clone(m.book.addrs), highest: m.book.highest, removed: maps.Clone(m.book.removed),
+		draining: maps.Clone(m.book.draining)}
+}
+
+// isDraining reports whether member id is being drained of its range
+// groups before it leaves.
+func (m *members) isDraining(id uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.book.draining[id]
 }
 
 // highest returns the highest node id the group ever assigned, as this
@@ -141,6 +152,9 @@ func encodeMembers(b memberBook) []byte {
 	for _, id := range slices.Sorted(maps.Keys(b.removed)) {
 		fmt.Fprintf(&out, "removed %d\n", id)
 	}
+	for _, id := range slices.Sorted(maps.Keys(b.draining)) {
+		fmt.Fprintf(&out, "draining %d\n", id)
+	}
 	return out.Bytes()
 }
 
@@ -151,13 +165,16 @@ func decodeMembers(raw []byte) (memberBook, error) {
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
 		key, val, ok := strings.Cut(sc.Text(), " ")
-		if key == "highest" || key == "removed" {
+		if key == "highest" || key == "removed" || key == "draining" {
 			id, err := strconv.ParseUint(val, 10, 64)
-			if err != nil || id == 0 {
+			if err != nil || id == 0 || strconv.FormatUint(id, 10) != val {
 				return memberBook{}, fmt.Errorf("cluster: a bad member line %q", sc.Text())
 			}
-			if key == "removed" {
+			switch key {
+			case "removed":
 				b.removed[id] = true
+			case "draining":
+				b.draining[id] = true
 			}
 			b.highest = max(b.highest, id)
 			continue
@@ -218,6 +235,7 @@ func (n *Node) updateMembers(change func(b *memberBook)) error {
 	change(&n.members.book)
 	for id := range n.members.book.removed {
 		delete(n.members.book.addrs, id)
+		delete(n.members.book.draining, id)
 	}
 	after := maps.Clone(n.members.book.addrs)
 	raw := encodeMembers(n.members.book)
@@ -244,6 +262,7 @@ func (n *Node) mergeMembers(b memberBook, snapIndex uint64) error {
 	err := n.updateMembers(func(mine *memberBook) {
 		maps.Copy(mine.addrs, b.addrs)
 		maps.Copy(mine.removed, b.removed)
+		maps.Copy(mine.draining, b.draining)
 		mine.highest = max(mine.highest, b.highest)
 	})
 	n.members.mu.Lock()
@@ -284,6 +303,15 @@ func (n *Node) applyConfChange(e *raftpb.Entry) error {
 				b.addrs[id] = addr
 			}
 		})
+	case raftpb.ConfChangeType_ConfChangeUpdateNode:
+		// Raft changes nothing; the context says what the change is.
+		if string(cc.GetContext()) == drainContext {
+			err = n.updateMembers(func(b *memberBook) {
+				if !b.removed[id] {
+					b.draining[id] = true
+				}
+			})
+		}
 	case raftpb.ConfChangeType_ConfChangeRemoveNode:
 		// Recorded before the node stops: restarted, it finds itself
 		// removed.
@@ -339,9 +367,40 @@ func errConfRefused() error {
 
 // memberRequest asks the loop for a membership change.
 type memberRequest struct {
-	add  string // the address of a node to add as a learner
-	drop uint64 // the id of a node to remove
-	done chan memberAnswer
+	add   string // the address of a node to add as a learner
+	drop  uint64 // the id of a node to remove
+	drain uint64 // the id of a node to drain of its range groups
+	done  chan memberAnswer
+}
+
+// drainContext is the context of the configuration change (an update,
+// which raft applies as nothing) that marks a member draining.
+const drainContext = "drain"
+
+// DrainMember marks node id draining: the placement controller moves its
+// range groups' members to other nodes (placement.go), and names it in
+// none from then on, so that it can leave without a group losing a
+// copy. Only the ready leader takes it; a member draining already is
+// answered at once.
+func (n *Node) DrainMember(ctx context.Context, id uint64) error {
+	if n.members.isDraining(id) {
+		return nil
+	}
+	a, err := n.memberChange(ctx, memberRequest{drain: id})
+	if err != nil {
+		return err
+	}
+	for !n.members.isDraining(id) {
+		if _, refused := n.confOutcome(a.mark); refused {
+			return errConfRefused()
+		}
+		select {
+		case <-ctx.Done():
+			return errAmbiguous
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 type memberAnswer struct {
@@ -482,6 +541,13 @@ func (n *Node) handleMemberRequest(r memberRequest) {
 		}
 		id++
 		cc = &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeAddLearnerNode.Enum(), NodeId: &id, Context: []byte(r.add)}
+	case r.drain != 0:
+		id = r.drain
+		if _, ok := st.Progress[id]; !ok {
+			r.done <- memberAnswer{err: errBusy(fmt.Sprintf("node %d is not a member", id))}
+			return
+		}
+		cc = &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeUpdateNode.Enum(), NodeId: &id, Context: []byte(drainContext)}
 	default:
 		id = r.drop
 		if _, ok := st.Progress[id]; !ok {

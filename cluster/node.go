@@ -110,6 +110,13 @@ type Config struct {
 	// log keeps, so a follower briefly behind catches up from the log
 	// rather than a snapshot of the whole store. Default 10,000.
 	LogRetention uint64
+	// PlacementInterval is how often the system group's leader looks
+	// for range groups to move (placement.go); negative turns it off.
+	// Default 1 s. DeadAfter is how long a node goes unheard before the
+	// members it holds are replaced on other nodes. Default 5 minutes: a
+	// restart or a short partition moves nothing.
+	PlacementInterval time.Duration
+	DeadAfter         time.Duration
 }
 
 func (c *Config) withDefaults() Config {
@@ -140,6 +147,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.LogRetention == 0 {
 		out.LogRetention = 10_000
+	}
+	if out.PlacementInterval == 0 {
+		out.PlacementInterval = time.Second
+	}
+	if out.DeadAfter <= 0 {
+		out.DeadAfter = 5 * time.Minute
 	}
 	return out
 }
@@ -400,6 +413,11 @@ func (n *Node) Run(ctx context.Context) error {
 		defer close(applyDone)
 		n.applyLoop()
 	}()
+	placementDone := make(chan struct{})
+	go func() {
+		defer close(placementDone)
+		n.runPlacement()
+	}()
 	err := n.loop(ctx)
 	close(n.applyCh)
 	<-applyDone
@@ -409,6 +427,7 @@ func (n *Node) Run(ctx context.Context) error {
 		n.log.Error("cluster node stopped", "err", err)
 	}
 	close(n.stopped)
+	<-placementDone
 	n.replicasMu.RLock()
 	for _, r := range n.replicas {
 		r.stop(ErrStopped)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/partition"
@@ -42,4 +43,171 @@ func (n *Node) SetTableVoters(ctx context.Context, account, table string, voters
 	}
 	_, err = n.Store().write(ctx, &command.Command{Kind: command.KindSetRangeVoters, Account: account, Table: table, Group: g.ID, Voters: voters}, 0)
 	return err
+}
+
+// The placement controller runs on the system group's ready leader, once
+// per PlacementInterval. From the catalog's descriptors, the system
+// group's voters, the members draining and the nodes' liveness, it names
+// new voters for the range groups that need them:
+//
+//   - re-replication: a voter that is dead (not heard from for
+//     DeadAfter), draining, or no longer a voter of the system group is
+//     replaced by a live node the group does not have, the one named in
+//     the fewest groups; a group with fewer than three voters gains one
+//     when a node is free for it;
+//   - balance: when no group needed that, one group of the node named in
+//     the most groups moves to the node named in the fewest, if they
+//     differ by two or more.
+//
+// A group named anew is left alone for placementSettle, the time its
+// leader takes to move the members, before the balance names it again.
+// The controller forgets everything when the leadership moves: a new
+// leader counts every node as alive from its first round.
+
+// placementSettle is how long the balance leaves a group it named.
+const placementSettle = 30 * time.Second
+
+// maxNamedPerRound bounds the groups one round names anew: each starts
+// span snapshots, which the leaders stream at once.
+const maxNamedPerRound = 4
+
+// placement is the controller's state; its goroutine owns it.
+type placement struct {
+	lastAlive map[uint64]time.Time // by node, while this node leads
+	named     map[uint64]time.Time // by group: when the controller last named it
+}
+
+// runPlacement runs the controller until the node stops.
+func (n *Node) runPlacement() {
+	if n.cfg.PlacementInterval < 0 {
+		return
+	}
+	t := time.NewTicker(n.cfg.PlacementInterval)
+	defer t.Stop()
+	var p placement
+	for {
+		select {
+		case <-n.stopped:
+			return
+		case <-t.C:
+		}
+		if !n.ready.Load() {
+			p = placement{}
+			continue
+		}
+		if p.lastAlive == nil {
+			p = placement{lastAlive: map[uint64]time.Time{}, named: map[uint64]time.Time{}}
+		}
+		p.round(n, time.Now())
+	}
+}
+
+// round looks at every range group once and names new voters for those
+// that need them.
+func (p *placement) round(n *Node, now time.Time) {
+	st := n.status.Load()
+	if st == nil {
+		return
+	}
+	n.confMu.Lock()
+	voters := slices.Clone(n.conf.GetVoters())
+	n.confMu.Unlock()
+	book := n.members.clone()
+	var usable []uint64 // live, not draining: where members may go
+	for _, v := range voters {
+		if v == n.cfg.ID || st.live[v] || p.lastAlive[v].IsZero() {
+			p.lastAlive[v] = now
+		}
+		if (v == n.cfg.ID || st.live[v]) && !book.draining[v] {
+			usable = append(usable, v)
+		}
+	}
+	gone := func(v uint64) bool {
+		return !slices.Contains(voters, v) || book.draining[v] || now.Sub(p.lastAlive[v]) > n.cfg.DeadAfter
+	}
+	groups := n.st().TableGroups()
+	load := map[uint64]int{}
+	for _, tg := range groups {
+		for _, v := range tg.Group.Voters {
+			load[v]++
+		}
+	}
+	// pick returns the usable node outside have named in the fewest groups.
+	pick := func(have []uint64) uint64 {
+		var best uint64
+		for _, v := range usable {
+			if !slices.Contains(have, v) && (best == 0 || load[v] < load[best] || load[v] == load[best] && v < best) {
+				best = v
+			}
+		}
+		return best
+	}
+	named := 0
+	for _, tg := range groups {
+		if named == maxNamedPerRound {
+			return
+		}
+		want := slices.DeleteFunc(slices.Clone(tg.Group.Voters), gone)
+		for _, v := range tg.Group.Voters {
+			if gone(v) {
+				if to := pick(want); to != 0 {
+					want = append(want, to)
+					load[to]++
+					load[v]--
+				} else {
+					want = append(want, v) // nowhere to go: it stays named
+				}
+			}
+		}
+		for len(want) < defaultGroupVoters {
+			to := pick(want)
+			if to == 0 {
+				break
+			}
+			want = append(want, to)
+			load[to]++
+		}
+		if !slices.Equal(want, tg.Group.Voters) && p.name(n, tg, want, now, "re-replication") {
+			named++
+		}
+	}
+	if named > 0 || len(usable) < 2 {
+		return
+	}
+	// Balance: one group from the fullest usable node to the emptiest.
+	most, least := usable[0], usable[0]
+	for _, v := range usable {
+		if load[v] > load[most] {
+			most = v
+		}
+		if load[v] < load[least] {
+			least = v
+		}
+	}
+	if load[most]-load[least] < 2 {
+		return
+	}
+	for _, tg := range groups {
+		if tg.Group.Has(most) && !tg.Group.Has(least) && now.Sub(p.named[tg.Group.ID]) > placementSettle {
+			want := slices.Clone(tg.Group.Voters)
+			want[slices.Index(want, most)] = least
+			p.name(n, tg, want, now, "balance")
+			return
+		}
+	}
+}
+
+// name proposes want as a group's voters, and reports whether the system
+// group took it.
+func (p *placement) name(n *Node, tg partition.TableGroup, want []uint64, now time.Time, why string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+	defer cancel()
+	if err := n.SetTableVoters(ctx, tg.Account, tg.Table, want); err != nil {
+		n.log.Warn("cluster: placement: naming a range group's voters failed", "group", tg.Group.ID, "table", tg.Table, "voters", want, "err", err)
+		return false
+	}
+	p.named[tg.Group.ID] = now
+	n.log.Info("cluster: placement: a range group's voters named anew", "group", tg.Group.ID, "table", tg.Table,
+		"from", tg.Group.Voters, "to", want, "why", why)
+	return true
 }

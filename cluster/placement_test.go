@@ -1,0 +1,158 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/vfs"
+)
+
+// newPlacementCluster starts a cluster whose tables get range groups and
+// whose system leader places them often, counting a node dead after
+// deadAfter.
+func newPlacementCluster(t *testing.T, size int, seed uint64, deadAfter time.Duration) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true,
+		placementInterval: 50 * time.Millisecond, deadAfter: deadAfter}
+	c.startAll(size)
+	return c
+}
+
+// loads counts the groups each node is named a voter of, as node id's
+// catalog has it.
+func (c *testCluster) loads(id uint64) map[uint64]int {
+	out := map[uint64]int{}
+	for _, tg := range c.nodes[id].node.st().TableGroups() {
+		for _, v := range tg.Group.Voters {
+			out[v]++
+		}
+	}
+	return out
+}
+
+// TestPlacementReplacesADeadNode stops a voter of a table's group for
+// longer than DeadAfter: the system leader names a live node in its
+// place, the group moves there, and the writes acknowledged are on it.
+// Back, the stopped node finds its member gone and lets it go.
+func TestPlacementReplacesADeadNode(t *testing.T) {
+	c := newPlacementCluster(t, 4, 51, 500*time.Millisecond)
+	createVia(c, "lost")
+	g := c.tableGroup("lost")
+	sys := c.leader(10 * time.Second)
+	var victim, spare uint64
+	for _, id := range c.peers {
+		switch {
+		case !g.Has(id):
+			spare = id
+		case id != sys.id && victim == 0:
+			victim = id
+		}
+	}
+	for i := range 20 {
+		upsertVia(c, "lost", "p", fmt.Sprintf("r%d", i), i)
+	}
+	fs := c.nodes[victim].fs
+	c.stop(victim)
+	upsertVia(c, "lost", "p", "while-down", 1)
+	want := append(slices.DeleteFunc(slices.Clone(g.Voters), func(v uint64) bool { return v == victim }), spare)
+	ld := c.waitMembers(g.ID, want, 20*time.Second)
+	c.convergeMembers(g.ID, want, 10*time.Second)
+	for _, rk := range []string{"r0", "r19", "while-down"} {
+		if _, err := c.nodes[spare].node.st().GetEntity(context.Background(), acct, "lost", "p", rk); err != nil {
+			t.Fatalf("the node that took the dead one's place lacks %s: %v", rk, err)
+		}
+	}
+	c.start(victim, fs)
+	c.waitRetired(victim, g.ID, "lost", 20*time.Second)
+	if got := slices.Sorted(slices.Values(c.tableGroup("lost").Voters)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Fatalf("the dead node came back and the descriptor moved again: %v, want %v", got, want)
+	}
+	_ = ld
+}
+
+// TestPlacementDrainsANode drains a voter of two tables' groups: both
+// move off it to the other nodes, it hosts no member and holds none of
+// their entities, and it can then leave the cluster with every table
+// still on three nodes.
+func TestPlacementDrainsANode(t *testing.T) {
+	c := newPlacementCluster(t, 4, 52, time.Minute)
+	for _, tb := range []string{"one", "two"} {
+		createVia(c, tb)
+		upsertVia(c, tb, "p", "r", 1)
+	}
+	sys := c.leader(10 * time.Second)
+	var drained uint64
+	for _, id := range c.peers {
+		if id != sys.id && c.tableGroup("one").Has(id) {
+			drained = id
+			break
+		}
+	}
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.n.DrainMember(context.Background(), drained)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range []string{"one", "two"} {
+		g := c.tableGroup(tb)
+		for deadline := time.Now().Add(20 * time.Second); g.Has(drained); g = c.tableGroup(tb) {
+			if time.Now().After(deadline) {
+				t.Fatalf("table %s's group still names the drained node %d: %v", tb, drained, g.Voters)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if len(g.Voters) != 3 {
+			t.Fatalf("table %s's group lost a voter: %v", tb, g.Voters)
+		}
+		c.waitMembers(g.ID, g.Voters, 20*time.Second)
+		c.waitRetired(drained, g.ID, tb, 10*time.Second)
+	}
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.n.RemoveMember(context.Background(), drained)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range []string{"one", "two"} {
+		if e, err := readVia(c, tb, "p", "r"); err != nil || entityN(t, e) != 1 {
+			t.Fatalf("%s after the drained node left: %+v, %v", tb, e, err)
+		}
+	}
+}
+
+// TestPlacementBalancesOntoANewNode adds a fourth node to three that hold
+// four tables' groups (four each): the balance moves groups to it until
+// every node is named in three.
+func TestPlacementBalancesOntoANewNode(t *testing.T) {
+	c := newPlacementCluster(t, 3, 53, time.Minute)
+	tables := []string{"alpha", "bravo", "charlie", "delta"}
+	for _, tb := range tables {
+		createVia(c, tb)
+		upsertVia(c, tb, "p", "r", 1)
+	}
+	id, err := retryAny(c, func(s *Store) (uint64, error) { return s.n.AddMember(context.Background(), "sim-4") })
+	if err != nil || id != 4 {
+		t.Fatalf("AddMember: %d, %v", id, err)
+	}
+	c.peers = append(c.peers, 4)
+	c.startAs(4, vfs.NewMem(), true)
+	c.waitVoter(4, 20*time.Second)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		l := c.loads(c.leader(10 * time.Second).id)
+		if l[1] == 3 && l[2] == 3 && l[3] == 3 && l[4] == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the groups are not balanced: %v", l)
+		}
+	}
+	for _, tb := range tables {
+		g := c.tableGroup(tb)
+		c.waitMembers(g.ID, g.Voters, 20*time.Second)
+		if e, err := readVia(c, tb, "p", "r"); err != nil || entityN(t, e) != 1 {
+			t.Fatalf("%s after the balance: %+v, %v", tb, e, err)
+		}
+	}
+}
