@@ -16,6 +16,7 @@ import (
 	"net/http/httputil"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,21 +34,23 @@ const (
 
 // Paths of the internal address.
 const (
-	statusPath   = "/cluster/status"
-	helloPath    = "/cluster/hello"
-	snapshotPath = "/cluster/snapshot"
-	membersPath  = "/cluster/members"
-	leasePath    = "/cluster/lease"
+	statusPath    = "/cluster/status"
+	helloPath     = "/cluster/hello"
+	snapshotPath  = "/cluster/snapshot"
+	membersPath   = "/cluster/members"
+	leasePath     = "/cluster/lease"
+	placementPath = "/cluster/placement"
 )
 
 // Signature purposes (transport.Sign).
 const (
-	purposeForward  = "forward"
-	purposeStatus   = "status"
-	purposeHello    = "hello"
-	purposeSnapshot = "snapshot"
-	purposeMember   = "member"
-	purposeLease    = "lease"
+	purposeForward   = "forward"
+	purposeStatus    = "status"
+	purposeHello     = "hello"
+	purposeSnapshot  = "snapshot"
+	purposeMember    = "member"
+	purposeLease     = "lease"
+	purposePlacement = "placement"
 )
 
 // leaderHeader names, on a refusal from a node that does not lead, the
@@ -164,6 +167,7 @@ func (h *HTTP) Internal() http.Handler {
 	mux.HandleFunc(statusPath, h.status)
 	mux.HandleFunc(membersPath, h.membersHandler)
 	mux.HandleFunc(leasePath, h.leaseHandler)
+	mux.HandleFunc(placementPath, h.placementHandler)
 	mux.HandleFunc(snapshotPath, func(w http.ResponseWriter, r *http.Request) {
 		if _, err := transport.Verify(r, h.secret, purposeSnapshot, h.node.cfg.ID, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
@@ -327,14 +331,18 @@ type GroupStatus struct {
 }
 
 // RangeStatus is one range partition of a table as its leaseholder sees
-// it: the group that replicates it, that group's voters, and the node
-// that leads the group.
+// it: the group that replicates it, the nodes its descriptor names as
+// the group's voters (Replicas), the nodes whose members the group's log
+// has now (Members: voters, then learners catching up, which differ from
+// Replicas while the group moves), and the node that leads the group.
 type RangeStatus struct {
 	Account string `json:"account"`
 	Table   string `json:"table"`
 	partition.RangeInfo
 	Group       uint64   `json:"group"`
 	Replicas    []uint64 `json:"replicas"`
+	Members     []uint64 `json:"members"`
+	Learners    []uint64 `json:"learners,omitempty"`
 	Leaseholder uint64   `json:"leaseholder"`
 }
 
@@ -397,8 +405,9 @@ func forwardOf(ctx context.Context) (to uint64, hops int) {
 	return f.to, f.hops
 }
 
-// membersHandler adds (POST ?addr=) and removes (DELETE ?id=) members. A
-// node that does not lead refuses with 503 and the leader's address.
+// membersHandler adds (POST ?addr=), drains (POST ?drain=) and removes
+// (DELETE ?id=) members. A node that does not lead refuses with 503 and
+// the leader's address.
 func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
 	if _, err := transport.Verify(r, h.secret, purposeMember, h.node.cfg.ID, h.now()); err != nil {
 		if _, err := transport.Verify(r, h.secret, purposeMember, 0, h.now()); err != nil {
@@ -414,6 +423,14 @@ func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
 	)
 	switch r.Method {
 	case http.MethodPost:
+		if drain := r.URL.Query().Get("drain"); drain != "" {
+			if id, err = strconv.ParseUint(drain, 10, 64); err != nil || id == 0 {
+				http.Error(w, "drain is not a node id", http.StatusBadRequest)
+				return
+			}
+			err = h.node.DrainMember(ctx, id)
+			break
+		}
 		addr := r.URL.Query().Get("addr")
 		if addr == "" {
 			http.Error(w, "addr is missing", http.StatusBadRequest)
@@ -497,4 +514,55 @@ func (h *HTTP) leaseHandler(w http.ResponseWriter, r *http.Request) {
 		Group       uint64 `json:"group"`
 		Leaseholder uint64 `json:"leaseholder"`
 	}{group, to})
+}
+
+// placementHandler names a table's range group's voters (POST
+// ?account=&table=&voters=1,2,3). A node that does not lead the system
+// group refuses with 503 and the leader's address.
+func (h *HTTP) placementHandler(w http.ResponseWriter, r *http.Request) {
+	if _, err := transport.Verify(r, h.secret, purposePlacement, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r, h.secret, purposePlacement, 0, h.now()); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+	}
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST", http.StatusMethodNotAllowed)
+		return
+	}
+	q := r.URL.Query()
+	var voters []uint64
+	for _, f := range strings.Split(q.Get("voters"), ",") {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil || v == 0 {
+			http.Error(w, "voters are node ids, comma-separated", http.StatusBadRequest)
+			return
+		}
+		voters = append(voters, v)
+	}
+	if q.Get("table") == "" || q.Get("account") == "" {
+		http.Error(w, "account, table and voters are needed", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	err := h.node.SetTableVoters(ctx, q.Get("account"), q.Get("table"), voters)
+	switch {
+	case partition.IsCode(err, partition.CodeTableNotFound):
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	case errors.Is(err, ErrBadPlacement):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	case err != nil:
+		if l := h.node.Leader(); l != 0 && l != h.node.cfg.ID {
+			w.Header().Set(leaderHeader, h.addr(l))
+		}
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(struct {
+		Voters []uint64 `json:"voters"`
+	}{voters})
 }

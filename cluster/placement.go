@@ -59,13 +59,15 @@ func (n *Node) SetTableVoters(ctx context.Context, account, table string, voters
 //     the most groups moves to the node named in the fewest, if they
 //     differ by two or more.
 //
-// A group named anew is left alone for placementSettle, the time its
-// leader takes to move the members, before the balance names it again.
+// A group named anew, by the controller or an operator, is left alone by
+// the balance for settleRounds rounds, time for its leader to move the
+// members, and the balance moves the group named longest ago first, so an
+// operator's move stays while another group can go instead.
 // The controller forgets everything when the leadership moves: a new
 // leader counts every node as alive from its first round.
 
-// placementSettle is how long the balance leaves a group it named.
-const placementSettle = 30 * time.Second
+// settleRounds is how many rounds the balance leaves a group named.
+const settleRounds = 10
 
 // maxNamedPerRound bounds the groups one round names anew: each starts
 // span snapshots, which the leaders stream at once.
@@ -74,7 +76,11 @@ const maxNamedPerRound = 4
 // placement is the controller's state; its goroutine owns it.
 type placement struct {
 	lastAlive map[uint64]time.Time // by node, while this node leads
-	named     map[uint64]time.Time // by group: when the controller last named it
+	// named is when each group's voters were last named, by the
+	// controller or anyone else (an operator's move, seen as a change of
+	// the descriptor since the last round: seen).
+	named map[uint64]time.Time
+	seen  map[uint64][]uint64
 }
 
 // runPlacement runs the controller until the node stops.
@@ -96,7 +102,7 @@ func (n *Node) runPlacement() {
 			continue
 		}
 		if p.lastAlive == nil {
-			p = placement{lastAlive: map[uint64]time.Time{}, named: map[uint64]time.Time{}}
+			p = placement{lastAlive: map[uint64]time.Time{}, named: map[uint64]time.Time{}, seen: map[uint64][]uint64{}}
 		}
 		p.round(n, time.Now())
 	}
@@ -131,6 +137,10 @@ func (p *placement) round(n *Node, now time.Time) {
 		for _, v := range tg.Group.Voters {
 			load[v]++
 		}
+		if seen, ok := p.seen[tg.Group.ID]; ok && !slices.Equal(seen, tg.Group.Voters) {
+			p.named[tg.Group.ID] = now // named by someone else since the last round
+		}
+		p.seen[tg.Group.ID] = tg.Group.Voters
 	}
 	// pick returns the usable node outside have named in the fewest groups.
 	pick := func(have []uint64) uint64 {
@@ -187,13 +197,19 @@ func (p *placement) round(n *Node, now time.Time) {
 	if load[most]-load[least] < 2 {
 		return
 	}
-	for _, tg := range groups {
-		if tg.Group.Has(most) && !tg.Group.Has(least) && now.Sub(p.named[tg.Group.ID]) > placementSettle {
-			want := slices.Clone(tg.Group.Voters)
-			want[slices.Index(want, most)] = least
-			p.name(n, tg, want, now, "balance")
-			return
+	// The group named longest ago moves: an operator's recent move stays
+	// as long as another group can go instead.
+	var move *partition.TableGroup
+	for i, tg := range groups {
+		if tg.Group.Has(most) && !tg.Group.Has(least) && now.Sub(p.named[tg.Group.ID]) > settleRounds*n.cfg.PlacementInterval &&
+			(move == nil || p.named[tg.Group.ID].Before(p.named[move.Group.ID])) {
+			move = &groups[i]
 		}
+	}
+	if move != nil {
+		want := slices.Clone(move.Group.Voters)
+		want[slices.Index(want, most)] = least
+		p.name(n, *move, want, now, "balance")
 	}
 }
 
@@ -206,7 +222,7 @@ func (p *placement) name(n *Node, tg partition.TableGroup, want []uint64, now ti
 		n.log.Warn("cluster: placement: naming a range group's voters failed", "group", tg.Group.ID, "table", tg.Table, "voters", want, "err", err)
 		return false
 	}
-	p.named[tg.Group.ID] = now
+	p.named[tg.Group.ID], p.seen[tg.Group.ID] = now, want
 	n.log.Info("cluster: placement: a range group's voters named anew", "group", tg.Group.ID, "table", tg.Table,
 		"from", tg.Group.Voters, "to", want, "why", why)
 	return true

@@ -270,7 +270,7 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 // addition will have.
 func (r *replica) reconcile() {
 	n := r.n
-	if r.group == systemGroup || r.tableless || !r.ready.Load() || r.rn.HasReady() {
+	if r.group == systemGroup || r.tableless || !r.ready.Load() || r.rn.HasReady() || r.settled() {
 		return
 	}
 	want, ok := r.wantedVoters()

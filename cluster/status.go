@@ -99,8 +99,12 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 			n.confMu.Lock()
 			rs.Group, rs.Replicas = systemGroup, slices.Clone(n.conf.GetVoters())
 			n.confMu.Unlock()
+			rs.Members = rs.Replicas
 		} else if r := n.group(g.ID); r == nil || !r.ready.Load() {
 			continue
+		} else {
+			cs := r.confState()
+			rs.Members, rs.Learners = nodesOf(cs.GetVoters()), nodesOf(cs.GetLearners())
 		}
 		infos, err := st.Ranges(ctx, t.Account, t.Name)
 		if err != nil {

@@ -51,6 +51,7 @@ type clusterFlags struct {
 	routes                 routeFlag
 	logKeep, syncEvery     uint64
 	rangeGroups            bool
+	deadAfter, placeEvery  time.Duration
 }
 
 func (cf *clusterFlags) register(fs *flag.FlagSet) {
@@ -60,6 +61,8 @@ func (cf *clusterFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&cf.logKeep, "raft-log-keep", 10_000, "cluster mode: raft log entries kept below the synced applied index, for followers briefly behind (further behind, they get a snapshot)")
 	fs.Uint64Var(&cf.syncEvery, "raft-sync-every", 4096, "cluster mode: commands applied between syncs of the store, after which the raft log below them may go")
 	fs.BoolVar(&cf.rangeGroups, "range-groups", false, "cluster mode, experimental: give every table created while this node leads a raft group of its own on up to three nodes, instead of replicating its entities in the one system group (docs/cluster.md)")
+	fs.DurationVar(&cf.deadAfter, "dead-after", 5*time.Minute, "cluster mode: how long a node goes unheard before the system group's leader moves its range groups' members to other nodes")
+	fs.DurationVar(&cf.placeEvery, "placement-interval", time.Second, "cluster mode: how often the system group's leader looks for range groups to move (dead or draining nodes, groups short of three, an uneven spread); 0 turns it off")
 	fs.Var(&cf.routes, "peer", "cluster mode: reach node ID at ADDR instead of its --join address (ID=ADDR, repeatable): through a proxy, a tunnel, or a test's cuttable link")
 }
 
@@ -349,7 +352,7 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 	node, err = cluster.NewNode(cluster.Config{ID: self, Peers: slices.Sorted(maps.Keys(plan.founders)), Join: joining,
 		Members: members, Store: store, DataDir: plan.dir,
 		Log: rlog, Transport: c.tr, Logger: log, OnReady: onReady, LogRetention: cf.logKeep, SyncEvery: cf.syncEvery,
-		RangeGroups: cf.rangeGroups,
+		RangeGroups: cf.rangeGroups, DeadAfter: cf.deadAfter, PlacementInterval: placementInterval(cf.placeEvery),
 		OnMember: func(id uint64, addr string) {
 			if addr != "" && id != self {
 				c.tr.SetPeer(id, plan.route(id, addr))
@@ -438,18 +441,32 @@ func (c *clusterSetup) stop() error {
 	return errors.Join(err, c.rlog.Close(), c.node.Replica().Close())
 }
 
+// placementInterval is serve's --placement-interval as the node takes
+// it: 0 turns the controller off.
+func placementInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}
+
 // clusterCommand runs `tabula cluster ...`.
 func clusterCommand(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "decommission" {
-		return decommission(args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "transfer-lease" {
-		return transferLease(args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "decommission":
+			return decommission(args[1:], stdout, stderr)
+		case "transfer-lease":
+			return transferLease(args[1:], stdout, stderr)
+		case "move":
+			return moveTable(args[1:], stdout, stderr)
+		}
 	}
 	if len(args) == 0 || args[0] != "status" {
 		fmt.Fprintln(stderr, `usage: tabula cluster status --node HOST:PORT [--cluster-secret S]
-       tabula cluster decommission --node HOST:PORT --id N [--cluster-secret S]
-       tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--account A] [--cluster-secret S]`)
+       tabula cluster decommission --node HOST:PORT --id N [--drain-timeout D] [--cluster-secret S]
+       tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--account A] [--cluster-secret S]
+       tabula cluster move --node HOST:PORT --table NAME --voters N,N,N [--account A] [--cluster-secret S]`)
 		return 2
 	}
 	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
@@ -525,14 +542,16 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 		})
 		fmt.Fprintln(stdout)
 		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "table\tstart\tend\tentities\tbytes\treads/s\twrites/s\tgroup\treplicas\tleaseholder")
+		fmt.Fprintln(tw, "table\tstart\tend\tentities\tbytes\treads/s\twrites/s\tgroup\treplicas\tmembers\tleaseholder")
 		for _, r := range ranges {
-			var replicas []string
-			for _, id := range r.Replicas {
-				replicas = append(replicas, strconv.FormatUint(id, 10))
+			// The members differ from the replicas named while the group
+			// moves; learners (catching up) are marked with a +.
+			members := nodeList(r.Members)
+			if len(r.Learners) > 0 {
+				members += ",+" + strings.ReplaceAll(nodeList(r.Learners), ",", ",+")
 			}
-			fmt.Fprintf(tw, "%s/%s\t%q\t%q\t%d\t%d\t%.1f\t%.1f\t%d\t%s\t%d\n", r.Account, r.Table, r.StartPartitionKey, r.EndPartitionKey,
-				r.Entities, r.Bytes, r.ReadsPerSecond, r.WritesPerSecond, r.Group, strings.Join(replicas, ","), r.Leaseholder)
+			fmt.Fprintf(tw, "%s/%s\t%q\t%q\t%d\t%d\t%.1f\t%.1f\t%d\t%s\t%s\t%d\n", r.Account, r.Table, r.StartPartitionKey, r.EndPartitionKey,
+				r.Entities, r.Bytes, r.ReadsPerSecond, r.WritesPerSecond, r.Group, nodeList(r.Replicas), members, r.Leaseholder)
 		}
 		tw.Flush()
 	}
@@ -557,17 +576,29 @@ func fetchStatus(addr string, id uint64, secret []byte) (cluster.Status, error) 
 	return st, json.Unmarshal(body, &st)
 }
 
+func nodeList(ids []uint64) string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = strconv.FormatUint(id, 10)
+	}
+	return strings.Join(out, ",")
+}
+
 // decommission removes a node from the cluster: any node's internal
 // address takes the request; the leader carries it out (handing its
-// leadership over first when it is the one removed). The removed node
-// stops, and its data directory is marked so it does not come back.
+// leadership over first when it is the one removed). First the node is
+// drained: the system group's leader moves every range group's member it
+// holds to other nodes, and the command waits until no group names it
+// and, if it answers, it hosts none, so that no table loses a copy. Then
+// it is removed: it stops, and its data directory is marked so it does
+// not come back.
 func decommission(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("cluster decommission", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("cluster decommission", "usage: tabula cluster decommission --node HOST:PORT --id N [--drain-timeout D] [--cluster-secret S]", stderr)
 	nodeAddr := fs.String("node", "", "the internal address of any node")
 	id := fs.Uint64("id", 0, "the id of the node to remove (tabula cluster status lists them)")
+	drainTimeout := fs.Duration("drain-timeout", 30*time.Minute, "how long to wait for the node's range groups to move off it")
 	secretFlag := fs.String("cluster-secret", "", "the cluster secret (default $"+secretEnv+")")
-	if err := fs.Parse(args); err != nil {
+	if !parseArgs(fs, args, 0) {
 		return 2
 	}
 	secret := []byte(*secretFlag)
@@ -578,12 +609,135 @@ func decommission(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tabula cluster decommission: --node, --id and the cluster secret are needed")
 		return 2
 	}
+	if _, err := askCluster(http.MethodPost, *nodeAddr, fmt.Sprintf("/cluster/members?drain=%d", *id), "member", secret); err != nil {
+		fmt.Fprintf(stderr, "tabula cluster decommission: drain node %d: %v\n", *id, err)
+		return 1
+	}
+	if err := waitDrained(*nodeAddr, *id, secret, *drainTimeout); err != nil {
+		fmt.Fprintf(stderr, "tabula cluster decommission: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "node %d drained of its range groups\n", *id)
 	if _, err := askCluster(http.MethodDelete, *nodeAddr, fmt.Sprintf("/cluster/members?id=%d", *id), "member", secret); err != nil {
 		fmt.Fprintf(stderr, "tabula cluster decommission: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "node %d removed from the cluster\n", *id)
 	return 0
+}
+
+// systemGroup is the id `cluster status` gives the system group.
+const systemGroup = 1
+
+// waitDrained waits until no range of any table names node id among its
+// range group's replicas or members, as their leaseholders report them,
+// and the node, if it answers, hosts no range group.
+func waitDrained(addr string, id uint64, secret []byte, timeout time.Duration) error {
+	last := "no status yet"
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		first, err := fetchStatus(addr, 0, secret)
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		holding, hosts := 0, -1
+		for _, p := range first.Peers {
+			st := first
+			if p.Node != first.Node {
+				if st, err = fetchStatus(p.Addr, p.Node, secret); err != nil {
+					continue // a node down holds no lease; the drained one may be down
+				}
+			}
+			if p.Node == id {
+				hosts = st.RangeGroups
+			}
+			for _, r := range st.Ranges {
+				if r.Group == systemGroup {
+					continue // the system group's: the removal itself moves it
+				}
+				if slices.Contains(r.Replicas, id) || slices.Contains(r.Members, id) || slices.Contains(r.Learners, id) {
+					holding++
+				}
+			}
+		}
+		if holding == 0 && hosts <= 0 {
+			return nil
+		}
+		last = fmt.Sprintf("%d ranges still name node %d; it hosts %d range groups", holding, id, hosts)
+	}
+	return fmt.Errorf("node %d was not drained in %v: %s", id, timeout, last)
+}
+
+// moveTable names the nodes a table's range group is to have as voters;
+// the group's leader then moves its members there. It waits until the
+// table's leaseholder reports them as the group's members.
+func moveTable(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("cluster move", "usage: tabula cluster move --node HOST:PORT --table NAME --voters N,N,N [--account A] [--cluster-secret S]", stderr)
+	nodeAddr := fs.String("node", "", "the internal address of any node")
+	table := fs.String("table", "", "the table whose range group moves")
+	account := fs.String("account", auth.DevAccountName, "the table's account")
+	votersFlag := fs.String("voters", "", "the ids of the nodes to hold the group's voters, comma-separated (tabula cluster status lists them)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the members to move")
+	secretFlag := fs.String("cluster-secret", "", "the cluster secret (default $"+secretEnv+")")
+	if !parseArgs(fs, args, 0) {
+		return 2
+	}
+	secret := []byte(*secretFlag)
+	if len(secret) == 0 {
+		secret = []byte(os.Getenv(secretEnv))
+	}
+	var voters []uint64
+	for _, f := range strings.Split(*votersFlag, ",") {
+		v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil || v == 0 {
+			fmt.Fprintf(stderr, "tabula cluster move: --voters %q: node ids, comma-separated\n", *votersFlag)
+			return 2
+		}
+		voters = append(voters, v)
+	}
+	if *nodeAddr == "" || *table == "" || len(secret) == 0 {
+		fmt.Fprintln(stderr, "tabula cluster move: --node, --table, --voters and the cluster secret are needed")
+		return 2
+	}
+	q := url.Values{"account": {*account}, "table": {*table}, "voters": {nodeList(voters)}}
+	if _, err := askCluster(http.MethodPost, *nodeAddr, "/cluster/placement?"+q.Encode(), "placement", secret); err != nil {
+		fmt.Fprintf(stderr, "tabula cluster move: %v\n", err)
+		return 1
+	}
+	want := slices.Sorted(slices.Values(voters))
+	for deadline := time.Now().Add(*timeout); ; time.Sleep(250 * time.Millisecond) {
+		if r, ok := tableRange(*nodeAddr, *account, *table, secret); ok && len(r.Learners) == 0 &&
+			slices.Equal(slices.Sorted(slices.Values(r.Members)), want) {
+			fmt.Fprintf(stdout, "the range group of %s/%s is on nodes %s\n", *account, *table, nodeList(want))
+			return 0
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(stderr, "tabula cluster move: the group did not reach nodes %s in %v\n", nodeList(want), *timeout)
+			return 1
+		}
+	}
+}
+
+// tableRange returns a table's first range as its leaseholder reports it.
+func tableRange(addr, account, table string, secret []byte) (cluster.RangeStatus, bool) {
+	first, err := fetchStatus(addr, 0, secret)
+	if err != nil {
+		return cluster.RangeStatus{}, false
+	}
+	for _, p := range first.Peers {
+		st := first
+		if p.Node != first.Node {
+			if st, err = fetchStatus(p.Addr, p.Node, secret); err != nil {
+				continue
+			}
+		}
+		for _, r := range st.Ranges {
+			if r.Account == account && strings.EqualFold(r.Table, table) {
+				return r, true
+			}
+		}
+	}
+	return cluster.RangeStatus{}, false
 }
 
 // transferLease moves a table's lease (the leadership of its range
