@@ -386,7 +386,14 @@ func (n *Node) deliver(group uint64, msgs []*raftpb.Message) {
 }
 
 // touch marks r as given work in this loop turn: its Ready is looked at.
-func (n *Node) touch(r *replica) { n.touched[r] = struct{}{} }
+// A replica the node no longer hosts (retired, or its table dropped, with
+// a proposal or read for it still queued) has no Ready handled again: its
+// raft log is gone.
+func (n *Node) touch(r *replica) {
+	if n.replicas[r.group] == r {
+		n.touched[r] = struct{}{}
+	}
+}
 
 // Leader returns the id of the group's leader as this node knows it, 0
 // when it knows none.

@@ -209,11 +209,13 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 	if group == systemGroup || transport.NodeOf(id) != n.cfg.ID {
 		return nil, nil
 	}
-	if _, ok := n.st().GroupTable(group); !ok {
+	// The group's id is the index of its table's creation in the system
+	// group's log: until this node has applied that, the creation may be
+	// half applied (the table known, the founders' bootstrap not queued
+	// yet), and a member hosted here first would never be bootstrapped.
+	if _, ok := n.st().GroupTable(group); !ok || n.applied.Load() < group {
 		return nil, nil
 	}
-	// A creation the apply goroutine queued hosts a founder from its
-	// bootstrap, which a replica hosted here first would never do.
 	if err := n.applyHostChanges(); err != nil {
 		return nil, err
 	}
@@ -237,8 +239,8 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 	switch {
 	case st.Empty():
 	case recorded == id && !rec.Removed:
-		// Its state is here (a member hosted before the last restart
-		// would have been hosted at the start: only a dropped host).
+		// Its state is here, not hosted at the start: the table's
+		// creation was not applied then.
 	case transport.Incarnation(id) > transport.Incarnation(recorded):
 		// Added again: the member recorded here is gone, and so is what
 		// the store holds of it.
