@@ -359,13 +359,8 @@ type PeerStatus struct {
 }
 
 func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
-	// A status request may be signed for this node, or for any (receiver
-	// 0: an operator's tool that has not learned the node's id yet).
-	if _, err := transport.Verify(r, h.secret, purposeStatus, h.node.cfg.ID, h.now()); err != nil {
-		if _, err := transport.Verify(r, h.secret, purposeStatus, 0, h.now()); err != nil {
-			http.Error(w, err.Error(), http.StatusUnauthorized)
-			return
-		}
+	if !h.verifyOperator(w, r, purposeStatus) {
+		return
 	}
 	st := h.node.Status()
 	for id, addr := range h.node.members.all() {
@@ -409,11 +404,8 @@ func forwardOf(ctx context.Context) (to uint64, hops int) {
 // (DELETE ?id=) members. A node that does not lead refuses with 503 and
 // the leader's address.
 func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
-	if _, err := transport.Verify(r, h.secret, purposeMember, h.node.cfg.ID, h.now()); err != nil {
-		if _, err := transport.Verify(r, h.secret, purposeMember, 0, h.now()); err != nil {
-			http.Error(w, err.Error(), http.StatusUnauthorized)
-			return
-		}
+	if !h.verifyOperator(w, r, purposeMember) {
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
@@ -467,11 +459,8 @@ func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
 // holding no replica of the table's group refuses with 503 and the
 // address of one of its voters.
 func (h *HTTP) leaseHandler(w http.ResponseWriter, r *http.Request) {
-	if _, err := transport.Verify(r, h.secret, purposeLease, h.node.cfg.ID, h.now()); err != nil {
-		if _, err := transport.Verify(r, h.secret, purposeLease, 0, h.now()); err != nil {
-			http.Error(w, err.Error(), http.StatusUnauthorized)
-			return
-		}
+	if !h.verifyOperator(w, r, purposeLease) {
+		return
 	}
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST", http.StatusMethodNotAllowed)
@@ -520,11 +509,8 @@ func (h *HTTP) leaseHandler(w http.ResponseWriter, r *http.Request) {
 // ?account=&table=&voters=1,2,3). A node that does not lead the system
 // group refuses with 503 and the leader's address.
 func (h *HTTP) placementHandler(w http.ResponseWriter, r *http.Request) {
-	if _, err := transport.Verify(r, h.secret, purposePlacement, h.node.cfg.ID, h.now()); err != nil {
-		if _, err := transport.Verify(r, h.secret, purposePlacement, 0, h.now()); err != nil {
-			http.Error(w, err.Error(), http.StatusUnauthorized)
-			return
-		}
+	if !h.verifyOperator(w, r, purposePlacement) {
+		return
 	}
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST", http.StatusMethodNotAllowed)
@@ -565,4 +551,18 @@ func (h *HTTP) placementHandler(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(struct {
 		Voters []uint64 `json:"voters"`
 	}{voters})
+}
+
+// verifyOperator checks the signature of an operator's request, which
+// may be signed for this node or for any (receiver 0: a tool that has not
+// learned the node's id yet); it answers 401 and reports false if the
+// signature is not the cluster's.
+func (h *HTTP) verifyOperator(w http.ResponseWriter, r *http.Request, purpose string) bool {
+	if _, err := transport.Verify(r, h.secret, purpose, h.node.cfg.ID, h.now()); err != nil {
+		if _, err := transport.Verify(r, h.secret, purpose, 0, h.now()); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return false
+		}
+	}
+	return true
 }

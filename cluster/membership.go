@@ -390,8 +390,15 @@ func (n *Node) DrainMember(ctx context.Context, id uint64) error {
 	if err != nil {
 		return err
 	}
-	for !n.members.isDraining(id) {
-		if _, refused := n.confOutcome(a.mark); refused {
+	return n.awaitChange(ctx, a.mark, func() bool { return n.members.isDraining(id) })
+}
+
+// awaitChange waits until done says the change proposed at mark is in
+// effect here: nil then; errConfRefused if raft refused it; errAmbiguous
+// if ctx ends first.
+func (n *Node) awaitChange(ctx context.Context, mark confMark, done func() bool) error {
+	for !done() {
+		if _, refused := n.confOutcome(mark); refused {
 			return errConfRefused()
 		}
 		select {
@@ -418,19 +425,11 @@ func (n *Node) AddMember(ctx context.Context, addr string) (uint64, error) {
 		return 0, err
 	}
 	// Answer once the change is applied here: the new node's peers know it.
-	for {
-		if n.members.get(a.id) == addr {
-			return a.id, nil
-		}
-		if _, refused := n.confOutcome(a.mark); refused {
-			return 0, errConfRefused()
-		}
-		select {
-		case <-ctx.Done():
-			return a.id, errAmbiguous
-		case <-time.After(10 * time.Millisecond):
-		}
+	err = n.awaitChange(ctx, a.mark, func() bool { return n.members.get(a.id) == addr })
+	if err != nil && err != errAmbiguous {
+		return 0, err // refused: no id was given
 	}
+	return a.id, err
 }
 
 // RemoveMember removes node id from the group. The leader does not remove
@@ -442,22 +441,7 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 	if err != nil {
 		return err
 	}
-	for {
-		n.confMu.Lock()
-		in := slices.Contains(n.conf.GetVoters(), id) || slices.Contains(n.conf.GetLearners(), id)
-		n.confMu.Unlock()
-		if !in {
-			return nil
-		}
-		if _, refused := n.confOutcome(a.mark); refused {
-			return errConfRefused()
-		}
-		select {
-		case <-ctx.Done():
-			return errAmbiguous
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	return n.awaitChange(ctx, a.mark, func() bool { return !hasMember(n.confState(), id) })
 }
 
 func (n *Node) memberChange(ctx context.Context, r memberRequest) (memberAnswer, error) {

@@ -441,6 +441,15 @@ func (c *clusterSetup) stop() error {
 	return errors.Join(err, c.rlog.Close(), c.node.Replica().Close())
 }
 
+// operatorSecret is the cluster secret an operator's command signs with:
+// --cluster-secret, or $TABULA_CLUSTER_SECRET.
+func operatorSecret(flagValue string) []byte {
+	if flagValue != "" {
+		return []byte(flagValue)
+	}
+	return []byte(os.Getenv(secretEnv))
+}
+
 // placementInterval is serve's --placement-interval as the node takes
 // it: 0 turns the controller off.
 func placementInterval(d time.Duration) time.Duration {
@@ -476,10 +485,7 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	secret := []byte(*secretFlag)
-	if len(secret) == 0 {
-		secret = []byte(os.Getenv(secretEnv))
-	}
+	secret := operatorSecret(*secretFlag)
 	if *nodeAddr == "" || len(secret) == 0 {
 		fmt.Fprintln(stderr, "tabula cluster status: --node and the cluster secret are needed")
 		return 2
@@ -601,10 +607,7 @@ func decommission(args []string, stdout, stderr io.Writer) int {
 	if !parseArgs(fs, args, 0) {
 		return 2
 	}
-	secret := []byte(*secretFlag)
-	if len(secret) == 0 {
-		secret = []byte(os.Getenv(secretEnv))
-	}
+	secret := operatorSecret(*secretFlag)
 	if *nodeAddr == "" || *id == 0 || len(secret) == 0 {
 		fmt.Fprintln(stderr, "tabula cluster decommission: --node, --id and the cluster secret are needed")
 		return 2
@@ -682,10 +685,7 @@ func moveTable(args []string, stdout, stderr io.Writer) int {
 	if !parseArgs(fs, args, 0) {
 		return 2
 	}
-	secret := []byte(*secretFlag)
-	if len(secret) == 0 {
-		secret = []byte(os.Getenv(secretEnv))
-	}
+	secret := operatorSecret(*secretFlag)
 	var voters []uint64
 	for _, f := range strings.Split(*votersFlag, ",") {
 		v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
@@ -752,10 +752,7 @@ func transferLease(args []string, stdout, stderr io.Writer) int {
 	if !parseArgs(fs, args, 0) {
 		return 2
 	}
-	secret := []byte(*secretFlag)
-	if len(secret) == 0 {
-		secret = []byte(os.Getenv(secretEnv))
-	}
+	secret := operatorSecret(*secretFlag)
 	if *nodeAddr == "" || *table == "" || *to == 0 || len(secret) == 0 {
 		fmt.Fprintln(stderr, "tabula cluster transfer-lease: --node, --table, --to and the cluster secret are needed")
 		return 2
