@@ -6,16 +6,68 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/tabuladb/tabula/cluster/transport"
 )
 
 // A table's lease is the leadership of its range group: the leader serves
 // its reads and orders its writes. A new table's lease starts with the
-// node that created it (the system group's leader then); an operator
-// moves it to spread load (`tabula cluster transfer-lease`), by raft's
+// node that created it (the system group's leader then), so leases
+// gather there; the nodes spread them (balanceLeases), and an operator
+// moves one at will (`tabula cluster transfer-lease`), by raft's
 // leadership transfer, which the current leader carries out once the
 // target has the whole log. Only the leader is asked: raft's followers
 // would forward the request under the target's name, which the transport
 // refuses (a node sends only messages of its own).
+
+// leaseBalanceElections is how many election timeouts pass between two
+// looks of a node at its leases.
+const leaseBalanceElections = 5
+
+// balanceLeases, on the loop every tick, counts the range-group leases
+// the node holds, which its liveness messages tell its peers, and every
+// leaseBalanceElections election timeouts hands one lease over to a
+// voter of its group on the live node holding the fewest, if that node
+// holds two or more fewer than this one. Every node does the same, so the
+// counts even out (to within one) a lease at a time, without a
+// coordinator; the placement controller's switch (PlacementInterval < 0)
+// turns it off too.
+func (n *Node) balanceLeases() {
+	var led []*replica
+	for _, r := range n.replicaList {
+		if r.group != systemGroup && r.isLeader {
+			led = append(led, r)
+		}
+	}
+	n.live.held = uint64(len(led))
+	if n.cfg.PlacementInterval < 0 || n.live.ticks%uint64(leaseBalanceElections*n.cfg.ElectionTicks) != 0 {
+		return
+	}
+	for _, r := range led {
+		if !r.ready.Load() || !r.settled() {
+			continue // electing, or moving its members: leave it
+		}
+		var to, toNode uint64
+		for _, id := range r.conf.GetVoters() {
+			node := transport.NodeOf(id)
+			if node == n.cfg.ID || !n.isLive(node) || n.live.leases[node]+2 > n.live.held {
+				continue
+			}
+			if to == 0 || n.live.leases[node] < n.live.leases[toNode] {
+				to, toNode = id, node
+			}
+		}
+		if to != 0 {
+			r.quiesced.Store(false)
+			r.rn.TransferLeader(to)
+			n.touch(r)
+			n.live.leases[toNode]++ // until its next liveness message
+			n.log.Info("cluster: handing a lease over to spread them", "group", r.group, "to", toNode,
+				"held", n.live.held, "theirs", n.live.leases[toNode]-1)
+			return
+		}
+	}
+}
 
 // ErrNotHosted is returned for a request about a range group this node
 // holds no replica of: ask one of its voters.

@@ -282,7 +282,8 @@ func NewNode(cfg Config) (*Node, error) {
 		replicas: make(map[uint64]*replica),
 		touched:  make(map[*replica]struct{}),
 		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),
-			incarnation: rand.Uint64() | 1, runs: make(map[uint64]uint64), checks: memberNotes{}, removed: memberNotes{}},
+			incarnation: rand.Uint64() | 1, runs: make(map[uint64]uint64), checks: memberNotes{}, removed: memberNotes{},
+			leases: make(map[uint64]uint64)},
 		inbox:    make(chan []transport.Message, 1024),
 		proposes: make(chan *proposal, 1024),
 		reads:    make(chan *readWaiter, 1024),
@@ -457,6 +458,7 @@ func (n *Node) loop(ctx context.Context) error {
 			return ctx.Err()
 		case <-ticks:
 			n.tickReplicas(n.cfg.Transport.Unreachable())
+			n.balanceLeases()
 			n.promoteLearners()
 			n.snapshotStatus()
 		case r := <-n.memberReqs:

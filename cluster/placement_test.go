@@ -156,3 +156,41 @@ func TestPlacementBalancesOntoANewNode(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasesSpread creates six tables through the system group's leader,
+// which starts every table's group and so holds all six leases: the
+// nodes hand leases over until each holds two, and every table still
+// answers.
+func TestLeasesSpread(t *testing.T) {
+	c := newPlacementCluster(t, 3, 54, time.Minute)
+	tables := []string{"one", "two", "three", "four", "five", "six"}
+	for _, tb := range tables {
+		createVia(c, tb)
+	}
+	held := func() map[uint64]int {
+		out := map[uint64]int{}
+		for _, tn := range c.nodes {
+			for _, gs := range tn.node.groupStatus() {
+				if r := tn.node.group(gs.Group); r != nil && r.ready.Load() {
+					out[tn.id]++
+				}
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		h := held()
+		if h[1] == 2 && h[2] == 2 && h[3] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the leases did not spread: %v", h)
+		}
+	}
+	for i, tb := range tables {
+		upsertVia(c, tb, "p", "r", i)
+		if e, err := readVia(c, tb, "p", "r"); err != nil || entityN(t, e) != i {
+			t.Fatalf("%s after the leases spread: %+v, %v", tb, e, err)
+		}
+	}
+}

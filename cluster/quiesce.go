@@ -57,6 +57,10 @@ type liveness struct {
 	// checks and removed are the membership questions and answers to
 	// send with the tick's liveness messages (range_members.go).
 	checks, removed memberNotes
+	// leases are the range-group leases each peer last said it holds,
+	// and held this node's own count as of the last tick (lease.go).
+	leases map[uint64]uint64
+	held   uint64
 }
 
 // isLive reports whether node id was heard from within an election
@@ -107,6 +111,7 @@ func (n *Node) sendLiveness(peers []uint64) {
 				From:    proto.Uint64(n.cfg.ID),
 				To:      proto.Uint64(id),
 				Commit:  proto.Uint64(n.live.incarnation),
+				Index:   proto.Uint64(n.live.held),
 				Context: n.live.notices[id],
 			})
 		}
@@ -147,6 +152,7 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 		return
 	}
 	from := m.GetFrom()
+	n.live.leases[from] = m.GetIndex()
 	if run := m.GetCommit(); run != 0 {
 		if last, ok := n.live.runs[from]; ok && last != run {
 			// Restarted: the next tick finds it back, and wakes the
