@@ -334,7 +334,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 	c.converge(20 * time.Second)
 	members := c.peers
 	if ranges {
-		members = c.tableGroup("chaos").Voters
+		members = c.agreedGroup("chaos", 20*time.Second).Voters
 		c.waitMembers(group, members, 20*time.Second)
 		c.convergeMembers(group, members, 20*time.Second)
 	}
