@@ -356,6 +356,9 @@ type PeerStatus struct {
 	// Live says the node heard from the peer within an election timeout
 	// (any message, the per-tick liveness one included).
 	Live bool `json:"live"`
+	// Draining says the peer is being drained of its range groups
+	// before it leaves (tabula cluster decommission).
+	Draining bool `json:"draining,omitempty"`
 }
 
 func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
@@ -365,7 +368,8 @@ func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
 	st := h.node.Status()
 	for id, addr := range h.node.members.all() {
 		p := st.progress[id]
-		st.Peers = append(st.Peers, PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active, Live: id == st.Node || st.live[id]})
+		st.Peers = append(st.Peers, PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active, Live: id == st.Node || st.live[id],
+			Draining: h.node.members.isDraining(id)})
 	}
 	sortPeers(st.Peers)
 	st.Ranges = h.node.ranges(r.Context())

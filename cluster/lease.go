@@ -21,8 +21,12 @@ import (
 // refuses (a node sends only messages of its own).
 
 // leaseBalanceElections is how many election timeouts pass between two
-// looks of a node at its leases.
-const leaseBalanceElections = 5
+// looks of a node at its leases, and busyLeaseElections how many between
+// two handovers of a busy group's lease.
+const (
+	leaseBalanceElections = 5
+	busyLeaseElections    = 300
+)
 
 // balanceLeases, on the loop every tick, counts the range-group leases
 // the node holds, which its liveness messages tell its peers, and every
@@ -31,7 +35,11 @@ const leaseBalanceElections = 5
 // holds two or more fewer than this one. Every node does the same, so the
 // counts even out (to within one) a lease at a time, without a
 // coordinator; the placement controller's switch (PlacementInterval < 0)
-// turns it off too.
+// turns it off too. An idle (quiesced) group's lease goes first: while a
+// lease moves, its old holder refuses the writes it has not proposed yet
+// (503 ServerBusy: the clients retry), which an idle group has none of;
+// a busy group's goes only when no idle one can, and at most once every
+// busyLeaseElections election timeouts.
 func (n *Node) balanceLeases() {
 	var led []*replica
 	for _, r := range n.replicaList {
@@ -43,9 +51,20 @@ func (n *Node) balanceLeases() {
 	if n.cfg.PlacementInterval < 0 || n.live.ticks%uint64(leaseBalanceElections*n.cfg.ElectionTicks) != 0 {
 		return
 	}
+	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= uint64(busyLeaseElections*n.cfg.ElectionTicks)
+	slices.SortStableFunc(led, func(a, b *replica) int {
+		if a.quiesced.Load() == b.quiesced.Load() {
+			return 0
+		}
+		if a.quiesced.Load() {
+			return -1
+		}
+		return 1
+	})
 	for _, r := range led {
-		if !r.ready.Load() || !r.settled() {
-			continue // electing, or moving its members: leave it
+		idle := r.quiesced.Load()
+		if !r.ready.Load() || !r.settled() || (!idle && !busyOK) {
+			continue // electing, moving its members, or busy: leave it
 		}
 		var to, toNode uint64
 		for _, id := range r.conf.GetVoters() {
@@ -58,6 +77,9 @@ func (n *Node) balanceLeases() {
 			}
 		}
 		if to != 0 {
+			if !idle {
+				n.live.busyLeaseAt = n.live.ticks
+			}
 			r.quiesced.Store(false)
 			r.rn.TransferLeader(to)
 			n.touch(r)

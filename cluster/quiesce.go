@@ -61,6 +61,9 @@ type liveness struct {
 	// and held this node's own count as of the last tick (lease.go).
 	leases map[uint64]uint64
 	held   uint64
+	// busyLeaseAt is the tick of the last handover of a busy group's
+	// lease (lease.go).
+	busyLeaseAt uint64
 }
 
 // isLive reports whether node id was heard from within an election

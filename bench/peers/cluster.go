@@ -22,8 +22,11 @@ import (
 
 // The REST suite's -cluster mode runs Tabula as a cluster of processes on
 // this machine, system "cluster", beside the single node. Its figures sum
-// the CPU and peak RSS of every node; the clients talk to the leader (a
-// follower would forward each request to it, one more hop). The failover
+// the CPU and peak RSS of every node; the clients send each request to
+// the node that answers for its table, as a front end that caches the
+// partition map does: the leader, or with range groups the leaseholder
+// of the table's group, which the nodes spread (any other node would
+// forward the request there, one more hop). The failover
 // runs kill -9 the leader under a write load and time the first write
 // acknowledged after the kill, then restart the killed node and time its
 // catch-up.
@@ -67,6 +70,75 @@ func clusterKind(name, binary string, size int, extra []string) serverKind {
 			}
 			return waitLeader(addrs.Node, nil, 60*time.Second)
 		},
+		route: func(s *server, base http.RoundTripper) (http.RoundTripper, func()) {
+			addrs, err := loadClusterAddrs(s.dir, size)
+			if err != nil {
+				return base, func() {}
+			}
+			lr := &leaseRoutes{base: base, addrs: addrs, hosts: map[string]string{}, stop: make(chan struct{})}
+			go lr.refresh()
+			return lr, func() { close(lr.stop) }
+		},
+	}
+}
+
+// benchTableHeader names the table of a request whose path does not (a
+// batch's) for the cluster's routing; the service ignores it.
+const benchTableHeader = "X-Bench-Table"
+
+// leaseRoutes sends each request to the REST address of the node holding
+// its table's lease, as the nodes' status pages last said (refreshed
+// every 200 ms); a request for a table it does not know goes where the
+// client sends it (the leader).
+type leaseRoutes struct {
+	base  http.RoundTripper
+	addrs clusterAddrs
+	stop  chan struct{}
+	mu    sync.RWMutex
+	hosts map[string]string // lower-case table name -> REST address
+}
+
+func (lr *leaseRoutes) RoundTrip(req *http.Request) (*http.Response, error) {
+	table := req.Header.Get(benchTableHeader)
+	if table == "" {
+		// /account/table(...) or /account/table?...
+		rest := strings.TrimPrefix(req.URL.Path, "/"+devAccount+"/")
+		table = rest[:strings.IndexAny(rest+"(?/", "(?/")]
+	}
+	lr.mu.RLock()
+	host := lr.hosts[strings.ToLower(table)]
+	lr.mu.RUnlock()
+	if host != "" && host != req.URL.Host {
+		req = req.Clone(req.Context())
+		req.URL.Host, req.Host = host, host
+	}
+	return lr.base.RoundTrip(req)
+}
+
+func (lr *leaseRoutes) refresh() {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		hosts := map[string]string{}
+		for i, a := range lr.addrs.Node {
+			st, err := nodeStatus(a, uint64(i+1))
+			if err != nil {
+				continue
+			}
+			for _, r := range st.Ranges {
+				if r.Leaseholder >= 1 && int(r.Leaseholder) <= len(lr.addrs.REST) {
+					hosts[strings.ToLower(r.Table)] = lr.addrs.REST[r.Leaseholder-1]
+				}
+			}
+		}
+		lr.mu.Lock()
+		lr.hosts = hosts
+		lr.mu.Unlock()
+		select {
+		case <-lr.stop:
+			return
+		case <-t.C:
+		}
 	}
 }
 

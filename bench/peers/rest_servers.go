@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,9 @@ type serverKind struct {
 	// pick chooses, once every address accepts connections, the process
 	// clients talk to; nil means the first.
 	pick func(s *server) (int, error)
+	// route, when set, wraps the clients' transport: a cluster's sends
+	// each request to the node holding its table's lease.
+	route func(s *server, base http.RoundTripper) (http.RoundTripper, func())
 }
 
 // onePort is the launch of a one-process server on a fresh port.

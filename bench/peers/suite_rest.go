@@ -139,7 +139,7 @@ func restWorkloads() []restWorkload {
 					rks[j] = fmt.Sprintf("r%03d", j)
 				}
 				ct, body := batchBody(rc.c.endpoint, "batch", fmt.Sprintf("b%09d", n), rks, int(n))
-				ok, err := answered(rc.c.do("POST", "/$batch", ct, body))
+				ok, err := answered(rc.c.do("POST", "/$batch", ct, body, benchTableHeader, "batch"))
 				return 100, ok, err
 			}
 		}},
@@ -206,7 +206,7 @@ func (rc *restCtx) setup(conns int) error {
 				rks = append(rks, fmt.Sprintf("r%03d", j))
 			}
 			ct, body := batchBody(rc.c.endpoint, table, fmt.Sprintf("p%04d", p), rks, p*perPartition+h*100)
-			ok, err := answered(rc.c.do("POST", "/$batch", ct, body))
+			ok, err := answered(rc.c.do("POST", "/$batch", ct, body, benchTableHeader, table))
 			return len(rks), ok, err
 		})
 		if res.errors > 0 || res.entities != int64(n) {
@@ -412,6 +412,11 @@ func runRESTRepeat(kind serverKind, tmp string, repeat int, f *restFlags, worklo
 	}
 	defer srv.stop()
 	rc := &restCtx{c: newTableClient(srv.endpoint, f.conns), dataN: f.dataN, scanN: f.scanN}
+	if kind.route != nil {
+		var stopRoutes func()
+		rc.c.http.Transport, stopRoutes = kind.route(srv, rc.c.http.Transport)
+		defer stopRoutes()
+	}
 	if err := rc.setup(f.conns); err != nil {
 		return nil, err
 	}

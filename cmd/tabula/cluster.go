@@ -538,8 +538,12 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(tw, "%d\t%s\tunreachable\t\t\t\t\t%d\t%s\t\t\t%v\n", p.Node, p.Addr, match[p.Node], live, errs[p.Node])
 			continue
 		}
+		note := st.Failed
+		if p.Draining {
+			note = strings.TrimSpace("draining " + note)
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", st.Node, p.Addr, strings.TrimPrefix(st.State, "State"),
-			st.Leader, st.Term, st.Commit, st.Applied, match[p.Node], live, st.RangeGroups, st.Quiesced, st.Failed)
+			st.Leader, st.Term, st.Commit, st.Applied, match[p.Node], live, st.RangeGroups, st.Quiesced, note)
 	}
 	tw.Flush()
 	if len(ranges) > 0 {
