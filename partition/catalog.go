@@ -20,9 +20,10 @@ type table struct {
 	lower   string // the catalog key: names are case-insensitive
 	id      uint64
 	prefix  []byte // appendTablePrefix(account, id); read-only
-	// group is the table's range descriptor: its id never changes, its
-	// voters do (SetGroupVoters), replaced whole under the store's catMu.
-	group atomic.Pointer[RangeGroup]
+	// groups are the table's range descriptors, by start, the first from
+	// "": empty for a table whose entities have no range group. Replaced
+	// whole under the store's catMu (SetGroupVoters, SplitTableRange).
+	groups atomic.Pointer[[]RangeGroup]
 
 	// deleted is set when the table is dropped, so that background work
 	// holding the table stops persisting things for it.
@@ -46,37 +47,77 @@ type tableKey struct{ account, lower string }
 func (t *table) rangeList() []*rangeState { return *t.ranges.Load() }
 
 // catalog value: version 1 | table id (8 bytes big-endian) | name as
-// created; or, for a table replicated by a range group of its own,
-// version 2 | table id | the group (rangegroup.go) | name.
+// created; or, for a table replicated by one range group of its own,
+// version 2 | table id | the group (range_group.go) | name; or, for a
+// table split into several ranges, version 3 | table id | uvarint count |
+// count × (group, string start) | name.
 const (
-	catalogVersion      = 1
-	catalogVersionGroup = 2
+	catalogVersion       = 1
+	catalogVersionGroup  = 2
+	catalogVersionRanges = 3
 )
 
-func encodeCatalogValue(id uint64, g RangeGroup, name string) []byte {
+func encodeCatalogValue(id uint64, groups []RangeGroup, name string) []byte {
 	v := make([]byte, 0, 1+idLen+len(name))
-	if g.ID == 0 {
+	switch len(groups) {
+	case 0:
 		v = append(v, catalogVersion)
 		v = binary.BigEndian.AppendUint64(v, id)
-		return append(v, name...)
+	case 1:
+		v = append(v, catalogVersionGroup)
+		v = binary.BigEndian.AppendUint64(v, id)
+		v = groups[0].append(v)
+	default:
+		v = append(v, catalogVersionRanges)
+		v = binary.BigEndian.AppendUint64(v, id)
+		v = binary.AppendUvarint(v, uint64(len(groups)))
+		for _, g := range groups {
+			v = g.append(v)
+			v = binary.AppendUvarint(v, uint64(len(g.Start)))
+			v = append(v, g.Start...)
+		}
 	}
-	v = append(v, catalogVersionGroup)
-	v = binary.BigEndian.AppendUint64(v, id)
-	v = g.append(v)
 	return append(v, name...)
 }
 
-func decodeCatalogValue(v []byte) (id uint64, g RangeGroup, name string, err error) {
-	if len(v) < 1+idLen || (v[0] != catalogVersion && v[0] != catalogVersionGroup) {
-		return 0, RangeGroup{}, "", fmt.Errorf("partition: catalog entry: bad header: %w", lsm.ErrCorruption)
+func decodeCatalogValue(v []byte) (id uint64, groups []RangeGroup, name string, err error) {
+	if len(v) < 1+idLen || v[0] < catalogVersion || v[0] > catalogVersionRanges {
+		return 0, nil, "", fmt.Errorf("partition: catalog entry: bad header: %w", lsm.ErrCorruption)
+	}
+	bad := func(what string) (uint64, []RangeGroup, string, error) {
+		return 0, nil, "", fmt.Errorf("partition: catalog entry: %s: %w", what, lsm.ErrCorruption)
 	}
 	id, rest := binary.BigEndian.Uint64(v[1:]), v[1+idLen:]
-	if v[0] == catalogVersionGroup {
+	switch v[0] {
+	case catalogVersionGroup:
+		var g RangeGroup
 		if g, rest, err = decodeRangeGroup(rest); err != nil {
-			return 0, RangeGroup{}, "", fmt.Errorf("partition: catalog entry: %w", err)
+			return 0, nil, "", fmt.Errorf("partition: catalog entry: %w", err)
+		}
+		groups = []RangeGroup{g}
+	case catalogVersionRanges:
+		count, n := binary.Uvarint(rest)
+		if n <= 0 || count < 2 || count > uint64(len(rest)) {
+			return bad("bad range count")
+		}
+		rest = rest[n:]
+		for i := range count {
+			var g RangeGroup
+			if g, rest, err = decodeRangeGroup(rest); err != nil {
+				return 0, nil, "", fmt.Errorf("partition: catalog entry: %w", err)
+			}
+			l, n := binary.Uvarint(rest)
+			if n <= 0 || l > uint64(len(rest)-n) {
+				return bad("bad range start")
+			}
+			g.Start, rest = string(rest[n:n+int(l)]), rest[n+int(l):]
+			if (i == 0) != (g.Start == "") || (i > 0 && g.Start <= groups[i-1].Start) {
+				return bad("range starts out of order")
+			}
+			groups = append(groups, g)
 		}
 	}
-	return id, g, string(rest), nil
+	return id, groups, string(rest), nil
 }
 
 // deleted-table record: version 1 | state | account.
@@ -203,19 +244,19 @@ func (s *Store) loadCatalog() (pendingDrops []droppedTable, err error) {
 		if err != nil {
 			return err
 		}
-		id, g, name, err := decodeCatalogValue(v)
+		id, groups, name, err := decodeCatalogValue(v)
 		if err != nil {
 			return err
 		}
 		t := newTable(account, name, id)
-		t.setGroup(g)
+		t.setGroups(groups)
 		rs, err := s.loadRanges(id)
 		if err != nil {
 			return err
 		}
 		t.ranges.Store(&rs)
 		s.tables.Store(tableKey{account, lower}, t)
-		if g.ID != 0 {
+		for _, g := range groups {
 			s.groups.Store(g.ID, t)
 		}
 		return nil

@@ -39,6 +39,9 @@ const (
 	// metaSpanIngest | group -> a span ingest of that group whose staged
 	// pairs checked out and are being moved into place (span_snapshot.go).
 	metaSpanIngest = 0x07
+	// metaGroupSpan | group -> the PartitionKeys that raft group holds of
+	// its table, as its own log last set them (group_span.go).
+	metaGroupSpan = 0x08
 )
 
 // legacyAppliedGroup is the group whose applied index a store written

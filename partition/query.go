@@ -22,6 +22,24 @@ type EntityQuery struct {
 	Top                          int
 	NextPartitionKey, NextRowKey string
 	Scope                        odata.KeyRange
+	// Within, when set, is the range of PartitionKeys one of a cluster's
+	// range groups answers for: the query reads no key outside it, and
+	// one whose keys go on past its end returns, once it has read the
+	// rest, a continuation at that end, so the client's next page is
+	// asked of the next range.
+	Within *PartitionRange
+}
+
+// PartitionRange is the PartitionKeys from Low to High ("" unbounded).
+type PartitionRange struct{ Low, High string }
+
+// keyRange is r as the clustered index's key range.
+func (r PartitionRange) keyRange() odata.KeyRange {
+	kr := odata.KeyRange{Start: odata.Position{Kind: odata.BeforeKey, PartitionKey: r.Low}}
+	if r.High != "" {
+		kr.End = odata.Position{Kind: odata.BeforeKey, PartitionKey: r.High}
+	}
+	return kr
 }
 
 // timeCheckEvery is how many keys a page examines between looks at the
@@ -71,6 +89,17 @@ func (s *Store) QueryEntities(ctx context.Context, account, tableName string, q 
 	if !q.Scope.IsFull() {
 		plan.Ranges = clipRanges(plan.Ranges, q.Scope)
 	}
+	// end is the continuation at Within's end, when the query goes past it.
+	var end Continuation
+	if w := q.Within; w != nil {
+		if w.High != "" {
+			past := odata.KeyRange{Start: odata.Position{Kind: odata.BeforeKey, PartitionKey: w.High}}
+			if len(clipRanges(plan.Ranges, past)) > 0 {
+				end = NewContinuation(w.High, "")
+			}
+		}
+		plan.Ranges = clipRanges(plan.Ranges, w.keyRange())
+	}
 	var from []byte
 	if c := (Continuation{q.NextPartitionKey, q.NextRowKey}); !c.IsZero() {
 		pk, rk, err := c.Position()
@@ -81,7 +110,7 @@ func (s *Store) QueryEntities(ctx context.Context, account, tableName string, q 
 	}
 	spans := t.spans(plan, from)
 	if len(spans) == 0 {
-		return Continuation{}, nil
+		return end, nil
 	}
 
 	p := page{
@@ -120,7 +149,7 @@ func (s *Store) QueryEntities(ctx context.Context, account, tableName string, q 
 			return Continuation{}, fmt.Errorf("partition: query %s: %w", tableName, err)
 		}
 	}
-	return Continuation{}, nil
+	return end, nil
 }
 
 // clipRanges intersects each of a plan's sorted, disjoint ranges with

@@ -6,35 +6,48 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/tabuladb/tabula/lsm"
 )
 
-// RangeGroup is a table's range descriptor in a cluster: the raft group
-// that replicates the table's entities, and the nodes meant to be its
-// voters. A cluster's system group decides it when the table is created
-// and whenever its replicas are to move, and every replica records it in
-// the table's catalog entry, so the descriptor is as replicated as the
-// catalog. The group's own log decides who its members are at any moment;
-// its leader moves them toward the descriptor's voters. The zero
-// RangeGroup (a single node, or a table made before range groups) means
-// the table's entities are replicated with the catalog.
+// RangeGroup is the descriptor of one range of a table in a cluster: the
+// raft group that replicates the table's entities whose PartitionKey is
+// in the range, from Start to the next range's (the first range starts at
+// "", a table not split has one), and the nodes meant to be its voters.
+// A cluster's system group decides the descriptors when the table is
+// created, when a range is split, and whenever a group's replicas are to
+// move, and every replica records them in the table's catalog entry, so
+// they are as replicated as the catalog. A group's own log decides who
+// its members are at any moment, and which keys it holds (GroupSpan); its
+// leader moves it toward the descriptor. A table without descriptors (a
+// single node, or a table made before range groups) has its entities
+// replicated with the catalog.
 type RangeGroup struct {
 	ID     uint64
 	Voters []uint64
+	Start  string
 }
 
 // MaxGroupVoters bounds a descriptor's voters: a decoder refuses more.
 const MaxGroupVoters = 7
 
-// TableGroup is a table and its range group.
+// TableGroup is a range group and its table; End is the PartitionKey
+// its range ends before, the next range's start ("" for the last range:
+// unbounded).
 type TableGroup struct {
 	Account, Table string
 	Group          RangeGroup
+	End            string
+}
+
+// Span is the span of the group's range, as the catalog has it.
+func (tg TableGroup) Span() Span {
+	return Span{Account: tg.Account, Table: tg.Table, LowPartitionKey: tg.Group.Start, HighPartitionKey: tg.End}
 }
 
 func (g RangeGroup) clone() RangeGroup {
-	return RangeGroup{ID: g.ID, Voters: slices.Clone(g.Voters)}
+	return RangeGroup{ID: g.ID, Voters: slices.Clone(g.Voters), Start: g.Start}
 }
 
 // Has says whether node is one of the group's voters.
@@ -89,66 +102,161 @@ func ValidVoters(voters []uint64) error {
 	return nil
 }
 
-// setGroup makes g the table's descriptor.
-func (t *table) setGroup(g RangeGroup) {
-	g = g.clone()
-	t.group.Store(&g)
-}
-
-// rangeGroup returns the table's descriptor; the zero RangeGroup when its
-// entities have no group of their own.
-func (t *table) rangeGroup() RangeGroup {
-	if g := t.group.Load(); g != nil {
-		return *g
+// setGroups makes gs, sorted by start, the table's range descriptors.
+func (t *table) setGroups(gs []RangeGroup) {
+	out := make([]RangeGroup, len(gs))
+	for i, g := range gs {
+		out[i] = g.clone()
 	}
-	return RangeGroup{}
+	t.groups.Store(&out)
 }
 
-// TableGroup returns the range group of a live table: TableNotFound when
-// there is none, the zero RangeGroup when its entities have no group.
-// The voters are shared: the caller must not change them.
+// rangeGroups returns the table's range descriptors, by start (none when
+// its entities have no range group). They are shared: read-only.
+func (t *table) rangeGroups() []RangeGroup {
+	if gs := t.groups.Load(); gs != nil {
+		return *gs
+	}
+	return nil
+}
+
+// groupOf returns the index in gs of the range holding PartitionKey pk.
+func groupOf(gs []RangeGroup, pk string) int {
+	i, _ := slices.BinarySearchFunc(gs, pk, func(g RangeGroup, pk string) int { return strings.Compare(g.Start, pk) })
+	if i == len(gs) || gs[i].Start != pk {
+		i--
+	}
+	return i
+}
+
+// tableGroup returns range i of gs as a TableGroup of t.
+func (t *table) tableGroup(gs []RangeGroup, i int) TableGroup {
+	tg := TableGroup{Account: t.account, Table: t.name, Group: gs[i].clone()}
+	if i+1 < len(gs) {
+		tg.End = gs[i+1].Start
+	}
+	return tg
+}
+
+// TableGroup returns the range group of a live table's first range (its
+// only one, unless it was split): TableNotFound when there is no such
+// table, the zero RangeGroup when its entities have no group. The voters
+// are shared: the caller must not change them.
 func (s *Store) TableGroup(account, name string) (RangeGroup, error) {
+	return s.TableGroupFor(account, name, "")
+}
+
+// TableGroupFor returns the range group of a live table that holds the
+// entities of PartitionKey pk, as TableGroup does.
+func (s *Store) TableGroupFor(account, name, pk string) (RangeGroup, error) {
 	t, err := s.lookupTable(account, name)
 	if err != nil {
 		return RangeGroup{}, err
 	}
-	return t.rangeGroup(), nil
+	gs := t.rangeGroups()
+	if len(gs) == 0 {
+		return RangeGroup{}, nil
+	}
+	return gs[groupOf(gs, pk)], nil
 }
 
-// GroupTable returns the live table that range group id replicates, and
-// its descriptor.
+// TableRanges returns the range groups of a live table, by start.
+func (s *Store) TableRanges(account, name string) ([]TableGroup, error) {
+	t, err := s.lookupTable(account, name)
+	if err != nil {
+		return nil, err
+	}
+	gs := t.rangeGroups()
+	out := make([]TableGroup, len(gs))
+	for i := range gs {
+		out[i] = t.tableGroup(gs, i)
+	}
+	return out, nil
+}
+
+// GroupTable returns range group id, with its live table.
 func (s *Store) GroupTable(id uint64) (TableGroup, bool) {
 	v, ok := s.groups.Load(id)
 	if !ok {
 		return TableGroup{}, false
 	}
 	t := v.(*table)
-	return TableGroup{Account: t.account, Table: t.name, Group: t.rangeGroup().clone()}, true
+	gs := t.rangeGroups()
+	for i := range gs {
+		if gs[i].ID == id {
+			return t.tableGroup(gs, i), true
+		}
+	}
+	return TableGroup{}, false // the table was split or dropped meanwhile
 }
 
-// TableGroups lists the live tables that have a range group, by group id.
+// TableGroups lists every range group of the live tables, by group id.
 func (s *Store) TableGroups() []TableGroup {
 	var out []TableGroup
+	seen := map[*table]bool{}
 	s.groups.Range(func(_, v any) bool {
 		t := v.(*table)
-		out = append(out, TableGroup{Account: t.account, Table: t.name, Group: t.rangeGroup().clone()})
+		if !seen[t] {
+			seen[t] = true
+			gs := t.rangeGroups()
+			for i := range gs {
+				out = append(out, t.tableGroup(gs, i))
+			}
+		}
 		return true
 	})
 	slices.SortFunc(out, func(a, b TableGroup) int { return cmp.Compare(a.Group.ID, b.Group.ID) })
 	return out
 }
 
-// SetGroupVoters records new voters in the descriptor of the table that
-// range group group replicates: a cluster's system group applies it when
-// the group's replicas are to move. A table without that group (dropped,
-// or created again under another) is TableNotFound; voters must pass
-// ValidVoters.
+// SetGroupVoters records new voters in the descriptor of range group
+// group of a table: a cluster's system group applies it when the group's
+// replicas are to move. A table without that group (dropped, or created
+// again without it) is TableNotFound; voters must pass ValidVoters.
 func (s *Store) SetGroupVoters(ctx context.Context, account, name string, group uint64, voters []uint64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if err := ValidVoters(voters); err != nil {
 		return serviceErrorf(CodeInvalidInput, "The range group's voters are not valid.", "(%v)", err)
+	}
+	return s.editGroups(ctx, account, name, group, func(gs []RangeGroup, i int) ([]RangeGroup, error) {
+		gs[i].Voters = slices.Clone(voters)
+		return gs, nil
+	})
+}
+
+// SplitTableRange splits the range of group group of a table at
+// PartitionKey at, which must be inside the range and not its start: the
+// range keeps the keys below at, and a new range from at on is given to
+// group child, with the same voters. A cluster's system group applies it
+// to record a split for routing; the group's own log carries the split of
+// its data (SplitGroupSpan). A table without that group is
+// TableNotFound; a key outside the range, or a child id in use, is
+// InvalidInput.
+func (s *Store) SplitTableRange(ctx context.Context, account, name string, group uint64, at string, child uint64) error {
+	if child == 0 {
+		return serviceErrorf(CodeInvalidInput, "The split is not valid.", "(group 0)")
+	}
+	if _, ok := s.groups.Load(child); ok {
+		return serviceErrorf(CodeInvalidInput, "The split is not valid.", "(group %d is in use)", child)
+	}
+	err := s.editGroups(ctx, account, name, group, func(gs []RangeGroup, i int) ([]RangeGroup, error) {
+		if at <= gs[i].Start || (i+1 < len(gs) && at >= gs[i+1].Start) {
+			return nil, serviceErrorf(CodeInvalidInput, "The split is not valid.", "(%q is not inside the range of group %d)", at, group)
+		}
+		return slices.Insert(gs, i+1, RangeGroup{ID: child, Voters: slices.Clone(gs[i].Voters), Start: at}), nil
+	})
+	if err == nil {
+		v, _ := s.groups.Load(group)
+		s.groups.Store(child, v)
+	}
+	return err
+}
+
+// editGroups changes the descriptors of a table that has range group
+// group (edit gets a copy, and the index of that group) and records them
+// in the catalog.
+func (s *Store) editGroups(ctx context.Context, account, name string, group uint64, edit func(gs []RangeGroup, i int) ([]RangeGroup, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
@@ -156,16 +264,23 @@ func (s *Store) SetGroupVoters(ctx context.Context, account, name string, group 
 	if err != nil {
 		return err
 	}
-	g := t.rangeGroup()
-	if g.ID == 0 || g.ID != group {
+	gs := t.rangeGroups()
+	i := slices.IndexFunc(gs, func(g RangeGroup) bool { return g.ID == group })
+	if i < 0 {
 		return serviceError(CodeTableNotFound, msgTableNotFound)
 	}
-	g = RangeGroup{ID: g.ID, Voters: slices.Clone(voters)}
-	b := s.db.NewBatch()
-	b.Set(catalogKey(account, t.lower), encodeCatalogValue(t.id, g, t.name))
-	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
-		return fmt.Errorf("partition: set the voters of range group %d: %w", group, err)
+	edited := make([]RangeGroup, len(gs))
+	for k, g := range gs {
+		edited[k] = g.clone()
 	}
-	t.setGroup(g)
+	if edited, err = edit(edited, i); err != nil {
+		return err
+	}
+	b := s.db.NewBatch()
+	b.Set(catalogKey(account, t.lower), encodeCatalogValue(t.id, edited, t.name))
+	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
+		return fmt.Errorf("partition: change the range groups of table %q: %w", name, err)
+	}
+	t.setGroups(edited)
 	return nil
 }

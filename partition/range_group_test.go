@@ -60,10 +60,15 @@ func TestTableGroupsPersist(t *testing.T) {
 // TestCatalogValueRefusesBadGroups feeds the catalog decoder broken group
 // descriptors: each is corruption, none panics.
 func TestCatalogValueRefusesBadGroups(t *testing.T) {
-	good := encodeCatalogValue(9, RangeGroup{ID: 5, Voters: []uint64{1, 2}}, "Tbl")
-	if id, g, name, err := decodeCatalogValue(good); err != nil || id != 9 || g.ID != 5 || len(g.Voters) != 2 || name != "Tbl" {
-		t.Fatalf("round trip: %d %+v %q %v", id, g, name, err)
+	good := encodeCatalogValue(9, []RangeGroup{{ID: 5, Voters: []uint64{1, 2}}}, "Tbl")
+	if id, gs, name, err := decodeCatalogValue(good); err != nil || id != 9 || len(gs) != 1 || gs[0].ID != 5 || len(gs[0].Voters) != 2 || name != "Tbl" {
+		t.Fatalf("round trip: %d %+v %q %v", id, gs, name, err)
 	}
+	split := []RangeGroup{{ID: 5, Voters: []uint64{1, 2}}, {ID: 9, Voters: []uint64{3}, Start: "m"}, {ID: 12, Voters: []uint64{1}, Start: "t\x00"}}
+	if id, gs, name, err := decodeCatalogValue(encodeCatalogValue(9, split, "Tbl")); err != nil || id != 9 || !reflect.DeepEqual(gs, split) || name != "Tbl" {
+		t.Fatalf("round trip of a split table: %d %+v %q %v", id, gs, name, err)
+	}
+	splitHead := encodeCatalogValue(9, split, "")[:1+idLen]
 	head := good[:1+idLen]
 	for name, v := range map[string][]byte{
 		"no group":        head,
@@ -72,7 +77,12 @@ func TestCatalogValueRefusesBadGroups(t *testing.T) {
 		"too many voters": append(append([]byte{}, head...), 5, MaxGroupVoters+1, 1, 2, 3, 4, 5, 6, 7, 8),
 		"voter zero":      append(append([]byte{}, head...), 5, 1, 0),
 		"truncated voter": append(append([]byte{}, head...), 5, 2, 1, 0x80),
-		"version 3":       append([]byte{3}, good[1:]...),
+		"version 4":       append([]byte{4}, good[1:]...),
+		"one range in v3": append(append([]byte{}, splitHead...), 1, 5, 1, 1, 0),
+		"first start set": append(append([]byte{}, splitHead...), 2, 5, 1, 1, 1, 'a', 6, 1, 1, 1, 'b'),
+		"starts reversed": append(append([]byte{}, splitHead...), 3, 5, 1, 1, 0, 6, 1, 1, 1, 'b', 7, 1, 1, 1, 'a'),
+		"start past end":  append(append([]byte{}, splitHead...), 2, 5, 1, 1, 0, 6, 1, 1, 9, 'b'),
+		"count past end":  append(append([]byte{}, splitHead...), 200),
 	} {
 		if _, _, _, err := decodeCatalogValue(v); !errors.Is(err, lsm.ErrCorruption) {
 			t.Errorf("%s: %v, want corruption", name, err)
@@ -130,5 +140,70 @@ func TestSetGroupVoters(t *testing.T) {
 	}
 	if err := e.s.SetGroupVoters(ctx, acct, "Moved", 12, []uint64{1}); !IsCode(err, CodeTableNotFound) {
 		t.Fatalf("a move of a dropped table's group: %v", err)
+	}
+}
+
+// TestSplitTableRange splits a table's range twice: the descriptors are
+// found by PartitionKey and by group id with their ends, survive a
+// reopen (as catalog version 3), refuse a split outside the range, at
+// its start or to a group in use, and all go with the table.
+func TestSplitTableRange(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.s.CreateTableInGroup(ctx, acct, "Split", RangeGroup{ID: 4, Voters: []uint64{1, 2, 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.SplitTableRange(ctx, acct, "split", 4, "m", 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.SplitTableRange(ctx, acct, "split", 9, "t", 11); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.SetGroupVoters(ctx, acct, "split", 9, []uint64{2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	if v, err := e.s.db.Get(catalogKey(acct, "split")); err != nil || v[0] != catalogVersionRanges {
+		t.Fatalf("a split table's catalog entry: version %d, %v", v[0], err)
+	}
+	for pk, want := range map[string]uint64{"": 4, "a": 4, "l\xff": 4, "m": 9, "m0": 9, "s": 9, "t": 11, "zzz": 11} {
+		if g, err := e.s.TableGroupFor(acct, "Split", pk); err != nil || g.ID != want {
+			t.Errorf("TableGroupFor(%q) = %+v, %v; want group %d", pk, g, err, want)
+		}
+	}
+	want := []TableGroup{
+		{Account: acct, Table: "Split", Group: RangeGroup{ID: 4, Voters: []uint64{1, 2, 3}}, End: "m"},
+		{Account: acct, Table: "Split", Group: RangeGroup{ID: 9, Voters: []uint64{2, 3, 4}, Start: "m"}, End: "t"},
+		{Account: acct, Table: "Split", Group: RangeGroup{ID: 11, Voters: []uint64{1, 2, 3}, Start: "t"}},
+	}
+	if got := e.s.TableGroups(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("TableGroups = %+v, want %+v", got, want)
+	}
+	if tg, ok := e.s.GroupTable(9); !ok || !reflect.DeepEqual(tg, want[1]) || tg.Span() != (Span{Account: acct, Table: "Split", LowPartitionKey: "m", HighPartitionKey: "t"}) {
+		t.Fatalf("GroupTable(9) = %+v, %v", tg, ok)
+	}
+	for name, c := range map[string]struct {
+		group, child uint64
+		at           string
+		code         string
+	}{
+		"at the range's start": {9, 20, "m", CodeInvalidInput},
+		"past the range":       {9, 20, "u", CodeInvalidInput},
+		"below the range":      {9, 20, "a", CodeInvalidInput},
+		"a group in use":       {4, 11, "c", CodeInvalidInput},
+		"group zero":           {4, 0, "c", CodeInvalidInput},
+		"another table's":      {40, 20, "c", CodeTableNotFound},
+	} {
+		if err := e.s.SplitTableRange(ctx, acct, "Split", c.group, c.at, c.child); !IsCode(err, c.code) {
+			t.Errorf("%s: %v, want %s", name, err, c.code)
+		}
+	}
+	if err := e.s.DeleteTable(ctx, acct, "Split"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uint64{4, 9, 11} {
+		if _, ok := e.s.GroupTable(id); ok {
+			t.Fatalf("GroupTable(%d) finds a dropped table", id)
+		}
 	}
 }

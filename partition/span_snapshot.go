@@ -268,7 +268,7 @@ func (s *Store) IngestSpan(group uint64, sp Span, r io.Reader) (uint64, error) {
 // staging namespace of group; it returns the stream's applied index.
 func (s *Store) stageSpan(group uint64, want Span, r io.Reader) (uint64, error) {
 	b := s.db.NewBatch()
-	applied, err := readSpanStream(group, want, r, func(key, val []byte) error {
+	_, applied, err := readSpanStream(group, want, false, r, func(key, val []byte) error {
 		b.Set(key, val)
 		if b.Size() >= spanIngestBatchBytes {
 			if err := s.db.Apply(b, unsyncedWO); err != nil {
@@ -353,6 +353,7 @@ func (s *Store) moveStaged(t *table, m spanIngest) error {
 	}
 
 	setAppliedIndex(b, m.group, m.applied)
+	setGroupSpan(b, m.group, m.low, m.high)
 	b.Delete(groupMetaKey(metaSpanIngest, m.group))
 	if err := s.db.Apply(b, s.syncWO); err != nil {
 		return wrap("commit", err)

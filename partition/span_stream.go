@@ -101,33 +101,46 @@ func CheckSpanSnapshot(group uint64, sp Span, r io.Reader) (uint64, error) {
 	if err := sp.check(); err != nil {
 		return 0, err
 	}
-	return readSpanStream(group, sp, r, nil)
+	_, applied, err := readSpanStream(group, sp, false, r, nil)
+	return applied, err
 }
 
-// readSpanStream reads and checks a span stream of want and group,
-// handing each entity to put (when not nil) under its staged key, in key
-// order; it returns the stream's applied index.
-func readSpanStream(group uint64, want Span, r io.Reader, put func(key, val []byte) error) (uint64, error) {
+// CheckSpanSnapshotOf is CheckSpanSnapshot for a stream of any span of
+// table account/table: a follower takes the span its leader sends, which
+// the group's log may have split since the follower's own. It returns
+// the stream's span and applied index.
+func CheckSpanSnapshotOf(group uint64, account, table string, r io.Reader) (Span, uint64, error) {
+	return readSpanStream(group, Span{Account: account, Table: table}, true, r, nil)
+}
+
+// readSpanStream reads and checks a span stream of want (of want's table
+// alone, with anyBounds) and group, handing each entity to put (when not
+// nil) under its staged key, in key order; it returns the stream's span
+// and applied index.
+func readSpanStream(group uint64, want Span, anyBounds bool, r io.Reader, put func(key, val []byte) error) (Span, uint64, error) {
 	sr := &summingReader{r: bufio.NewReaderSize(r, 256<<10), h: xxhash.New()}
 	magic := make([]byte, len(spanSnapshotMagic))
 	if err := sr.readFull(magic); err != nil || string(magic) != string(spanSnapshotMagic) {
-		return 0, fmt.Errorf("%w: no span snapshot header", ErrBadSpanSnapshot)
+		return Span{}, 0, fmt.Errorf("%w: no span snapshot header", ErrBadSpanSnapshot)
 	}
 	var got Span
 	for _, dst := range []*string{&got.Account, &got.Table, &got.LowPartitionKey, &got.HighPartitionKey} {
 		b, err := sr.spanBytes(maxSnapshotKey, nil)
 		if err != nil {
-			return 0, fmt.Errorf("%w: cut or damaged header", ErrBadSpanSnapshot)
+			return Span{}, 0, fmt.Errorf("%w: cut or damaged header", ErrBadSpanSnapshot)
 		}
 		*dst = string(b)
 	}
 	var nums [16]byte
 	if err := sr.readFull(nums[:]); err != nil {
-		return 0, fmt.Errorf("%w: cut header", ErrBadSpanSnapshot)
+		return Span{}, 0, fmt.Errorf("%w: cut header", ErrBadSpanSnapshot)
 	}
 	gotGroup, applied := binary.BigEndian.Uint64(nums[:8]), binary.BigEndian.Uint64(nums[8:])
-	if !got.same(want) || gotGroup != group {
-		return 0, fmt.Errorf("%w: the stream is of group %d, span [%q, %q) of %s/%s; want group %d, span [%q, %q) of %s/%s",
+	if anyBounds {
+		want.LowPartitionKey, want.HighPartitionKey = got.LowPartitionKey, got.HighPartitionKey
+	}
+	if err := got.check(); err != nil || !got.same(want) || gotGroup != group {
+		return Span{}, 0, fmt.Errorf("%w: the stream is of group %d, span [%q, %q) of %s/%s; want group %d, span [%q, %q) of %s/%s",
 			ErrBadSpanSnapshot, gotGroup, got.LowPartitionKey, got.HighPartitionKey, got.Account, got.Table,
 			group, want.LowPartitionKey, want.HighPartitionKey, want.Account, want.Table)
 	}
@@ -142,58 +155,58 @@ func readSpanStream(group uint64, want Span, r io.Reader, put func(key, val []by
 	for {
 		tag, err := sr.byte()
 		if err != nil {
-			return 0, fmt.Errorf("%w: cut after %d entities: %v", ErrBadSpanSnapshot, count, err)
+			return Span{}, 0, fmt.Errorf("%w: cut after %d entities: %v", ErrBadSpanSnapshot, count, err)
 		}
 		if tag == spanRecordEnd {
 			break
 		}
 		if tag != spanRecordEntity {
-			return 0, fmt.Errorf("%w: entity %d: unknown record 0x%02x", ErrBadSpanSnapshot, count, tag)
+			return Span{}, 0, fmt.Errorf("%w: entity %d: unknown record 0x%02x", ErrBadSpanSnapshot, count, tag)
 		}
 		if pk, err = sr.spanBytes(maxSnapshotKey, pk); err != nil {
-			return 0, fmt.Errorf("%w: entity %d: cut or damaged PartitionKey", ErrBadSpanSnapshot, count)
+			return Span{}, 0, fmt.Errorf("%w: entity %d: cut or damaged PartitionKey", ErrBadSpanSnapshot, count)
 		}
 		if rk, err = sr.spanBytes(maxSnapshotKey, rk); err != nil {
-			return 0, fmt.Errorf("%w: entity %d: cut or damaged RowKey", ErrBadSpanSnapshot, count)
+			return Span{}, 0, fmt.Errorf("%w: entity %d: cut or damaged RowKey", ErrBadSpanSnapshot, count)
 		}
 		if val, err = sr.spanBytes(maxSnapshotValue, val); err != nil {
-			return 0, fmt.Errorf("%w: entity %d: cut or damaged value", ErrBadSpanSnapshot, count)
+			return Span{}, 0, fmt.Errorf("%w: entity %d: cut or damaged value", ErrBadSpanSnapshot, count)
 		}
 		if !want.contains(string(pk)) {
-			return 0, fmt.Errorf("%w: entity %d: PartitionKey %q is outside the span", ErrBadSpanSnapshot, count, pk)
+			return Span{}, 0, fmt.Errorf("%w: entity %d: PartitionKey %q is outside the span", ErrBadSpanSnapshot, count, pk)
 		}
 		// The staged key orders exactly as (pk, rk) does (keys.md).
 		key = appendEscaped(appendEscaped(append(key[:0], prefix...), string(pk)), string(rk))
 		if last != nil && string(key) <= string(last) {
-			return 0, fmt.Errorf("%w: entity %d (%q, %q) is out of key order", ErrBadSpanSnapshot, count, pk, rk)
+			return Span{}, 0, fmt.Errorf("%w: entity %d (%q, %q) is out of key order", ErrBadSpanSnapshot, count, pk, rk)
 		}
 		last = append(last[:0], key...)
 		// A value the table service could not read back would pass the
 		// checksum if the sender stored it so: refuse it here rather than
 		// serve it.
 		if _, _, err := odata.DecodeEncoded(val); err != nil {
-			return 0, fmt.Errorf("%w: entity %d (%q, %q): %v", ErrBadSpanSnapshot, count, pk, rk, err)
+			return Span{}, 0, fmt.Errorf("%w: entity %d (%q, %q): %v", ErrBadSpanSnapshot, count, pk, rk, err)
 		}
 		if put != nil {
 			if err := put(key, val); err != nil {
-				return 0, err
+				return Span{}, 0, err
 			}
 		}
 		count++
 	}
 	var n [8]byte
 	if err = sr.readFull(n[:]); err != nil || binary.BigEndian.Uint64(n[:]) != count {
-		return 0, fmt.Errorf("%w: the stream's count does not match its %d entities", ErrBadSpanSnapshot, count)
+		return Span{}, 0, fmt.Errorf("%w: the stream's count does not match its %d entities", ErrBadSpanSnapshot, count)
 	}
 	want64 := sr.h.Sum64()
 	var sum [8]byte
 	if _, err := io.ReadFull(sr.r, sum[:]); err != nil || binary.BigEndian.Uint64(sum[:]) != want64 {
-		return 0, fmt.Errorf("%w: checksum mismatch", ErrBadSpanSnapshot)
+		return Span{}, 0, fmt.Errorf("%w: checksum mismatch", ErrBadSpanSnapshot)
 	}
 	if _, err := sr.r.ReadByte(); err != io.EOF {
-		return 0, fmt.Errorf("%w: bytes past the checksum", ErrBadSpanSnapshot)
+		return Span{}, 0, fmt.Errorf("%w: bytes past the checksum", ErrBadSpanSnapshot)
 	}
-	return applied, nil
+	return got, applied, nil
 }
 
 // byte reads one byte, summed.

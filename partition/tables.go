@@ -75,12 +75,16 @@ func (s *Store) CreateTableInGroup(ctx context.Context, account, name string, g 
 	}
 	id := s.nextID
 	t := newTable(account, name, id)
-	t.setGroup(g)
+	var groups []RangeGroup
+	if g.ID != 0 {
+		groups = []RangeGroup{{ID: g.ID, Voters: g.Voters}}
+	}
+	t.setGroups(groups)
 	rs := []*rangeState{{born: s.tick.Load()}}
 	t.ranges.Store(&rs)
 
 	b := s.db.NewBatch()
-	b.Set(catalogKey(account, key.lower), encodeCatalogValue(id, g, name))
+	b.Set(catalogKey(account, key.lower), encodeCatalogValue(id, groups, name))
 	b.Set(metaKey(metaNextID), appendUint64(nil, id+1))
 	b.Set(idKey(nsRanges, id), encodeRangeMap(rs))
 	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
@@ -119,7 +123,7 @@ func (s *Store) DeleteTable(ctx context.Context, account, name string) error {
 	// Only now that the drop is durable may DropKey discard the keys.
 	t.deleted.Store(true)
 	s.tables.Delete(tableKey{account, t.lower})
-	if g := t.rangeGroup(); g.ID != 0 {
+	for _, g := range t.rangeGroups() {
 		s.groups.Delete(g.ID)
 	}
 	s.markDeleted(t.id)

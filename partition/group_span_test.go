@@ -1,0 +1,171 @@
+package partition
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/tabuladb/tabula/lsm"
+	"github.com/tabuladb/tabula/odata"
+)
+
+// TestGroupSpans follows a range group's span through a split: a group
+// that never split holds its whole table; the split, stamped by the
+// parent's log, gives the parent the keys below the split and the child
+// the rest, with the parent's applied index in the same batch, across a
+// reopen; a split outside the span is refused; and a store that takes a
+// span snapshot of the child takes its span with it, which a follower
+// reads off the stream (CheckSpanSnapshotOf).
+func TestGroupSpans(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.s.CreateTableInGroup(ctx, acct, "Halves", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	whole := Span{Account: acct, Table: "Halves"}
+	if sp, ok, err := e.s.GroupSpan(5); err != nil || !ok || sp != whole {
+		t.Fatalf("GroupSpan(5) before any split = %+v, %v, %v", sp, ok, err)
+	}
+	if _, ok, err := e.s.GroupSpan(6); ok || err != nil {
+		t.Fatalf("GroupSpan of a group the catalog lacks: %v, %v", ok, err)
+	}
+	for _, pk := range []string{"a", "k", "m", "z"} {
+		sctx := WithStamp(ctx, Stamp{Group: 5, Index: 10, Timestamp: odata.DateTime(1000)})
+		if _, err := e.s.Apply(sctx, acct, "Halves", Op{Kind: OpInsert, Entity: &odata.Entity{PartitionKey: pk, RowKey: "r"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.s.SplitTableRange(ctx, acct, "Halves", 5, "m", 9); err != nil {
+		t.Fatal(err)
+	}
+	if sp, _, _ := e.s.GroupSpan(5); sp != whole {
+		t.Fatalf("the catalog's split moved group 5's span before its log did: %+v", sp)
+	}
+	if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 11}), 5, 9, "m"); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	low := Span{Account: acct, Table: "Halves", HighPartitionKey: "m"}
+	high := Span{Account: acct, Table: "Halves", LowPartitionKey: "m"}
+	if sp, _, err := e.s.GroupSpan(5); err != nil || sp != low {
+		t.Fatalf("the parent's span after the split = %+v, %v; want %+v", sp, err, low)
+	}
+	if sp, _, err := e.s.GroupSpan(9); err != nil || sp != high {
+		t.Fatalf("the child's span after the split = %+v, %v; want %+v", sp, err, high)
+	}
+	if a, err := e.s.AppliedIndex(5); err != nil || a != 11 {
+		t.Fatalf("the parent's applied index after the split: %d, %v", a, err)
+	}
+	for name, c := range map[string]struct {
+		group uint64
+		at    string
+	}{"at the start": {5, ""}, "at the end": {5, "m"}, "past the end": {5, "x"}, "below the start": {9, "a"}} {
+		if err := e.s.SplitGroupSpan(ctx, c.group, 12, c.at); !IsCode(err, CodeInvalidInput) {
+			t.Errorf("a split %s: %v", name, err)
+		}
+	}
+	if err := e.s.SplitGroupSpan(ctx, 40, 41, "c"); !IsCode(err, CodeTableNotFound) {
+		t.Errorf("a split of a group the catalog lacks: %v", err)
+	}
+
+	// A follower of the child takes its span from a snapshot.
+	f := newEnv(t, nil)
+	if _, err := f.s.CreateTableInGroup(ctx, acct, "Halves", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.SplitTableRange(ctx, acct, "Halves", 5, "m", 9); err != nil {
+		t.Fatal(err)
+	}
+	stream := spanStream(t, e.s, 9, high)
+	sp, _, err := CheckSpanSnapshotOf(9, acct, "halves", bytes.NewReader(stream))
+	if err != nil || sp.LowPartitionKey != "m" || sp.HighPartitionKey != "" {
+		t.Fatalf("CheckSpanSnapshotOf = %+v, %v", sp, err)
+	}
+	if _, _, err := CheckSpanSnapshotOf(9, acct, "other", bytes.NewReader(stream)); !errors.Is(err, ErrBadSpanSnapshot) {
+		t.Fatalf("a stream of another table passed: %v", err)
+	}
+	if _, _, err := CheckSpanSnapshotOf(5, acct, "halves", bytes.NewReader(stream)); !errors.Is(err, ErrBadSpanSnapshot) {
+		t.Fatalf("a stream of another group passed: %v", err)
+	}
+	if _, err := f.s.IngestSpan(9, sp, bytes.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := f.s.GroupSpan(9); err != nil || got != high {
+		t.Fatalf("the follower's child span after the ingest = %+v, %v", got, err)
+	}
+	if page, _, err := f.s.QueryEntitiesPage(ctx, acct, "Halves", EntityQuery{}); err != nil || len(page) != 2 || page[0].PartitionKey != "m" {
+		t.Fatalf("the follower holds %+v, %v; want the child's m and z", page, err)
+	}
+}
+
+// TestGroupSpanRecordRefusesDamage feeds the span record's decoder
+// broken records: each is corruption.
+func TestGroupSpanRecordRefusesDamage(t *testing.T) {
+	if low, high, err := decodeGroupSpan(encodeGroupSpan("a", "b")); err != nil || low != "a" || high != "b" {
+		t.Fatalf("round trip: %q %q %v", low, high, err)
+	}
+	for name, v := range map[string][]byte{
+		"empty":          {},
+		"version 2":      {2, 0, 0},
+		"cut":            {1, 3, 'a'},
+		"trailing bytes": append(encodeGroupSpan("a", ""), 0),
+		"high below low": encodeGroupSpan("b", "a"),
+		"empty span":     encodeGroupSpan("a", "a"),
+	} {
+		if _, _, err := decodeGroupSpan(v); !errors.Is(err, lsm.ErrCorruption) {
+			t.Errorf("%s: %v, want corruption", name, err)
+		}
+	}
+}
+
+// TestQueryWithinARange runs queries bounded to a range of PartitionKeys,
+// as a cluster's range group answers them: only keys inside are read; a
+// query whose keys go on past the range's end returns a continuation at
+// that end once it has read the rest (paged or not), and one that stays
+// inside ends there.
+func TestQueryWithinARange(t *testing.T) {
+	e := newEnv(t, nil)
+	e.createTable("ranged")
+	for _, pk := range []string{"a", "g", "h", "k", "o", "p", "x"} {
+		mustApply(t, e.s, "ranged", Op{Kind: OpInsert, Entity: ent(pk, "r")})
+	}
+	within := &PartitionRange{Low: "g", High: "p"}
+	walk := func(q EntityQuery) (got []string, last Continuation) {
+		t.Helper()
+		for {
+			page, c, err := e.s.QueryEntitiesPage(context.Background(), acct, "ranged", q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, se := range page {
+				got = append(got, se.PartitionKey)
+			}
+			if c.IsZero() {
+				return got, c
+			}
+			if pk, _, _ := c.Position(); pk == "p" {
+				return got, c // the range's end: the next range's to answer
+			}
+			q.NextPartitionKey, q.NextRowKey = c.NextPartitionKey, c.NextRowKey
+		}
+	}
+	atEnd := NewContinuation("p", "")
+	for name, c := range map[string]struct {
+		q    EntityQuery
+		want string
+		cont Continuation
+	}{
+		"everything":          {EntityQuery{Within: within}, "g h k o", atEnd},
+		"paged":               {EntityQuery{Within: within, Top: 2}, "g h k o", atEnd},
+		"a partition past it": {EntityQuery{Within: within, Filter: "PartitionKey eq 'x'"}, "", atEnd},
+		"inside it":           {EntityQuery{Within: within, Filter: "PartitionKey lt 'l'"}, "g h k", Continuation{}},
+		"the last range":      {EntityQuery{Within: &PartitionRange{Low: "p"}}, "p x", Continuation{}},
+	} {
+		got, cont := walk(c.q)
+		if s := fmt.Sprint(got); s != "["+c.want+"]" || cont != c.cont {
+			t.Errorf("%s: %v then %+v; want [%s] then %+v", name, s, cont, c.want, c.cont)
+		}
+	}
+}
