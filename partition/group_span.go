@@ -15,64 +15,114 @@ import (
 // group's own log only, at one position of it on every replica: when the
 // group splits (SplitGroupSpan), and when a replica takes a span
 // snapshot (IngestSpan). So every replica of the group refuses the same
-// writes, whatever it has applied of the system group. A group that has
-// no record holds its whole table: it never split.
+// writes (GroupHolds), whatever it has applied of the system group: the
+// record names its table itself, since a replica may apply a split, and
+// its child's writes, before it applies the system group's record of the
+// split. A group that has no record holds its whole table, as its
+// catalog descriptor says: it never split, and its table's creation
+// precedes all its entries.
 
 // groupSpanVersion is the first byte of a span record.
 const groupSpanVersion = 1
 
-// encodeGroupSpan encodes a span record: version | uvarint len | low |
-// uvarint len | high ("" for unbounded).
-func encodeGroupSpan(low, high string) []byte {
-	v := []byte{groupSpanVersion}
-	v = binary.AppendUvarint(v, uint64(len(low)))
-	v = append(v, low...)
-	v = binary.AppendUvarint(v, uint64(len(high)))
-	return append(v, high...)
+// groupSpan is a group's span, with its table's id.
+type groupSpan struct {
+	tableID uint64
+	span    Span
 }
 
-func decodeGroupSpan(v []byte) (low, high string, err error) {
-	if len(v) == 0 || v[0] != groupSpanVersion {
-		return "", "", fmt.Errorf("partition: group span record: bad version: %w", lsm.ErrCorruption)
+func (g groupSpan) holds(tableID uint64, pk string) bool {
+	return g.tableID == tableID && g.span.contains(pk)
+}
+
+// encodeGroupSpan encodes a span record: version | uvarint table id |
+// account | table name | low | high ("" for unbounded), each string as
+// uvarint length and bytes.
+func encodeGroupSpan(g groupSpan) []byte {
+	v := binary.AppendUvarint([]byte{groupSpanVersion}, g.tableID)
+	for _, s := range []string{g.span.Account, g.span.Table, g.span.LowPartitionKey, g.span.HighPartitionKey} {
+		v = binary.AppendUvarint(v, uint64(len(s)))
+		v = append(v, s...)
 	}
-	v = v[1:]
-	var out [2]string
-	for i := range out {
+	return v
+}
+
+func decodeGroupSpan(v []byte) (groupSpan, error) {
+	var g groupSpan
+	if len(v) == 0 || v[0] != groupSpanVersion {
+		return g, fmt.Errorf("partition: group span record: bad version: %w", lsm.ErrCorruption)
+	}
+	id, n := binary.Uvarint(v[1:])
+	if n <= 0 || id == 0 {
+		return g, fmt.Errorf("partition: group span record: bad table id: %w", lsm.ErrCorruption)
+	}
+	g.tableID, v = id, v[1+n:]
+	for _, dst := range []*string{&g.span.Account, &g.span.Table, &g.span.LowPartitionKey, &g.span.HighPartitionKey} {
 		l, n := binary.Uvarint(v)
 		if n <= 0 || l > uint64(len(v)-n) {
-			return "", "", fmt.Errorf("partition: group span record: cut: %w", lsm.ErrCorruption)
+			return groupSpan{}, fmt.Errorf("partition: group span record: cut: %w", lsm.ErrCorruption)
 		}
-		out[i], v = string(v[n:n+int(l)]), v[n+int(l):]
+		*dst, v = string(v[n:n+int(l)]), v[n+int(l):]
 	}
-	if len(v) != 0 || (out[1] != "" && out[1] <= out[0]) {
-		return "", "", fmt.Errorf("partition: group span record: empty or trailing bytes: %w", lsm.ErrCorruption)
+	if len(v) != 0 || g.span.check() != nil {
+		return groupSpan{}, fmt.Errorf("partition: group span record: empty span or trailing bytes: %w", lsm.ErrCorruption)
 	}
-	return out[0], out[1], nil
+	return g, nil
 }
 
-// setGroupSpan adds to b the record of group's span.
-func setGroupSpan(b *lsm.Batch, group uint64, low, high string) {
-	b.Set(groupMetaKey(metaGroupSpan, group), encodeGroupSpan(low, high))
+// setGroupSpan adds to b the record of a group's span; once b is
+// written, the caller caches it (s.spans).
+func setGroupSpan(b *lsm.Batch, group uint64, g groupSpan) {
+	b.Set(groupMetaKey(metaGroupSpan, group), encodeGroupSpan(g))
+}
+
+// groupSpanOf returns group's span: its record, or, without one, its
+// whole table as the catalog has it; ok is false for a group with
+// neither.
+func (s *Store) groupSpanOf(group uint64) (groupSpan, bool, error) {
+	if v, ok := s.spans.Load(group); ok {
+		return v.(groupSpan), true, nil
+	}
+	var g groupSpan
+	switch v, err := s.db.Get(groupMetaKey(metaGroupSpan, group)); {
+	case errors.Is(err, lsm.ErrNotFound):
+		gv, ok := s.groups.Load(group)
+		if !ok {
+			return groupSpan{}, false, nil
+		}
+		t := gv.(*table)
+		// Not cached: a split writes the record, which then rules.
+		return groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name}}, true, nil
+	case err != nil:
+		return groupSpan{}, false, fmt.Errorf("partition: read the span of group %d: %w", group, err)
+	default:
+		if g, err = decodeGroupSpan(v); err != nil {
+			return groupSpan{}, false, err
+		}
+	}
+	s.spans.Store(group, g)
+	return g, true, nil
 }
 
 // GroupSpan returns the span of range group group as its log has set it
-// on this store: its table (from the catalog) and the PartitionKeys it
-// holds. ok is false for a group the catalog does not know.
+// on this store: its table and the PartitionKeys it holds. ok is false
+// for a group this store knows nothing of.
 func (s *Store) GroupSpan(group uint64) (sp Span, ok bool, err error) {
-	tg, ok := s.GroupTable(group)
-	if !ok {
-		return Span{}, false, nil
+	g, ok, err := s.groupSpanOf(group)
+	return g.span, ok, err
+}
+
+// GroupHolds reports whether range group group's span holds PartitionKey
+// pk of table account/name (the live table of that name, not one dropped
+// before it): the same answer on every replica at the same position of
+// the group's log.
+func (s *Store) GroupHolds(group uint64, account, name, pk string) (bool, error) {
+	t, err := s.lookupTable(account, name)
+	if err != nil {
+		return false, nil
 	}
-	sp = Span{Account: tg.Account, Table: tg.Table}
-	switch v, err := s.db.Get(groupMetaKey(metaGroupSpan, group)); {
-	case errors.Is(err, lsm.ErrNotFound):
-		return sp, true, nil // never split: the whole table
-	case err != nil:
-		return Span{}, false, fmt.Errorf("partition: read the span of group %d: %w", group, err)
-	default:
-		sp.LowPartitionKey, sp.HighPartitionKey, err = decodeGroupSpan(v)
-		return sp, err == nil, err
-	}
+	g, ok, err := s.groupSpanOf(group)
+	return ok && g.holds(t.id, pk), err
 }
 
 // SplitGroupSpan splits range group parent's span at PartitionKey at: the
@@ -86,8 +136,8 @@ func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at str
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sp, ok, err := s.GroupSpan(parent)
-	switch {
+	g, ok, err := s.groupSpanOf(parent)
+	switch sp := g.span; {
 	case err != nil:
 		return err
 	case !ok:
@@ -95,11 +145,15 @@ func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at str
 	case at <= sp.LowPartitionKey || (sp.HighPartitionKey != "" && at >= sp.HighPartitionKey) || child == 0 || child == parent:
 		return serviceErrorf(CodeInvalidInput, "The split is not valid.", "(%q in group %d's span [%q, %q))", at, parent, sp.LowPartitionKey, sp.HighPartitionKey)
 	}
+	low, high := g, g
+	low.span.HighPartitionKey, high.span.LowPartitionKey = at, at
 	b := s.db.NewBatch()
-	setGroupSpan(b, parent, sp.LowPartitionKey, at)
-	setGroupSpan(b, child, at, sp.HighPartitionKey)
+	setGroupSpan(b, parent, low)
+	setGroupSpan(b, child, high)
 	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return fmt.Errorf("partition: split group %d at %q: %w", parent, at, err)
 	}
+	s.spans.Store(parent, low)
+	s.spans.Store(child, high)
 	return nil
 }

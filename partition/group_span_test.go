@@ -58,6 +58,15 @@ func TestGroupSpans(t *testing.T) {
 	if a, err := e.s.AppliedIndex(5); err != nil || a != 11 {
 		t.Fatalf("the parent's applied index after the split: %d, %v", a, err)
 	}
+	for _, c := range []struct {
+		group     uint64
+		table, pk string
+		want      bool
+	}{{5, "halves", "a", true}, {5, "Halves", "m", false}, {9, "HALVES", "m", true}, {9, "halves", "zz", true}, {9, "halves", "l", false}, {9, "other", "m", false}, {40, "halves", "a", false}} {
+		if got, err := e.s.GroupHolds(c.group, acct, c.table, c.pk); err != nil || got != c.want {
+			t.Errorf("GroupHolds(%d, %s, %q) = %v, %v; want %v", c.group, c.table, c.pk, got, err, c.want)
+		}
+	}
 	for name, c := range map[string]struct {
 		group uint64
 		at    string
@@ -103,18 +112,25 @@ func TestGroupSpans(t *testing.T) {
 // TestGroupSpanRecordRefusesDamage feeds the span record's decoder
 // broken records: each is corruption.
 func TestGroupSpanRecordRefusesDamage(t *testing.T) {
-	if low, high, err := decodeGroupSpan(encodeGroupSpan("a", "b")); err != nil || low != "a" || high != "b" {
-		t.Fatalf("round trip: %q %q %v", low, high, err)
+	good := groupSpan{tableID: 7, span: Span{Account: acct, Table: "T", LowPartitionKey: "a", HighPartitionKey: "b"}}
+	if g, err := decodeGroupSpan(encodeGroupSpan(good)); err != nil || g != good {
+		t.Fatalf("round trip: %+v %v", g, err)
+	}
+	with := func(f func(*groupSpan)) []byte {
+		g := good
+		f(&g)
+		return encodeGroupSpan(g)
 	}
 	for name, v := range map[string][]byte{
 		"empty":          {},
-		"version 2":      {2, 0, 0},
-		"cut":            {1, 3, 'a'},
-		"trailing bytes": append(encodeGroupSpan("a", ""), 0),
-		"high below low": encodeGroupSpan("b", "a"),
-		"empty span":     encodeGroupSpan("a", "a"),
+		"version 2":      {2, 1, 0, 0, 0, 0},
+		"table id 0":     with(func(g *groupSpan) { g.tableID = 0 }),
+		"cut":            encodeGroupSpan(good)[:9],
+		"trailing bytes": append(encodeGroupSpan(good), 0),
+		"high below low": with(func(g *groupSpan) { g.span.HighPartitionKey = "" + "\x00" }),
+		"empty span":     with(func(g *groupSpan) { g.span.HighPartitionKey = "a" }),
 	} {
-		if _, _, err := decodeGroupSpan(v); !errors.Is(err, lsm.ErrCorruption) {
+		if _, err := decodeGroupSpan(v); !errors.Is(err, lsm.ErrCorruption) {
 			t.Errorf("%s: %v, want corruption", name, err)
 		}
 	}
@@ -167,5 +183,30 @@ func TestQueryWithinARange(t *testing.T) {
 		if s := fmt.Sprint(got); s != "["+c.want+"]" || cont != c.cont {
 			t.Errorf("%s: %v then %+v; want [%s] then %+v", name, s, cont, c.want, c.cont)
 		}
+	}
+}
+
+// TestGroupSpanNeedsNoCatalog splits a group's span on a store whose
+// catalog has not recorded the split yet (a replica may apply the parent
+// group's split before the system group's record of it): the child's
+// span is known from its own record, and holds the same keys.
+func TestGroupSpanNeedsNoCatalog(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.s.CreateTableInGroup(ctx, acct, "Early", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 3}), 5, 9, "m"); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	if _, ok := e.s.GroupTable(9); ok {
+		t.Fatal("the catalog knows group 9")
+	}
+	if sp, ok, err := e.s.GroupSpan(9); err != nil || !ok || sp != (Span{Account: acct, Table: "Early", LowPartitionKey: "m"}) {
+		t.Fatalf("GroupSpan(9) = %+v, %v, %v", sp, ok, err)
+	}
+	if held, err := e.s.GroupHolds(9, acct, "early", "x"); err != nil || !held {
+		t.Fatalf("GroupHolds(9, x) = %v, %v", held, err)
 	}
 }

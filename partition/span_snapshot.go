@@ -353,11 +353,13 @@ func (s *Store) moveStaged(t *table, m spanIngest) error {
 	}
 
 	setAppliedIndex(b, m.group, m.applied)
-	setGroupSpan(b, m.group, m.low, m.high)
+	gs := groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name, LowPartitionKey: m.low, HighPartitionKey: m.high}}
+	setGroupSpan(b, m.group, gs)
 	b.Delete(groupMetaKey(metaSpanIngest, m.group))
 	if err := s.db.Apply(b, s.syncWO); err != nil {
 		return wrap("commit", err)
 	}
+	s.spans.Store(m.group, gs)
 	// The entities' timestamps may be past this store's clock: later
 	// writes must commit above them.
 	s.clock.observe(newest)

@@ -75,8 +75,10 @@ type Store struct {
 	// tables maps tableKey to *table: looked up on every operation,
 	// changed only by catalog edits.
 	tables sync.Map
-	// groups maps a range group's id to the live *table it replicates.
+	// groups maps a range group's id to the live *table it replicates;
+	// spans caches the groups' span records (group_span.go).
 	groups  sync.Map
+	spans   sync.Map
 	deleted atomic.Pointer[map[uint64]struct{}]
 
 	// Maintenance state, owned by maintain (maintMu keeps a test's manual

@@ -28,6 +28,8 @@ const (
 	KindSetProperties                    // the account's service properties: Properties
 	KindCreateRangeTable                 // Table, with a range group of Voters
 	KindSetRangeVoters                   // Table's range group Group is to have Voters
+	KindSplitRange                       // Table's range of group Group splits at Key: a new range, its group the entry's index
+	KindSplitGroup                       // in range group's log: split its span at Key, the rest to group Group with configuration Voters/Learners
 )
 
 func (k Kind) String() string {
@@ -48,6 +50,10 @@ func (k Kind) String() string {
 		return "create-range-table"
 	case KindSetRangeVoters:
 		return "set-range-voters"
+	case KindSplitRange:
+		return "split-range"
+	case KindSplitGroup:
+		return "split-group"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -73,6 +79,11 @@ type Command struct {
 	// with Group, the nodes a table's range group is to move to.
 	Voters []uint64
 	Group  uint64
+	// Key is a split's PartitionKey; Learners the learners of the child
+	// group a split starts (its Voters beside), raft ids of the parent's
+	// members.
+	Key      string
+	Learners []uint64
 }
 
 // version is the first byte of every encoded command.
@@ -131,6 +142,17 @@ func (c *Command) Append(dst []byte) []byte {
 	case KindSetRangeVoters:
 		dst = binary.AppendUvarint(dst, c.Group)
 		dst = appendVoters(dst, c.Voters)
+	case KindSplitRange:
+		dst = binary.AppendUvarint(dst, c.Group)
+		dst = appendString(dst, c.Key)
+	case KindSplitGroup:
+		dst = binary.AppendUvarint(dst, c.Group)
+		dst = appendString(dst, c.Key)
+		dst = appendVoters(dst, c.Voters)
+		dst = binary.AppendUvarint(dst, uint64(len(c.Learners)))
+		for _, v := range c.Learners {
+			dst = binary.AppendUvarint(dst, v)
+		}
 	}
 	return dst
 }
@@ -189,10 +211,21 @@ func Decode(b []byte) (Command, error) {
 	case KindCreateRangeTable:
 		c.Voters = r.voters()
 	case KindSetRangeVoters:
-		if c.Group = r.uvarint(); r.err == nil && c.Group <= 1 {
-			r.fail("group %d is not a range group", c.Group)
-		}
+		c.Group = r.rangeGroup()
 		c.Voters = r.voters()
+	case KindSplitRange, KindSplitGroup:
+		c.Group = r.rangeGroup()
+		if c.Key = r.string(); r.err == nil && c.Key == "" {
+			r.fail("a split at the empty PartitionKey")
+		}
+		if c.Kind == KindSplitGroup {
+			c.Voters = r.voters()
+			n := r.count(partition.MaxGroupVoters, 1)
+			c.Learners = make([]uint64, 0, n)
+			for i := 0; i < n && r.err == nil; i++ {
+				c.Learners = append(c.Learners, r.uvarint())
+			}
+		}
 	default:
 		r.fail("unknown kind %d", c.Kind)
 	}
@@ -211,6 +244,15 @@ func appendVoters(dst []byte, voters []uint64) []byte {
 		dst = binary.AppendUvarint(dst, v)
 	}
 	return dst
+}
+
+// rangeGroup reads a range group's id: above the system group's.
+func (r *reader) rangeGroup() uint64 {
+	g := r.uvarint()
+	if r.err == nil && g <= 1 {
+		r.fail("group %d is not a range group", g)
+	}
+	return g
 }
 
 // voters reads a range group's voters: 1 to partition.MaxGroupVoters

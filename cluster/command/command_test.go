@@ -45,6 +45,9 @@ func examples() []Command {
 		{Kind: KindSetProperties, Account: "a", Properties: []byte("<StorageServiceProperties/>")},
 		{Kind: KindCreateRangeTable, ID: 11, Account: "a", Table: "Ranged", Voters: []uint64{3, 1, 1 << 40}},
 		{Kind: KindSetRangeVoters, ID: 12, Account: "a", Table: "Ranged", Group: 1 << 33, Voters: []uint64{4, 1}},
+		{Kind: KindSplitRange, ID: 13, Account: "a", Table: "Ranged", Group: 7, Key: "m\x00"},
+		{Kind: KindSplitGroup, ID: 14, Account: "a", Table: "Ranged", Group: 9, Key: "m", Voters: []uint64{1, 2, 3 | 40<<32}, Learners: []uint64{}},
+		{Kind: KindSplitGroup, ID: 15, Account: "a", Table: "Ranged", Group: 9, Key: "m", Voters: []uint64{1}, Learners: []uint64{2 | 7<<32}},
 	}
 }
 
@@ -132,6 +135,12 @@ func TestDecodeRefusesDamage(t *testing.T) {
 	} {
 		if _, err := Decode(append(append([]byte(nil), head...), tail...)); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("set-range-voters, %s: %v", name, err)
+		}
+	}
+	splitHead := []byte{1, byte(KindSplitRange), 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'a', 1, 't'}
+	for name, tail := range map[string][]byte{"system group": {1, 1, 'm'}, "empty key": {5, 0}, "cut key": {5, 3, 'm'}} {
+		if _, err := Decode(append(append([]byte(nil), splitHead...), tail...)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("split-range, %s: %v", name, err)
 		}
 	}
 	if c, err := Decode(append(append([]byte(nil), head...), 5, 2, 1, 4)); err != nil || c.Group != 5 || len(c.Voters) != 2 {
