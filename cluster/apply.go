@@ -93,12 +93,15 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 	var refused error // an answer of the cluster's, not the store's
 	s := n.st()
 	switch c.Kind {
-	case command.KindApply:
-		if refused = r.wrongGroup(s, c.Account, c.Table); refused == nil {
-			res.entity, res.err = s.Apply(ctx, c.Account, c.Table, c.Ops[0])
+	case command.KindApply, command.KindBatch:
+		if refused, err = r.wrongGroup(s, c.Account, c.Table, c.Ops[0].Entity.PartitionKey); err != nil {
+			return fmt.Errorf("cluster: group %d, entry %d: %w", r.group, e.GetIndex(), err)
 		}
-	case command.KindBatch:
-		if refused = r.wrongGroup(s, c.Account, c.Table); refused == nil {
+		switch {
+		case refused != nil:
+		case c.Kind == command.KindApply:
+			res.entity, res.err = s.Apply(ctx, c.Account, c.Table, c.Ops[0])
+		default:
 			res.entities, res.err = s.ExecuteBatch(ctx, c.Account, c.Table, c.Ops)
 		}
 	case command.KindCreateTable:
@@ -107,20 +110,31 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 		g := partition.RangeGroup{ID: e.GetIndex(), Voters: c.Voters}
 		res.table, res.err = s.CreateTableInGroup(ctx, c.Account, c.Table, g)
 		if res.err == nil && g.Has(n.cfg.ID) {
-			n.hosts.add(hostChange{group: g.ID, voters: c.Voters, campaign: true})
+			// The system group's leader proposed it: it campaigns.
+			n.hosts.add(hostChange{group: g.ID, boot: &groupBoot{conf: &raftpb.ConfState{Voters: c.Voters}, member: n.cfg.ID},
+				campaign: n.replica.ready.Load()})
 		}
 	case command.KindDeleteTable:
-		g, _ := s.TableGroup(c.Account, c.Table)
+		ranges, _ := s.TableRanges(c.Account, c.Table)
 		res.err = s.DeleteTable(ctx, c.Account, c.Table)
-		if res.err == nil && g.Has(n.cfg.ID) {
-			// The drop durable before the group's log goes: a restart
-			// that found the table again would host the group, and
-			// replay it, from a log that is no longer there.
+		if res.err == nil && len(ranges) > 0 {
+			// The drop durable before the groups' logs go: a restart
+			// that found the table again would host the groups, and
+			// replay them, from logs that are no longer there.
 			if err := s.SyncApplied(r.group, e.GetIndex()); err != nil {
 				return err
 			}
-			n.hosts.add(hostChange{group: g.ID})
+			for _, tg := range ranges {
+				n.hosts.add(hostChange{group: tg.Group.ID, drop: true})
+			}
 		}
+	case command.KindSplitRange:
+		res.err = s.SplitTableRange(ctx, c.Account, c.Table, c.Group, c.Key, e.GetIndex())
+		if res.err == nil {
+			n.hosts.add(hostChange{group: c.Group, wake: true}) // its leader has a split to make
+		}
+	case command.KindSplitGroup:
+		res.err = r.applySplit(ctx, s, c)
 	case command.KindSetRangeVoters:
 		res.err = s.SetGroupVoters(ctx, c.Account, c.Table, c.Group, c.Voters)
 		if res.err == nil {

@@ -298,7 +298,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		c.t.Fatalf("node %d: %v", id, err)
 	}
 	for _, g := range c.groups {
-		if err := node.hostGroup(g, c.peers[:len(c.peers):len(c.peers)]); err != nil {
+		if err := node.hostGroup(g, &groupBoot{conf: &raftpb.ConfState{Voters: c.peers[:len(c.peers):len(c.peers)]}, member: id}); err != nil {
 			c.t.Fatalf("node %d: %v", id, err)
 		}
 		node.group(g).tableless = true
@@ -438,11 +438,23 @@ func (c *testCluster) waitVoter(id uint64, timeout time.Duration) *testNode {
 }
 
 // converge waits until every running node has applied what the leader
-// has: every write acknowledged so far.
+// has (every write acknowledged so far), and the leader has applied
+// nothing more meanwhile (a write whose client gave up may commit late).
 func (c *testCluster) converge(timeout time.Duration) {
 	c.t.Helper()
-	ld := c.leader(timeout)
-	target := ld.node.applied.Load()
+	for {
+		target := c.leader(timeout).node.applied.Load()
+		c.convergeSystem(target, timeout)
+		if c.leader(timeout).node.applied.Load() == target {
+			return
+		}
+	}
+}
+
+// convergeSystem waits until every running node has applied the system
+// group up to target.
+func (c *testCluster) convergeSystem(target uint64, timeout time.Duration) {
+	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for _, tn := range c.nodes {
 		for tn.node.applied.Load() < target {

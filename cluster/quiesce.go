@@ -205,7 +205,7 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 			continue
 		}
 		r.reconcile()
-		r.noteLeaderless()
+		r.noteSilence()
 		for _, node := range unreachable {
 			if r.group == systemGroup {
 				r.rn.ReportUnreachable(node)
@@ -271,7 +271,7 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 // keeps ticking and CheckQuorum can act; and every live voter must be
 // caught up, since once quiesced nothing brings a follower what it missed.
 func (r *replica) maybeQuiesce() bool {
-	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() || !r.settled() {
+	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() || !r.settled() || r.splitDue() {
 		return false
 	}
 	st := r.rn.Status()

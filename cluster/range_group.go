@@ -31,11 +31,11 @@ import (
 // runs or from its loop. A group with state in the raft log restarts
 // from it, as the member its replica record names (the node's own id
 // when none: a founding member); a group whose member here was retired
-// is not hosted. A group with no state at all is bootstrapped when its
-// founding voters are given (its table's creation is being applied) and
-// is otherwise not hosted: the node hosts a member there when a message
-// for one comes (hostMember).
-func (n *Node) hostGroup(id uint64, founders []uint64) error {
+// is not hosted. A group with no state at all is bootstrapped as boot
+// says (its table's creation, or its parent's split, is being applied)
+// and is otherwise not hosted: the node hosts a member there when a
+// message for one comes (hostMember).
+func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 	if id == systemGroup || id == 0 {
 		return fmt.Errorf("cluster: group %d is not a range group", id)
 	}
@@ -48,12 +48,17 @@ func (n *Node) hostGroup(id uint64, founders []uint64) error {
 		return nil
 	}
 	if st.Empty() {
-		if len(founders) == 0 {
+		if boot == nil {
 			return nil
 		}
-		if err := st.Bootstrap(&raftpb.ConfState{Voters: founders}); err != nil {
+		member := boot.member
+		if member == n.cfg.ID {
+			member = 0 // a founder's: its node's id, which needs no record
+		}
+		if err := st.BootstrapMember(boot.conf, member, partition.GroupStartIndex, 1); err != nil {
 			return fmt.Errorf("cluster: group %d: bootstrap: %w", id, err)
 		}
+		rec = st.Replica()
 	}
 	member := rec.ID
 	if member == 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
@@ -28,20 +29,32 @@ const defaultGroupVoters = 3
 // known leader (tickReplicas).
 const campaignTicks = 20
 
-// hostChange is a range group for the loop to start hosting or to drop,
-// queued by the apply goroutine as it applies a table's creation or drop
-// (the loop owns the replica list; the apply goroutine cannot wait on the
-// loop, which waits on it).
+// hostChange is a change of the range groups the node hosts, for the
+// loop to make, queued by the apply goroutine as it applies a table's
+// creation or drop, a split, or a move (the loop owns the replica list;
+// the apply goroutine cannot wait on the loop, which waits on it).
 type hostChange struct {
-	group    uint64
-	voters   []uint64 // a new group's founding voters; nil: drop the group
-	campaign bool     // the group is new: start its election at once
+	group uint64
+	// boot starts hosting the group: from its raft log if it has one,
+	// else bootstrapped as boot says (a new table's group, a split's
+	// child). campaign starts its election at once.
+	boot     *groupBoot
+	campaign bool
+	// drop drops the group (its table was dropped).
+	drop bool
 	// retire, when set, names this node's member of the group, which the
 	// group removed: it goes, and the group stays (range_members.go).
 	retire uint64
 	// wake asks a hosted replica to tick again: its descriptor changed,
-	// and its leader has members to move.
+	// and its leader has members to move or a split to make.
 	wake bool
+}
+
+// groupBoot is how a new range group starts on a node: its configuration,
+// and the raft id of the node's member in it.
+type groupBoot struct {
+	conf   *raftpb.ConfState
+	member uint64
 }
 
 // hostQueue is the apply goroutine's queue of host changes for the loop.
@@ -86,7 +99,7 @@ func (n *Node) applyHostChanges() error {
 			}
 			continue
 		}
-		if c.voters == nil {
+		if c.drop {
 			if err := n.dropGroup(c.group); err != nil {
 				return err
 			}
@@ -95,13 +108,13 @@ func (n *Node) applyHostChanges() error {
 		if n.replicas[c.group] != nil {
 			continue
 		}
-		if err := n.hostGroup(c.group, c.voters); err != nil {
+		if err := n.hostGroup(c.group, c.boot); err != nil {
 			return err
 		}
-		// The system group's leader proposed the table: it starts the
-		// group's election, so a new table's first writes need not wait
-		// for an election timeout.
-		if r := n.replicas[c.group]; c.campaign && n.replica.isLeader {
+		// The node that proposed the table or the split starts the
+		// group's election, so the first writes need not wait for an
+		// election timeout.
+		if r := n.replicas[c.group]; r != nil && c.campaign {
 			r.campaignLeft = campaignTicks
 			r.campaign()
 		}
@@ -145,30 +158,39 @@ func (n *Node) dropGroup(group uint64) error {
 // table was dropped.
 var errTableGone = &odata.Error{Code: partition.CodeTableNotFound, Message: "The table specified does not exist.", Pos: -1}
 
-// wrongGroup refuses an entity write that reaches the log of a group
-// other than its table's: the system group's, for a table that has a
-// range group (a node proposed it before it knew of the group: its client
-// retries, and is routed to the group); or a range group's, for any table
-// not its own (one dropped and created again, with another group or with
-// none). The answer is the same on every replica: the catalog at a given
-// entry of the system group is, and a range group's entries are applied
-// only between its table's creation and drop, or refused. A group
-// hostGroup was given with no table (in tests) writes the tables that
-// have no group.
-func (r *replica) wrongGroup(s *partition.Store, account, table string) error {
-	g, err := s.TableGroup(account, table)
-	switch {
-	case err != nil || g.ID == r.group:
-		return nil // the store answers for a missing table
-	case r.group == systemGroup:
-		if g.ID == 0 {
-			return nil
+// wrongGroup refuses an entity write of PartitionKey pk that reaches the
+// log of a group other than the one that holds it: the system group's,
+// for a table that has range groups (a node proposed it before it knew
+// of them: its client retries, and is routed to the group); a range
+// group's, for another table (this one's dropped and created again), or
+// for a key outside its span (the range was split: retried, and routed
+// to the new range). The answer is the same on every replica: the
+// catalog at a given entry of the system group is, a range group's
+// entries are applied only between its table's creation and drop, or
+// refused, and its span changes only at a position of its own log
+// (partition.GroupHolds). A group hostGroup was given with no table (in
+// tests) writes the tables that have no group. An error is the store's.
+func (r *replica) wrongGroup(s *partition.Store, account, table, pk string) (refused, err error) {
+	if r.group == systemGroup || r.tableless {
+		g, err := s.TableGroup(account, table)
+		switch {
+		case err != nil || g.ID == 0:
+			return nil, nil // the store answers for a missing table
+		case r.group == systemGroup:
+			return errBusy(fmt.Sprintf("the table's entities are replicated by range group %d", g.ID)), nil
 		}
-		return errBusy(fmt.Sprintf("the table's entities are replicated by range group %d", g.ID))
-	case g.ID == 0 && r.tableless:
-		return nil
+		return errTableGone, nil
 	}
-	return errTableGone
+	ofTable, holds, err := s.GroupHolds(r.group, account, table, pk)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ofTable:
+		return errTableGone, nil
+	case !holds:
+		return errBusy(fmt.Sprintf("range group %d does not hold PartitionKey %q: the table's range was split", r.group, pk)), nil
+	}
+	return nil, nil
 }
 
 // hostTableGroups hosts, before the node runs, the members of range
@@ -293,26 +315,37 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		hosted[id] = id != systemGroup
 	}
 	n.replicasMu.RUnlock()
-	var changes []hostChange
+	// The spans of the groups not hosted are emptied first: one may
+	// overlap the span of a hosted group that has not applied its split
+	// yet, whose copy then puts back what is its own.
+	var carry []uint64
 	for _, tg := range next.TableGroups() {
-		id, sp := tg.Group.ID, partition.Span{Account: tg.Account, Table: tg.Table}
-		var err error
+		id, sp := tg.Group.ID, tg.Span()
 		if hosted[id] {
-			delete(hosted, id)
+			carry = append(carry, id)
+			continue
+		}
+		// A member to be here comes from the group's leader, which sends
+		// it a span snapshot: it is hosted when that leader's first
+		// message comes (hostMember).
+		if _, err := next.IngestSpan(id, sp, bytes.NewReader(partition.EmptySpanStream(id, sp))); err != nil {
+			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", id, err)
+		}
+	}
+	for _, id := range carry {
+		delete(hosted, id)
+		sp, ok, err := old.GroupSpan(id)
+		if err == nil && ok {
 			err = copySpan(old, next, id, sp)
-		} else {
-			// A member to be here comes from the group's leader, which
-			// sends it a span snapshot: it is hosted when that leader's
-			// first message comes (hostMember).
-			_, err = next.IngestSpan(id, sp, bytes.NewReader(partition.EmptySpanStream(id, sp)))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", id, err)
 		}
 	}
+	var changes []hostChange
 	for id, ok := range hosted {
 		if ok {
-			changes = append(changes, hostChange{group: id})
+			changes = append(changes, hostChange{group: id, drop: true})
 		}
 	}
 	return changes, nil

@@ -49,9 +49,13 @@ type rangeMembers struct {
 	// transferAt is the tick of the last lease handover asked, so that
 	// a leader leaving its group asks once per election timeout.
 	transferAt uint64
-	// leaderless counts the ticks the replica has been awake with no
-	// leader, to check now and then whether it was removed.
-	leaderless int
+	// silent counts the ticks the replica has been awake without word
+	// from a leader of its group (heard is set by the leader's appends,
+	// heartbeats and snapshots), to check now and then whether it was
+	// removed: a removed follower loses its leader and campaigns, but a
+	// removed learner never campaigns and keeps the leader it knew.
+	silent int
+	heard  bool
 }
 
 // memberKey names a member of a group.
@@ -213,7 +217,7 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 	// group's log: until this node has applied that, the creation may be
 	// half applied (the table known, the founders' bootstrap not queued
 	// yet), and a member hosted here first would never be bootstrapped.
-	if _, ok := n.st().GroupTable(group); !ok || n.applied.Load() < group {
+	if _, ok := n.st().GroupTable(group); !ok || n.applied.Load() < group || n.splitPending(group) {
 		return nil, nil
 	}
 	if err := n.applyHostChanges(); err != nil {
@@ -237,13 +241,13 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 		recorded = n.cfg.ID // a founder, from before replica records
 	}
 	switch {
-	case st.Empty():
 	case recorded == id && !rec.Removed:
 		// Its state is here, not hosted at the start: the table's
 		// creation was not applied then.
-	case transport.Incarnation(id) > transport.Incarnation(recorded):
-		// Added again: the member recorded here is gone, and so is what
-		// the store holds of it.
+	case st.Empty() || transport.Incarnation(id) > transport.Incarnation(recorded):
+		// New here, or added again: the store holds nothing of it that
+		// counts (the applied index its table's creation set on every
+		// node, what an old member left), and starts from nothing.
 		if err := n.onApply(func() error { return n.emptyGroupSpan(group) }); err != nil {
 			return nil, err
 		}
@@ -272,7 +276,11 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 // addition will have.
 func (r *replica) reconcile() {
 	n := r.n
-	if r.group == systemGroup || r.tableless || !r.ready.Load() || r.rn.HasReady() || r.settled() {
+	if r.group == systemGroup || r.tableless || !r.ready.Load() || r.rn.HasReady() {
+		return
+	}
+	settled, split := r.settled(), r.splitDue()
+	if settled && !split {
 		return
 	}
 	want, ok := r.wantedVoters()
@@ -285,6 +293,9 @@ func (r *replica) reconcile() {
 	}
 	if p := r.members.proposed; p.term == st.GetTerm() && p.index > st.Applied {
 		return // the last change is not applied yet: raft takes one at a time
+	}
+	if split && r.maybeSplit(st) || settled {
+		return
 	}
 	cs := r.conf
 	propose := func(t raftpb.ConfChangeType, id uint64, why string) {
@@ -403,7 +414,7 @@ func (r *replica) knowsRemoved(id uint64) bool {
 }
 
 // Group-0 messages about members (docs/transport.md): a node whose member
-// of a group has had no leader for a while asks the nodes its group's
+// of a group has heard from no leader for a while asks the nodes its group's
 // descriptor names whether it is still a member (msgMemberCheck, its
 // Context the (uvarint group, uvarint member) pairs asked about); a node
 // that knows some of them removed says so (msgMembersRemoved, the same
@@ -414,20 +425,30 @@ const (
 	msgMembersRemoved = raftpb.MessageType_MsgReadIndexResp
 )
 
-// checkEveryTicks is how long a member goes without a leader before it
-// asks whether it was removed, and how often it asks again.
+// checkEveryTicks is how long a member goes without word from a leader
+// before it asks whether it was removed, and how often it asks again.
 func (n *Node) checkEveryTicks() int { return 2 * n.cfg.ElectionTicks }
 
-// noteLeaderless counts a tick of a range replica without a leader and,
-// every checkEveryTicks of them, queues the question of its membership
-// for the nodes its descriptor names and those of its voters.
-func (r *replica) noteLeaderless() {
-	if r.group == systemGroup || r.tableless || r.leader.Load() != 0 || r.isLeader {
-		r.members.leaderless = 0
+// fromLeader says whether a message is one only a group's leader sends.
+func fromLeader(m *raftpb.Message) bool {
+	switch m.GetType() {
+	case raftpb.MessageType_MsgApp, raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgSnap:
+		return true
+	}
+	return false
+}
+
+// noteSilence counts a tick of a range replica that heard from no leader
+// of its group since the last and, every checkEveryTicks of them,
+// queues the question of its membership for the nodes its descriptor
+// names and those of its voters.
+func (r *replica) noteSilence() {
+	if r.group == systemGroup || r.tableless || r.isLeader || r.members.heard {
+		r.members.silent, r.members.heard = 0, false
 		return
 	}
-	r.members.leaderless++
-	if r.members.leaderless%r.n.checkEveryTicks() != 0 {
+	r.members.silent++
+	if r.members.silent%r.n.checkEveryTicks() != 0 {
 		return
 	}
 	want, _ := r.wantedVoters()

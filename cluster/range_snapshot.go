@@ -63,12 +63,14 @@ type stagedSpan struct {
 	meta *raftpb.SnapshotMetadata
 	path string
 	ts   int64
+	span partition.Span // as the stream has it: the leader's
 }
 
-// groupSpan returns the span a range group replicates: its whole table.
+// groupSpan returns the span a range group replicates, as its log here
+// has set it: its table, or the part of it its splits left it.
 func (n *Node) groupSpan(group uint64) (partition.Span, bool) {
-	tg, ok := n.st().GroupTable(group)
-	return partition.Span{Account: tg.Account, Table: tg.Table}, ok
+	sp, ok, err := n.st().GroupSpan(group)
+	return sp, ok && err == nil
 }
 
 // leaderSpanSnapshot returns a snapshot of the group's span whose index
@@ -206,8 +208,9 @@ func (r *replica) fetchSpan(m *raftpb.Message) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	var streamed partition.Span
 	if err == nil {
-		err = checkSpanFile(fs, path, r.group, sp, meta.GetIndex())
+		streamed, err = checkSpanFile(fs, path, r.group, sp, meta.GetIndex())
 	}
 	if err != nil {
 		fs.Remove(path)
@@ -218,24 +221,26 @@ func (r *replica) fetchSpan(m *raftpb.Message) error {
 	if r.spans.staged == nil {
 		r.spans.staged = map[uint64]*stagedSpan{}
 	}
-	r.spans.staged[meta.GetIndex()] = &stagedSpan{meta: meta, path: path, ts: ss.hdr.ts}
+	r.spans.staged[meta.GetIndex()] = &stagedSpan{meta: meta, path: path, ts: ss.hdr.ts, span: streamed}
 	n.log.Info("cluster: span snapshot fetched", "node", n.cfg.ID, "group", r.group, "from", ss.from, "index", meta.GetIndex())
 	return nil
 }
 
-// checkSpanFile checks a fetched span snapshot, and that it holds the
-// index raft's message names.
-func checkSpanFile(fs vfs.FS, path string, group uint64, sp partition.Span, index uint64) error {
+// checkSpanFile checks a fetched span snapshot of the table of sp, and
+// that it holds the index raft's message names, and returns the span it
+// holds: the leader's, which the group's log may have split since this
+// replica's own.
+func checkSpanFile(fs vfs.FS, path string, group uint64, sp partition.Span, index uint64) (partition.Span, error) {
 	f, err := fs.Open(path)
 	if err != nil {
-		return err
+		return partition.Span{}, err
 	}
 	defer f.Close()
-	applied, err := partition.CheckSpanSnapshot(group, sp, bufio.NewReaderSize(f, 256<<10))
+	streamed, applied, err := partition.CheckSpanSnapshotOf(group, sp.Account, sp.Table, bufio.NewReaderSize(f, 256<<10))
 	if err == nil && applied != index {
 		err = fmt.Errorf("the stream holds index %d, the message %d", applied, index)
 	}
-	return err
+	return streamed, err
 }
 
 // installSpanSnapshot ingests the staged span snapshot raft accepted. It
@@ -254,8 +259,7 @@ func (r *replica) installSpanSnapshot(meta *raftpb.SnapshotMetadata) error {
 		return fmt.Errorf("cluster: group %d: raft accepted span snapshot %d/%d, which is not the one fetched", r.group, meta.GetIndex(), meta.GetTerm())
 	}
 	defer fs.Remove(st.path)
-	sp, ok := n.groupSpan(r.group)
-	if !ok {
+	if _, ok := n.groupSpan(r.group); !ok {
 		// The table was dropped while the install waited behind the
 		// drop on this goroutine: the group goes with it (its drop is
 		// queued), so there is nothing to install.
@@ -273,7 +277,7 @@ func (r *replica) installSpanSnapshot(meta *raftpb.SnapshotMetadata) error {
 	if err != nil {
 		return err
 	}
-	applied, err := n.st().IngestSpan(r.group, sp, bufio.NewReaderSize(f, 256<<10))
+	applied, err := n.st().IngestSpan(r.group, st.span, bufio.NewReaderSize(f, 256<<10))
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("cluster: group %d: ingest span snapshot %d: %w", r.group, meta.GetIndex(), err)

@@ -90,10 +90,24 @@ func (c *testCluster) convergeGroup(g uint64, timeout time.Duration) {
 }
 
 // convergeMembers waits until the running nodes of members (every one
-// when nil) have applied what group g's leader has.
+// when nil) have applied what group g's leader has, and the leader has
+// applied nothing more meanwhile (a write whose client gave up may still
+// commit late).
 func (c *testCluster) convergeMembers(g uint64, members []uint64, timeout time.Duration) {
 	c.t.Helper()
-	target := c.groupLeader(g, timeout).node.group(g).applied.Load()
+	for {
+		target := c.groupLeader(g, timeout).node.group(g).applied.Load()
+		c.convergeTo(g, members, target, timeout)
+		if ld := c.groupLeader(g, timeout); ld.node.group(g).applied.Load() == target {
+			return
+		}
+	}
+}
+
+// convergeTo waits until the running nodes of members (every one when
+// nil) have applied group g up to target.
+func (c *testCluster) convergeTo(g uint64, members []uint64, target uint64, timeout time.Duration) {
+	c.t.Helper()
 	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
 		behind := 0
 		for _, tn := range c.nodes {

@@ -153,6 +153,9 @@ func (r *replica) step(msgs []*raftpb.Message) {
 		// A message of a stale term or for an unknown peer is an error
 		// raft reports and ignores; there is nothing to do about it here.
 		_ = r.rn.Step(m)
+		if fromLeader(m) {
+			r.members.heard = true
+		}
 		if wakes(m) {
 			r.quiesced.Store(false)
 		}

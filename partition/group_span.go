@@ -31,10 +31,6 @@ type groupSpan struct {
 	span    Span
 }
 
-func (g groupSpan) holds(tableID uint64, pk string) bool {
-	return g.tableID == tableID && g.span.contains(pk)
-}
-
 // encodeGroupSpan encodes a span record: version | uvarint table id |
 // account | table name | low | high ("" for unbounded), each string as
 // uvarint length and bytes.
@@ -112,17 +108,20 @@ func (s *Store) GroupSpan(group uint64) (sp Span, ok bool, err error) {
 	return g.span, ok, err
 }
 
-// GroupHolds reports whether range group group's span holds PartitionKey
-// pk of table account/name (the live table of that name, not one dropped
-// before it): the same answer on every replica at the same position of
-// the group's log.
-func (s *Store) GroupHolds(group uint64, account, name, pk string) (bool, error) {
+// GroupHolds reports whether range group group's span is of table
+// account/name (the live table of that name, not one dropped before it),
+// and whether it holds PartitionKey pk of it: the same answers on every
+// replica at the same position of the group's log.
+func (s *Store) GroupHolds(group uint64, account, name, pk string) (table, key bool, err error) {
 	t, err := s.lookupTable(account, name)
 	if err != nil {
-		return false, nil
+		return false, false, nil
 	}
 	g, ok, err := s.groupSpanOf(group)
-	return ok && g.holds(t.id, pk), err
+	if !ok || err != nil || g.tableID != t.id {
+		return false, false, err
+	}
+	return true, g.span.contains(pk), nil
 }
 
 // SplitGroupSpan splits range group parent's span at PartitionKey at: the
@@ -150,6 +149,7 @@ func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at str
 	b := s.db.NewBatch()
 	setGroupSpan(b, parent, low)
 	setGroupSpan(b, child, high)
+	setAppliedIndex(b, child, GroupStartIndex)
 	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return fmt.Errorf("partition: split group %d at %q: %w", parent, at, err)
 	}

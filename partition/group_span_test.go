@@ -59,12 +59,13 @@ func TestGroupSpans(t *testing.T) {
 		t.Fatalf("the parent's applied index after the split: %d, %v", a, err)
 	}
 	for _, c := range []struct {
-		group     uint64
-		table, pk string
-		want      bool
-	}{{5, "halves", "a", true}, {5, "Halves", "m", false}, {9, "HALVES", "m", true}, {9, "halves", "zz", true}, {9, "halves", "l", false}, {9, "other", "m", false}, {40, "halves", "a", false}} {
-		if got, err := e.s.GroupHolds(c.group, acct, c.table, c.pk); err != nil || got != c.want {
-			t.Errorf("GroupHolds(%d, %s, %q) = %v, %v; want %v", c.group, c.table, c.pk, got, err, c.want)
+		group      uint64
+		table, pk  string
+		tbl, inKey bool
+	}{{5, "halves", "a", true, true}, {5, "Halves", "m", true, false}, {9, "HALVES", "m", true, true}, {9, "halves", "zz", true, true},
+		{9, "halves", "l", true, false}, {9, "other", "m", false, false}, {40, "halves", "a", false, false}} {
+		if tbl, inKey, err := e.s.GroupHolds(c.group, acct, c.table, c.pk); err != nil || tbl != c.tbl || inKey != c.inKey {
+			t.Errorf("GroupHolds(%d, %s, %q) = %v, %v, %v; want %v, %v", c.group, c.table, c.pk, tbl, inKey, err, c.tbl, c.inKey)
 		}
 	}
 	for name, c := range map[string]struct {
@@ -206,7 +207,7 @@ func TestGroupSpanNeedsNoCatalog(t *testing.T) {
 	if sp, ok, err := e.s.GroupSpan(9); err != nil || !ok || sp != (Span{Account: acct, Table: "Early", LowPartitionKey: "m"}) {
 		t.Fatalf("GroupSpan(9) = %+v, %v, %v", sp, ok, err)
 	}
-	if held, err := e.s.GroupHolds(9, acct, "early", "x"); err != nil || !held {
-		t.Fatalf("GroupHolds(9, x) = %v, %v", held, err)
+	if tbl, held, err := e.s.GroupHolds(9, acct, "early", "x"); err != nil || !tbl || !held {
+		t.Fatalf("GroupHolds(9, x) = %v, %v, %v", tbl, held, err)
 	}
 }

@@ -29,6 +29,13 @@ type RangeGroup struct {
 	Start  string
 }
 
+// GroupStartIndex is where a new range group's log starts: after a
+// snapshot position at this index (term 1), which its table's creation or
+// its parent's split makes the group's applied index in the store. Its
+// log never holds entry GroupStartIndex, so a member added to it, which
+// has nothing, always starts from a snapshot.
+const GroupStartIndex = 1
+
 // MaxGroupVoters bounds a descriptor's voters: a decoder refuses more.
 const MaxGroupVoters = 7
 

@@ -85,6 +85,9 @@ func (s *Store) CreateTableInGroup(ctx context.Context, account, name string, g 
 
 	b := s.db.NewBatch()
 	b.Set(catalogKey(account, key.lower), encodeCatalogValue(id, groups, name))
+	if g.ID != 0 {
+		setAppliedIndex(b, g.ID, GroupStartIndex)
+	}
 	b.Set(metaKey(metaNextID), appendUint64(nil, id+1))
 	b.Set(idKey(nsRanges, id), encodeRangeMap(rs))
 	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {

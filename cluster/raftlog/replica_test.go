@@ -205,3 +205,42 @@ func setKey(key, value []byte) func(db *lsm.DB) {
 		}
 	}
 }
+
+// TestBootstrapMember bootstraps a group whose member here has a raft id
+// of its own, its log starting after a snapshot position: the record
+// keeps the id, and the log its position, across a reopen.
+func TestBootstrapMember(t *testing.T) {
+	fs := vfs.NewMem()
+	l := mustOpen(t, testOptions(fs, 0))
+	cs := &pb.ConfState{Voters: []uint64{1, 2 | 9<<32}}
+	if err := l.Group(4).BootstrapMember(cs, 2|9<<32, 5, 2); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = mustOpen(t, testOptions(fs, 0))
+	defer l.Close()
+	g := l.Group(4)
+	if rec := g.Replica(); rec.ID != 2|9<<32 || rec.ConfIndex != 5 {
+		t.Fatalf("record after a reopen: %+v", rec)
+	}
+	// The log starts after (5, 2): entry 5 is the last compacted and
+	// committed one, and nothing before it is there.
+	if first, _ := g.FirstIndex(); first != 6 {
+		t.Fatalf("FirstIndex = %d, want 6", first)
+	}
+	if last, _ := g.LastIndex(); last != 5 {
+		t.Fatalf("LastIndex = %d, want 5", last)
+	}
+	if term, err := g.Term(5); err != nil || term != 2 {
+		t.Fatalf("Term(5) = %d, %v", term, err)
+	}
+	if hs, _, _ := g.InitialState(); hs.GetCommit() != 5 || hs.GetTerm() != 2 {
+		t.Fatalf("hard state %v", hs)
+	}
+	if _, got, err := l.Group(4).InitialState(); err != nil || !slices.Equal(got.GetVoters(), cs.GetVoters()) {
+		t.Fatalf("conf state: %v, %v", got, err)
+	}
+	if err := l.Group(4).BootstrapMember(cs, 2|9<<32, 5, 2); err == nil {
+		t.Fatal("a second bootstrap succeeded")
+	}
+}

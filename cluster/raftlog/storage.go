@@ -161,7 +161,16 @@ func (s *Storage) hasState() bool {
 // Bootstrap writes, for a new group, the initial ConfState (its voters)
 // with an empty log, in one synced write. It refuses a group that has
 // any state.
-func (s *Storage) Bootstrap(cs *pb.ConfState) error {
+func (s *Storage) Bootstrap(cs *pb.ConfState) error { return s.BootstrapMember(cs, 0, 0, 0) }
+
+// BootstrapMember is Bootstrap for a group in which the node's member has
+// raft id id, which the replica record keeps (0: the caller's default,
+// and no record), and whose log starts after a snapshot position (index,
+// term) rather than empty: the entry at index is the last compacted and
+// committed, and the configuration is as of it. A log that never holds
+// entry index, however young, sends a member that has nothing a snapshot,
+// which carries the configuration, rather than entries without it.
+func (s *Storage) BootstrapMember(cs *pb.ConfState, id, index, term uint64) error {
 	if cs == nil {
 		return fmt.Errorf("raftlog: group %d: bootstrap with a nil ConfState", s.id)
 	}
@@ -180,10 +189,33 @@ func (s *Storage) Bootstrap(cs *pb.ConfState) error {
 	}
 	var b lsm.Batch
 	b.Set(stateKey(s.id, kindConfState), v)
+	var hs *pb.HardState
+	if index > 0 {
+		hs = &pb.HardState{Term: proto.Uint64(term), Vote: proto.Uint64(0), Commit: proto.Uint64(index)}
+		hv, err := proto.Marshal(hs)
+		if err != nil {
+			return fmt.Errorf("raftlog: group %d: %w", s.id, err)
+		}
+		tv, err := proto.Marshal(&pb.Entry{Index: proto.Uint64(index), Term: proto.Uint64(term)})
+		if err != nil {
+			return fmt.Errorf("raftlog: group %d: %w", s.id, err)
+		}
+		b.Set(stateKey(s.id, kindHardState), hv)
+		b.Set(stateKey(s.id, kindTruncated), tv)
+	}
+	rec := Replica{ID: id, ConfIndex: index}
+	if rec != (Replica{}) {
+		b.Set(stateKey(s.id, kindReplica), rec.encode())
+		s.log.upgradeForRecord(&b)
+	}
 	if err := s.log.apply(&b, true); err != nil {
 		return err
 	}
-	s.cs = cs
+	if rec != (Replica{}) {
+		s.log.recordWritten()
+	}
+	s.cs, s.rec, s.hs = cs, rec, hs
+	s.truncIndex, s.truncTerm, s.last = index, term, index
 	return nil
 }
 

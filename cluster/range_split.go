@@ -1,0 +1,127 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tabuladb/tabula/cluster/command"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// A table's range splits in two steps (docs/cluster.md, step 5). The
+// system group records the split for routing (command kind 9,
+// split-range): the catalog gives the keys from the split on a range of
+// their own, whose group id is that entry's index. The parent group's
+// leader, seeing its range in the catalog end before its span does,
+// then splits its span in its own log (kind 10, split-group): which
+// group owns a key must change at one position of the log that writes
+// it. Every parent replica applies that at the same position: its span
+// shrinks, the child's span is the rest, and the child group starts on
+// the node with the parent's configuration as of the split, the
+// entities where they are (no copy). The parent's leader campaigns for
+// the child. The child's members then move like any group's.
+
+// SplitTable splits the range of a table that holds PartitionKey at, at
+// at: from the system group's ready leader, which records the split (the
+// range's group then splits its span). A key that is a range's start
+// already is no split, and no error.
+func (n *Node) SplitTable(ctx context.Context, account, table, at string) error {
+	g, err := n.st().TableGroupFor(account, table, at)
+	switch {
+	case err != nil:
+		return err
+	case g.ID == 0:
+		return fmt.Errorf("%w: table %s has no range group (the system group replicates it)", ErrBadPlacement, table)
+	case at == g.Start:
+		return nil
+	}
+	_, err = n.Store().write(ctx, &command.Command{Kind: command.KindSplitRange, Account: account, Table: table, Group: g.ID, Key: at}, 0)
+	return err
+}
+
+// maybeSplit proposes, on the ready leader of a range group with no
+// change in flight, the split of its span the catalog has recorded
+// (splitDue). It reports whether it proposed. The child
+// is the range that starts where the parent's now ends, and takes the
+// parent's configuration, which is settled (no change in flight: the
+// command carries it, so every replica starts the child alike).
+func (r *replica) maybeSplit(st raft.Status) bool {
+	n := r.n
+	tg, _ := n.st().GroupTable(r.group)
+	child, err := n.st().TableGroupFor(tg.Account, tg.Table, tg.End)
+	if err != nil || child.ID == 0 || child.Start != tg.End {
+		return false
+	}
+	last, err := r.rlog.LastIndex()
+	if err != nil {
+		return false
+	}
+	c := &command.Command{Kind: command.KindSplitGroup, Account: tg.Account, Table: tg.Table, Group: child.ID, Key: tg.End,
+		Voters: slices.Clone(r.conf.GetVoters()), Learners: slices.Clone(r.conf.GetLearners())}
+	if err := r.rn.Propose(c.Append(nil)); err != nil {
+		return false
+	}
+	r.members.proposed = confMark{last + 1, st.GetTerm()}
+	r.quiesced.Store(false)
+	n.touch(r)
+	n.log.Info("cluster: splitting a range group", "node", n.cfg.ID, "group", r.group, "at", tg.End, "child", child.ID)
+	return true
+}
+
+// applySplit applies a split of the replica's span (kind 10), on the
+// apply goroutine: the store's spans change with the parent's applied
+// index, and the child starts here, as the parent's member does, with
+// the configuration the command carries.
+func (r *replica) applySplit(ctx context.Context, s *partition.Store, c command.Command) error {
+	if err := s.SplitGroupSpan(ctx, r.group, c.Group, c.Key); err != nil {
+		return err
+	}
+	cs := &raftpb.ConfState{Voters: c.Voters, Learners: c.Learners}
+	if hasMember(cs, r.id) {
+		r.n.hosts.add(hostChange{group: c.Group, boot: &groupBoot{conf: cs, member: r.id}, campaign: r.ready.Load()})
+	}
+	return nil
+}
+
+// splitPending says whether a range group that is to be hosted here
+// still has its keys in the span of another group hosted here: that
+// group, its parent, has not applied the split yet, which starts the
+// child here from its own data. Hosting the child before would start it
+// empty.
+func (n *Node) splitPending(group uint64) bool {
+	tg, ok := n.st().GroupTable(group)
+	if !ok {
+		return false
+	}
+	ranges, err := n.st().TableRanges(tg.Account, tg.Table)
+	if err != nil {
+		return false
+	}
+	for _, other := range ranges {
+		if other.Group.ID == group || n.replicas[other.Group.ID] == nil {
+			continue
+		}
+		if _, holds, err := n.st().GroupHolds(other.Group.ID, tg.Account, tg.Table, tg.Group.Start); err == nil && holds {
+			return true
+		}
+	}
+	return false
+}
+
+// splitDue says whether the catalog has recorded a split of the range
+// group's range that its span has not made yet.
+func (r *replica) splitDue() bool {
+	if r.group == systemGroup || r.tableless {
+		return false
+	}
+	tg, ok := r.n.st().GroupTable(r.group)
+	if !ok || tg.End == "" {
+		return false
+	}
+	sp, ok, err := r.n.st().GroupSpan(r.group)
+	return err == nil && ok && (sp.HighPartitionKey == "" || sp.HighPartitionKey > tg.End)
+}
