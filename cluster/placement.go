@@ -20,10 +20,8 @@ import (
 // nodes of the cluster.
 var ErrBadPlacement = fmt.Errorf("cluster: no such placement")
 
-// SetTableVoters names the nodes a table's range group is to have as
-// voters. It is asked of the system group's ready leader, and returns
-// once every replica of the system group will record it (the command is
-// applied here); the group's members move after that.
+// SetTableVoters names the nodes a table's first range's group (its only
+// one, unless it was split) is to have as voters, as SetGroupVoters does.
 func (n *Node) SetTableVoters(ctx context.Context, account, table string, voters []uint64) error {
 	g, err := n.st().TableGroup(account, table)
 	switch {
@@ -31,6 +29,18 @@ func (n *Node) SetTableVoters(ctx context.Context, account, table string, voters
 		return err
 	case g.ID == 0:
 		return fmt.Errorf("%w: table %s has no range group (the system group replicates it)", ErrBadPlacement, table)
+	}
+	return n.SetGroupVoters(ctx, g.ID, voters)
+}
+
+// SetGroupVoters names the nodes range group group is to have as voters.
+// It is asked of the system group's ready leader, and returns once every
+// replica of the system group will record it (the command is applied
+// here); the group's members move after that.
+func (n *Node) SetGroupVoters(ctx context.Context, group uint64, voters []uint64) error {
+	tg, ok := n.st().GroupTable(group)
+	if !ok {
+		return fmt.Errorf("%w: no table has range group %d", ErrBadPlacement, group)
 	}
 	if err := partition.ValidVoters(voters); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadPlacement, err)
@@ -41,7 +51,7 @@ func (n *Node) SetTableVoters(ctx context.Context, account, table string, voters
 			return fmt.Errorf("%w: node %d is not a member of the cluster", ErrBadPlacement, v)
 		}
 	}
-	_, err = n.Store().write(ctx, &command.Command{Kind: command.KindSetRangeVoters, Account: account, Table: table, Group: g.ID, Voters: voters}, 0)
+	_, err := n.Store().write(ctx, &command.Command{Kind: command.KindSetRangeVoters, Account: tg.Account, Table: tg.Table, Group: group, Voters: voters}, 0)
 	return err
 }
 
@@ -218,7 +228,7 @@ func (p *placement) round(n *Node, now time.Time) {
 func (p *placement) name(n *Node, tg partition.TableGroup, want []uint64, now time.Time, why string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 	defer cancel()
-	if err := n.SetTableVoters(ctx, tg.Account, tg.Table, want); err != nil {
+	if err := n.SetGroupVoters(ctx, tg.Group.ID, want); err != nil {
 		n.log.Warn("cluster: placement: naming a range group's voters failed", "group", tg.Group.ID, "table", tg.Table, "voters", want, "err", err)
 		return false
 	}

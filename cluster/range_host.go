@@ -208,7 +208,7 @@ func (n *Node) hostTableGroups() error {
 			if applied, err := n.st().AppliedIndex(id); err != nil || applied == 0 {
 				return err
 			}
-			if err := n.emptyGroupSpan(id); err != nil {
+			if err := n.emptyGroupSpan(id, true); err != nil {
 				return err
 			}
 		default:

@@ -159,7 +159,7 @@ func (n *Node) retire(group, id uint64) error {
 		if err := n.cfg.Log.RemoveReplica(group, id); err != nil {
 			return fmt.Errorf("cluster: retire member %x of range group %d: %w", id, group, err)
 		}
-		return n.emptyGroupSpan(group)
+		return n.emptyGroupSpan(group, true)
 	})
 	if err != nil {
 		return err
@@ -186,16 +186,26 @@ func (n *Node) unhost(r *replica, err error) {
 	n.dir.fs.Remove(n.rangeSnapshotRecord(r.group))
 }
 
-// emptyGroupSpan empties the span of a group's table in the store and
-// resets the group's applied index, for a group the node holds no member
-// of (its old one retired, or a new one to start from nothing). It runs
-// where the store may be changed: on the apply goroutine, or before Run.
-func (n *Node) emptyGroupSpan(group uint64) error {
-	tg, ok := n.st().GroupTable(group)
-	if !ok {
-		return nil // the table is gone, and its keys with it
+// emptyGroupSpan empties, in the store, the span of a range group the
+// node holds no member of, and resets the group's applied index: the span
+// its member held (its old one retired: own), or the range the catalog
+// gives it (a new one to start from nothing). It runs where the store may
+// be changed: on the apply goroutine, or before Run.
+func (n *Node) emptyGroupSpan(group uint64, own bool) error {
+	var sp partition.Span
+	if own {
+		var ok bool
+		var err error
+		if sp, ok, err = n.st().GroupSpan(group); err != nil || !ok {
+			return err // the table is gone, and its keys with it
+		}
+	} else {
+		tg, ok := n.st().GroupTable(group)
+		if !ok {
+			return nil
+		}
+		sp = tg.Span()
 	}
-	sp := partition.Span{Account: tg.Account, Table: tg.Table}
 	if _, err := n.st().IngestSpan(group, sp, bytes.NewReader(partition.EmptySpanStream(group, sp))); err != nil {
 		return fmt.Errorf("cluster: empty the span of range group %d: %w", group, err)
 	}
@@ -248,7 +258,7 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 		// New here, or added again: the store holds nothing of it that
 		// counts (the applied index its table's creation set on every
 		// node, what an old member left), and starts from nothing.
-		if err := n.onApply(func() error { return n.emptyGroupSpan(group) }); err != nil {
+		if err := n.onApply(func() error { return n.emptyGroupSpan(group, false) }); err != nil {
 			return nil, err
 		}
 	default:

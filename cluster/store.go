@@ -29,21 +29,23 @@ func (s *Store) writeIn(ctx context.Context, r *replica, c *command.Command, sta
 	return r.propose(ctx, c, stamps)
 }
 
-// writeEntities proposes an entity write to the group of its table.
+// writeEntities proposes an entity write to the group that holds its
+// PartitionKey.
 func (s *Store) writeEntities(ctx context.Context, c *command.Command, stamps int) (result, error) {
-	r, err := s.tableReplica(c.Account, c.Table)
+	r, err := s.tableReplica(c.Account, c.Table, c.Ops[0].Entity.PartitionKey)
 	if err != nil {
 		return result{}, err
 	}
 	return s.writeIn(ctx, r, c, stamps)
 }
 
-// tableReplica returns the replica that answers for a table's entities:
-// its range group's, or the system group's for a table without one, or
-// one this node does not know yet (the system group's read round or
-// apply settles that: see readTable and replica.wrongGroup).
-func (s *Store) tableReplica(account, table string) (*replica, error) {
-	g, err := s.n.st().TableGroup(account, table)
+// tableReplica returns the replica that answers for a table's entities of
+// PartitionKey pk: the range group's that holds it, or the system group's
+// for a table without range groups, or one this node does not know yet
+// (the system group's read round or apply settles that: see readTable
+// and replica.wrongGroup).
+func (s *Store) tableReplica(account, table, pk string) (*replica, error) {
+	g, err := s.n.st().TableGroupFor(account, table, pk)
 	if err != nil || g.ID == 0 {
 		return s.n.replica, nil
 	}
@@ -58,26 +60,28 @@ func (s *Store) read(ctx context.Context) (context.Context, context.CancelFunc, 
 }
 
 // readTable waits until this node may answer a linearizable read of a
-// table's entities: a read round of the table's group. A table this node
-// did not know before the system group's round may turn out to have a
-// range group once it is applied: the round is then the group's.
-func (s *Store) readTable(ctx context.Context, account, table string) (context.Context, context.CancelFunc, error) {
-	r, err := s.tableReplica(account, table)
+// table's entities of PartitionKey pk: a read round of the group that
+// holds it, which it returns. A table this node did not know before the
+// system group's round may turn out to have range groups once it is
+// applied: the round is then the group's.
+func (s *Store) readTable(ctx context.Context, account, table, pk string) (context.Context, *replica, context.CancelFunc, error) {
+	r, err := s.tableReplica(account, table, pk)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	rctx, cancel, err := s.readIn(ctx, r)
 	if err != nil || r != s.n.replica {
-		return rctx, cancel, err
+		return rctx, r, cancel, err
 	}
-	if again, err := s.tableReplica(account, table); err != nil || again != r {
+	if again, err := s.tableReplica(account, table, pk); err != nil || again != r {
 		cancel()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return s.readIn(ctx, again)
+		rctx, cancel, err := s.readIn(ctx, again)
+		return rctx, again, cancel, err
 	}
-	return rctx, cancel, nil
+	return rctx, r, cancel, nil
 }
 
 func (s *Store) readIn(ctx context.Context, r *replica) (context.Context, context.CancelFunc, error) {
@@ -166,22 +170,48 @@ func (s *Store) QueryTables(ctx context.Context, account string, q partition.Tab
 
 // GetEntity implements server.Store.
 func (s *Store) GetEntity(ctx context.Context, account, table, pk, rk string) (partition.StoredEntity, error) {
-	ctx, cancel, err := s.readTable(ctx, account, table)
+	ctx, r, cancel, err := s.readTable(ctx, account, table, pk)
 	if err != nil {
 		return partition.StoredEntity{}, err
 	}
 	defer cancel()
+	if r != s.n.replica {
+		if _, holds, err := s.n.st().GroupHolds(r.group, account, table, pk); err != nil || !holds {
+			return partition.StoredEntity{}, errRangeMoved(r.group)
+		}
+	}
 	return s.n.st().GetEntity(ctx, account, table, pk, rk)
 }
 
-// QueryEntities implements server.Store.
+// QueryEntities implements server.Store. A page is answered by the range
+// that holds its first PartitionKey (partition.QueryStart), up to that
+// range's end, where it returns a continuation: the client's next page
+// is asked of the next range.
 func (s *Store) QueryEntities(ctx context.Context, account, table string, q partition.EntityQuery, fn func(*partition.StoredEntity) error) (partition.Continuation, error) {
-	ctx, cancel, err := s.readTable(ctx, account, table)
+	start, err := partition.QueryStart(q)
+	if err != nil {
+		return partition.Continuation{}, err
+	}
+	ctx, r, cancel, err := s.readTable(ctx, account, table, start)
 	if err != nil {
 		return partition.Continuation{}, err
 	}
 	defer cancel()
+	if r != s.n.replica && !r.tableless {
+		sp, ok, err := s.n.st().GroupSpan(r.group)
+		if err != nil || !ok || !sp.Contains(start) {
+			return partition.Continuation{}, errRangeMoved(r.group)
+		}
+		q.Within = &partition.PartitionRange{Low: sp.LowPartitionKey, High: sp.HighPartitionKey}
+	}
 	return s.n.st().QueryEntities(ctx, account, table, q, fn)
+}
+
+// errRangeMoved answers a read routed to a range group that no longer
+// holds its key (it split since the router looked): the client retries,
+// and is routed to the range that does.
+func errRangeMoved(group uint64) error {
+	return errBusy(fmt.Sprintf("range group %d no longer holds the key: the table's range was split", group))
 }
 
 // GetTableACL implements server.Store.

@@ -18,9 +18,10 @@ import (
 // writes (GroupHolds), whatever it has applied of the system group: the
 // record names its table itself, since a replica may apply a split, and
 // its child's writes, before it applies the system group's record of the
-// split. A group that has no record holds its whole table, as its
-// catalog descriptor says: it never split, and its table's creation
-// precedes all its entries.
+// split. A table's first group that has no record holds its whole table:
+// it never split, and its table's creation precedes all its entries. (A
+// replica of any other group has a record, from the split that started
+// it or from a snapshot.)
 
 // groupSpanVersion is the first byte of a span record.
 const groupSpanVersion = 1
@@ -82,13 +83,21 @@ func (s *Store) groupSpanOf(group uint64) (groupSpan, bool, error) {
 	var g groupSpan
 	switch v, err := s.db.Get(groupMetaKey(metaGroupSpan, group)); {
 	case errors.Is(err, lsm.ErrNotFound):
+		// Not cached: a split writes the record, which then rules. A
+		// table's first group without one never split: it holds the
+		// whole table (whatever split the catalog has recorded and its
+		// log not made yet). Any other group without one is a range
+		// this store never held: its range as the catalog has it.
 		gv, ok := s.groups.Load(group)
 		if !ok {
 			return groupSpan{}, false, nil
 		}
 		t := gv.(*table)
-		// Not cached: a split writes the record, which then rules.
-		return groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name}}, true, nil
+		g := groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name}}
+		if tg, ok := s.GroupTable(group); ok && tg.Group.Start != "" {
+			g.span = tg.Span()
+		}
+		return g, true, nil
 	case err != nil:
 		return groupSpan{}, false, fmt.Errorf("partition: read the span of group %d: %w", group, err)
 	default:
@@ -121,7 +130,7 @@ func (s *Store) GroupHolds(group uint64, account, name, pk string) (table, key b
 	if !ok || err != nil || g.tableID != t.id {
 		return false, false, err
 	}
-	return true, g.span.contains(pk), nil
+	return true, g.span.Contains(pk), nil
 }
 
 // SplitGroupSpan splits range group parent's span at PartitionKey at: the

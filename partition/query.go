@@ -152,6 +152,29 @@ func (s *Store) QueryEntities(ctx context.Context, account, tableName string, q 
 	return end, nil
 }
 
+// QueryStart returns the PartitionKey a query's page starts reading at
+// (before Within bounds it): its continuation's, else its filter's
+// lowest, else "". A cluster routes the page to the range that holds it.
+// A filter or continuation that does not parse is InvalidInput, as the
+// query itself would be.
+func QueryStart(q EntityQuery) (string, error) {
+	if c := (Continuation{q.NextPartitionKey, q.NextRowKey}); !c.IsZero() {
+		pk, _, err := c.Position()
+		return pk, err
+	}
+	plan, err := odata.PlanQuery(q.Filter)
+	if err != nil {
+		return "", err
+	}
+	if !q.Scope.IsFull() {
+		plan.Ranges = clipRanges(plan.Ranges, q.Scope)
+	}
+	if len(plan.Ranges) == 0 {
+		return "", nil
+	}
+	return plan.Ranges[0].Start.PartitionKey, nil
+}
+
 // clipRanges intersects each of a plan's sorted, disjoint ranges with
 // scope, keeping the order. It returns a new slice: a plan's ranges may be
 // shared (odata hands every unbounded plan the same one).

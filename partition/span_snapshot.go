@@ -83,8 +83,8 @@ type Span struct {
 	LowPartitionKey, HighPartitionKey string
 }
 
-// contains reports whether PartitionKey pk is in the span.
-func (sp Span) contains(pk string) bool {
+// Contains reports whether PartitionKey pk is in the span.
+func (sp Span) Contains(pk string) bool {
 	return pk >= sp.LowPartitionKey && (sp.HighPartitionKey == "" || pk < sp.HighPartitionKey)
 }
 

@@ -85,8 +85,8 @@ func fmtEntities(es []StoredEntity, keep func(pk string) bool) string {
 	return b.String()
 }
 
-func inSpan(pk string) bool     { return testSpan.contains(pk) }
-func outOfSpan(pk string) bool  { return !testSpan.contains(pk) }
+func inSpan(pk string) bool     { return testSpan.Contains(pk) }
+func outOfSpan(pk string) bool  { return !testSpan.Contains(pk) }
 func everything(pk string) bool { return true }
 
 // storeView renders every table of spanTables, the alpha table of acct
@@ -227,10 +227,10 @@ func TestSpanSnapshotIngest(t *testing.T) {
 				t.Fatal(err)
 			}
 			variant := strings.SplitN(props(ent)["V"].Str(), "/", 2)[0]
-			if testSpan.contains(e.PartitionKey) != (variant == "new") {
+			if testSpan.Contains(e.PartitionKey) != (variant == "new") {
 				t.Fatalf("%s: entity %s/%s is %q data", when, e.PartitionKey, e.RowKey, variant)
 			}
-			if testSpan.contains(e.PartitionKey) {
+			if testSpan.Contains(e.PartitionKey) {
 				inside++
 			} else {
 				outside++
@@ -249,7 +249,7 @@ func TestSpanSnapshotIngest(t *testing.T) {
 	ingested := allEntities(t, dst.s, acct, spanTable)
 	se := mustApply(t, dst.s, spanTable, Op{Kind: OpInsert, Entity: ent("p05", "fresh")})
 	for _, e := range ingested {
-		if testSpan.contains(e.PartitionKey) && se.Timestamp <= e.Timestamp {
+		if testSpan.Contains(e.PartitionKey) && se.Timestamp <= e.Timestamp {
 			t.Fatalf("a write after the ingest committed at %d, not past the ingested %d", se.Timestamp, e.Timestamp)
 		}
 	}
@@ -288,7 +288,7 @@ func TestSpanSnapshotWholeAndEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range allEntities(t, dst.s, acct, spanTable) {
-		if empty.contains(e.PartitionKey) {
+		if empty.Contains(e.PartitionKey) {
 			t.Fatalf("entity %s/%s survived the ingest of an empty span", e.PartitionKey, e.RowKey)
 		}
 	}

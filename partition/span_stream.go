@@ -172,7 +172,7 @@ func readSpanStream(group uint64, want Span, anyBounds bool, r io.Reader, put fu
 		if val, err = sr.spanBytes(maxSnapshotValue, val); err != nil {
 			return Span{}, 0, fmt.Errorf("%w: entity %d: cut or damaged value", ErrBadSpanSnapshot, count)
 		}
-		if !want.contains(string(pk)) {
+		if !want.Contains(string(pk)) {
 			return Span{}, 0, fmt.Errorf("%w: entity %d: PartitionKey %q is outside the span", ErrBadSpanSnapshot, count, pk)
 		}
 		// The staged key orders exactly as (pk, rk) does (keys.md).

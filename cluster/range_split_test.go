@@ -1,0 +1,225 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/internal/svcerr"
+	"github.com/tabuladb/tabula/partition"
+)
+
+// splitVia splits a table's range at key through the system group's
+// leader.
+func (c *testCluster) splitVia(table, at string) {
+	c.t.Helper()
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.n.SplitTable(context.Background(), acct, table, at)
+	}); err != nil {
+		c.t.Fatalf("split %s at %q: %v", table, at, err)
+	}
+}
+
+// waitSplit waits until every running node records table's ranges as
+// starting at starts, and every range's group has a ready leader whose
+// span is its range; it returns the ranges.
+func (c *testCluster) waitSplit(table string, starts []string, timeout time.Duration) []partition.TableGroup {
+	c.t.Helper()
+	var last string
+	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
+		ranges, ok := c.splitDone(table, starts)
+		if ok {
+			return ranges
+		}
+		last = fmt.Sprint(ranges)
+		if time.Now().After(deadline) {
+			c.t.Fatalf("table %s did not split at %q in %v: %s", table, starts, timeout, last)
+		}
+	}
+}
+
+func (c *testCluster) splitDone(table string, starts []string) ([]partition.TableGroup, bool) {
+	var ranges []partition.TableGroup
+	for _, tn := range c.nodes {
+		rs, err := tn.node.st().TableRanges(acct, table)
+		if err != nil || len(rs) != len(starts) {
+			return rs, false
+		}
+		for i, r := range rs {
+			if r.Group.Start != starts[i] {
+				return rs, false
+			}
+		}
+		ranges = rs
+	}
+	for _, tg := range ranges {
+		ld := (*testNode)(nil)
+		for _, tn := range c.nodes {
+			if r := tn.node.group(tg.Group.ID); r != nil && r.ready.Load() {
+				ld = tn
+			}
+		}
+		if ld == nil {
+			return ranges, false
+		}
+		if sp, ok, err := ld.node.st().GroupSpan(tg.Group.ID); err != nil || !ok || sp != tg.Span() {
+			return ranges, false
+		}
+	}
+	return ranges, true
+}
+
+// walkQuery reads a whole query page by page through any node, as an SDK
+// follows continuations, and returns the PartitionKey/RowKey of every
+// entity in order.
+func walkQuery(c *testCluster, table string, q partition.EntityQuery) []string {
+	c.t.Helper()
+	var out []string
+	for range 1000 {
+		type page struct {
+			keys []string
+			cont partition.Continuation
+		}
+		p, err := retryAny(c, func(s *Store) (page, error) {
+			var p page
+			cont, err := s.QueryEntities(context.Background(), acct, table, q, func(e *partition.StoredEntity) error {
+				p.keys = append(p.keys, e.PartitionKey+"/"+e.RowKey)
+				return nil
+			})
+			p.cont = cont
+			return p, err
+		})
+		if err != nil {
+			c.t.Fatalf("query %+v: %v", q, err)
+		}
+		out = append(out, p.keys...)
+		if p.cont.IsZero() {
+			return out
+		}
+		q.NextPartitionKey, q.NextRowKey = p.cont.NextPartitionKey, p.cont.NextRowKey
+	}
+	c.t.Fatal("a query walk did not end in 1000 pages")
+	return nil
+}
+
+// TestRangeGroupSplits splits a table's range twice under writes: the
+// catalog of every node records the ranges; each range's group holds its
+// span, with a leader; the middle range's group moves to the node the
+// others lack, so no node holds every range; writes and reads reach the
+// range that holds their key; a query walks across the ranges with
+// continuations, every entity once and in order; a restart of the whole
+// cluster keeps it all; and the table's drop takes every range's group
+// with it.
+func TestRangeGroupSplits(t *testing.T) {
+	c := newTablesCluster(t, 4, 61)
+	createVia(c, "halves")
+	want := map[string]int{}
+	write := func(pk string, n int) {
+		t.Helper()
+		upsertVia(c, "halves", pk, "r", n)
+		want[pk] = n
+	}
+	for i := range 40 {
+		write(fmt.Sprintf("p%02d", i), i)
+	}
+	parent := c.tableGroup("halves").ID
+	c.splitVia("halves", "p20")
+	for i := range 10 {
+		write(fmt.Sprintf("p%02d", i*4), 100+i) // both halves while it splits
+	}
+	ranges := c.waitSplit("halves", []string{"", "p20"}, 20*time.Second)
+	if ranges[0].Group.ID != parent || ranges[1].Group.ID <= parent || ranges[1].End != "" {
+		t.Fatalf("ranges after the split: %+v", ranges)
+	}
+	c.splitVia("halves", "p30")
+	ranges = c.waitSplit("halves", []string{"", "p20", "p30"}, 20*time.Second)
+	// The middle range moves: one of its nodes gives way to the fourth.
+	middle := ranges[1].Group
+	var outside uint64
+	for _, id := range c.peers {
+		if !middle.Has(id) {
+			outside = id
+		}
+	}
+	moved := append(slices.Clone(middle.Voters[1:]), outside)
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.n.SetGroupVoters(context.Background(), middle.ID, moved)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitMembers(middle.ID, moved, 20*time.Second)
+	ranges = c.waitSplit("halves", []string{"", "p20", "p30"}, 20*time.Second)
+	for i := 40; i < 50; i++ {
+		write(fmt.Sprintf("p%02d", i), i)
+	}
+	check := func(when string) {
+		t.Helper()
+		for pk, n := range want {
+			e, err := readVia(c, "halves", pk, "r")
+			if err != nil || entityN(t, e) != n {
+				t.Fatalf("%s: %s = %+v, %v; want N=%d", when, pk, e, err, n)
+			}
+		}
+		var keys []string
+		for pk := range want {
+			keys = append(keys, pk+"/r")
+		}
+		slices.Sort(keys)
+		if got := walkQuery(c, "halves", partition.EntityQuery{Top: 7}); !slices.Equal(got, keys) {
+			t.Fatalf("%s: a query walk read\n%v\nwant\n%v", when, got, keys)
+		}
+		if got := walkQuery(c, "halves", partition.EntityQuery{Filter: "PartitionKey ge 'p25' and PartitionKey lt 'p35'"}); len(got) != 10 || got[0] != "p25/r" {
+			t.Fatalf("%s: a filtered walk across a boundary read %v", when, got)
+		}
+		// Each range's entities are where its group is, and in no other
+		// group's span.
+		for _, tg := range ranges {
+			c.convergeMembers(tg.Group.ID, tg.Group.Voters, 10*time.Second)
+		}
+	}
+	// A router that has not seen the split sends a write of the child's
+	// key to the parent: every replica of the parent refuses it alike,
+	// and the key keeps its value.
+	ld := c.groupLeader(ranges[0].Group.ID, 10*time.Second)
+	if _, err := ld.node.applyInGroup(context.Background(), ranges[0].Group.ID, acct, "halves", opUpsert("p33", "r", -1)); !isBusy(err) {
+		t.Fatalf("a write of the child's key through the parent: %v, want ServerBusy", err)
+	}
+	check("after the splits")
+	c.restartAll()
+	c.waitSplit("halves", []string{"", "p20", "p30"}, 20*time.Second)
+	write("p05", 500)
+	write("p35", 535)
+	check("after a restart")
+
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.DeleteTable(context.Background(), acct, "halves")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(10 * time.Second)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		left := 0
+		for _, tn := range c.nodes {
+			for _, tg := range ranges {
+				if tn.node.group(tg.Group.ID) != nil || !tn.rlog.Group(tg.Group.ID).Empty() {
+					left++
+				}
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the dropped table's range groups are still hosted or logged", left)
+		}
+	}
+}
+
+// isBusy says whether err is 503 ServerBusy.
+func isBusy(err error) bool {
+	var se *svcerr.Error
+	return errors.As(err, &se) && se.Code == "ServerBusy"
+}
