@@ -40,6 +40,7 @@ const (
 	membersPath   = "/cluster/members"
 	leasePath     = "/cluster/lease"
 	placementPath = "/cluster/placement"
+	splitPath     = "/cluster/split"
 )
 
 // Signature purposes (transport.Sign).
@@ -99,6 +100,15 @@ type TableRouter interface {
 	RequestTable(r *http.Request) (account, table string)
 }
 
+// A KeyRouter names the PartitionKey of the first entity a REST request
+// addresses, reading (and putting back) as much of its body as it needs:
+// server.Server is one. A node asks it only for a table split into
+// several ranges, to forward the request to the leader of the range that
+// holds the key.
+type KeyRouter interface {
+	RequestPartitionKey(r *http.Request) (pk string, ok bool)
+}
+
 // maxHops bounds how many times a request is forwarded: a node that does
 // not host a table's range group forwards to one of its voters, which
 // forwards once more to the leader it knows.
@@ -141,7 +151,7 @@ func (h *HTTP) route(r *http.Request, rest http.Handler) uint64 {
 	rep := n.replica
 	if router, ok := rest.(TableRouter); ok {
 		if account, table := router.RequestTable(r); table != "" {
-			if g, err := n.st().TableGroup(account, table); err == nil && g.ID != 0 {
+			if g, ok := n.requestGroup(r, rest, account, table); ok {
 				if rep = n.group(g.ID); rep == nil {
 					return n.someVoter(g.Voters)
 				}
@@ -160,6 +170,26 @@ func (h *HTTP) route(r *http.Request, rest http.Handler) uint64 {
 	return n.replica.leader.Load()
 }
 
+// requestGroup returns the range group that answers a request of a
+// table's entities: the table's only one, or, for a table split into
+// ranges, the one that holds the request's first PartitionKey (the
+// first range when the request names none). ok is false for a table
+// without range groups, or one this node does not know.
+func (n *Node) requestGroup(r *http.Request, rest http.Handler, account, table string) (partition.RangeGroup, bool) {
+	ranges, err := n.st().TableRanges(account, table)
+	if err != nil || len(ranges) == 0 {
+		return partition.RangeGroup{}, false
+	}
+	if kr, ok := rest.(KeyRouter); ok && len(ranges) > 1 {
+		if pk, ok := kr.RequestPartitionKey(r); ok {
+			if g, err := n.st().TableGroupFor(account, table, pk); err == nil {
+				return g, true
+			}
+		}
+	}
+	return ranges[0].Group, true
+}
+
 // Internal is the handler of the internal address.
 func (h *HTTP) Internal() http.Handler {
 	mux := http.NewServeMux()
@@ -168,6 +198,7 @@ func (h *HTTP) Internal() http.Handler {
 	mux.HandleFunc(membersPath, h.membersHandler)
 	mux.HandleFunc(leasePath, h.leaseHandler)
 	mux.HandleFunc(placementPath, h.placementHandler)
+	mux.HandleFunc(splitPath, h.splitHandler)
 	mux.HandleFunc(snapshotPath, func(w http.ResponseWriter, r *http.Request) {
 		if _, err := transport.Verify(r, h.secret, purposeSnapshot, h.node.cfg.ID, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
@@ -536,23 +567,7 @@ func (h *HTTP) placementHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	err := h.node.SetTableVoters(ctx, q.Get("account"), q.Get("table"), voters)
-	switch {
-	case partition.IsCode(err, partition.CodeTableNotFound):
-		http.Error(w, err.Error(), http.StatusNotFound)
-		return
-	case errors.Is(err, ErrBadPlacement):
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	case err != nil:
-		if l := h.node.Leader(); l != 0 && l != h.node.cfg.ID {
-			w.Header().Set(leaderHeader, h.addr(l))
-		}
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(struct {
+	h.placementAnswer(w, h.node.SetTableVoters(ctx, q.Get("account"), q.Get("table"), voters), struct {
 		Voters []uint64 `json:"voters"`
 	}{voters})
 }
@@ -569,4 +584,49 @@ func (h *HTTP) verifyOperator(w http.ResponseWriter, r *http.Request, purpose st
 		}
 	}
 	return true
+}
+
+// splitHandler splits a table's range at a PartitionKey (POST
+// ?account=&table=&at=). A node that does not lead the system group
+// refuses with 503 and the leader's address.
+func (h *HTTP) splitHandler(w http.ResponseWriter, r *http.Request) {
+	if !h.verifyOperator(w, r, purposePlacement) {
+		return
+	}
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST", http.StatusMethodNotAllowed)
+		return
+	}
+	q := r.URL.Query()
+	if q.Get("table") == "" || q.Get("account") == "" || q.Get("at") == "" {
+		http.Error(w, "account, table and at (a PartitionKey) are needed", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	h.placementAnswer(w, h.node.SplitTable(ctx, q.Get("account"), q.Get("table"), q.Get("at")), struct {
+		At string `json:"at"`
+	}{q.Get("at")})
+}
+
+// placementAnswer answers a placement request: 404 for a table that is
+// not there, 400 for a request that cannot be done, 503 with the system
+// group's leader's address otherwise; on success, body as JSON.
+func (h *HTTP) placementAnswer(w http.ResponseWriter, err error, body any) {
+	switch {
+	case partition.IsCode(err, partition.CodeTableNotFound):
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	case errors.Is(err, ErrBadPlacement), partition.IsCode(err, partition.CodeInvalidInput):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	case err != nil:
+		if l := h.node.Leader(); l != 0 && l != h.node.cfg.ID {
+			w.Header().Set(leaderHeader, h.addr(l))
+		}
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(body)
 }

@@ -87,31 +87,48 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 	st := n.st()
 	var out []RangeStatus
 	for _, t := range st.AllTables() {
-		g, err := st.TableGroup(t.Account, t.Name)
+		groups, err := st.TableRanges(t.Account, t.Name)
 		if err != nil {
 			continue
-		}
-		rs := RangeStatus{Account: t.Account, Table: t.Name, Group: g.ID, Replicas: g.Voters, Leaseholder: n.cfg.ID}
-		if g.ID == 0 {
-			if !n.ready.Load() {
-				continue
-			}
-			n.confMu.Lock()
-			rs.Group, rs.Replicas = systemGroup, slices.Clone(n.conf.GetVoters())
-			n.confMu.Unlock()
-			rs.Members = rs.Replicas
-		} else if r := n.group(g.ID); r == nil || !r.ready.Load() {
-			continue
-		} else {
-			cs := r.confState()
-			rs.Members, rs.Learners = nodesOf(cs.GetVoters()), nodesOf(cs.GetLearners())
 		}
 		infos, err := st.Ranges(ctx, t.Account, t.Name)
 		if err != nil {
 			continue
 		}
-		for _, ri := range infos {
-			rs.RangeInfo = ri
+		if len(groups) == 0 {
+			// The system group replicates the table: its leader reports
+			// the table's range partitions.
+			if !n.ready.Load() {
+				continue
+			}
+			n.confMu.Lock()
+			voters := slices.Clone(n.conf.GetVoters())
+			n.confMu.Unlock()
+			for _, ri := range infos {
+				out = append(out, RangeStatus{Account: t.Account, Table: t.Name, RangeInfo: ri, Group: systemGroup,
+					Replicas: voters, Members: voters, Leaseholder: n.cfg.ID})
+			}
+			continue
+		}
+		// One status per range group this node leads: its range, with
+		// the statistics of the range partitions that start in it.
+		for _, tg := range groups {
+			r := n.group(tg.Group.ID)
+			if r == nil || !r.ready.Load() {
+				continue
+			}
+			cs := r.confState()
+			rs := RangeStatus{Account: t.Account, Table: t.Name, Group: tg.Group.ID, Replicas: tg.Group.Voters,
+				Members: nodesOf(cs.GetVoters()), Learners: nodesOf(cs.GetLearners()), Leaseholder: n.cfg.ID}
+			rs.StartPartitionKey, rs.EndPartitionKey = tg.Group.Start, tg.End
+			for _, ri := range infos {
+				if tg.Span().Contains(ri.StartPartitionKey) {
+					rs.Entities += ri.Entities
+					rs.Bytes += ri.Bytes
+					rs.ReadsPerSecond += ri.ReadsPerSecond
+					rs.WritesPerSecond += ri.WritesPerSecond
+				}
+			}
 			out = append(out, rs)
 		}
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -129,6 +130,61 @@ func (s *Server) RequestTable(r *http.Request) (account, table string) {
 	return account, ""
 }
 
+// RequestPartitionKey names the PartitionKey of the first entity a REST
+// request of a table's entities addresses, for a cluster node to route a
+// request of a table split into ranges: the key in the URL of a point
+// operation; where a query's page starts (its continuation, else its
+// $filter's lowest key: partition.QueryStart); an insert's, from its
+// body; a $batch's first operation's, from its URL or body. The body is
+// read (and put back) as far as it takes, up to MaxBodyBytes. ok is false
+// when the request names no key this way (the request's own handling
+// refuses one that does not parse).
+func (s *Server) RequestPartitionKey(r *http.Request) (pk string, ok bool) {
+	account, hostStyle, t, err := s.parseTarget(s.accounts.Load(), r.Host, r.URL.EscapedPath())
+	if err != nil {
+		return "", false
+	}
+	switch t.Kind {
+	case batch.TargetEntity:
+		return t.PartitionKey, true
+	case batch.TargetEntitySet:
+		if r.Method == http.MethodPost {
+			return entityPartitionKey(peekBody(r, int(s.opts.MaxBodyBytes)))
+		}
+		q := r.URL.Query()
+		pk, err := partition.QueryStart(partition.EntityQuery{Filter: q.Get("$filter"),
+			NextPartitionKey: q.Get("NextPartitionKey"), NextRowKey: q.Get("NextRowKey")})
+		return pk, err == nil
+	case batch.TargetBatch:
+		req, err := batch.Parse(r.Header.Get("Content-Type"), bytes.NewReader(peekBody(r, int(s.opts.MaxBodyBytes))),
+			batch.Limits{MaxBodyBytes: s.opts.MaxBodyBytes})
+		if err != nil || len(req.Operations) == 0 {
+			return "", false
+		}
+		if hostStyle {
+			account = ""
+		}
+		op := req.Operations[0]
+		switch t, err := op.Target(account); {
+		case err != nil:
+			return "", false
+		case t.Kind == batch.TargetEntity:
+			return t.PartitionKey, true
+		}
+		return entityPartitionKey(op.Body)
+	}
+	return "", false
+}
+
+// entityPartitionKey reads the PartitionKey of an entity's JSON.
+func entityPartitionKey(body []byte) (string, bool) {
+	var e struct{ PartitionKey *string }
+	if json.Unmarshal(body, &e) != nil || e.PartitionKey == nil {
+		return "", false
+	}
+	return *e.PartitionKey, true
+}
+
 // batchPeekBytes is how much of a $batch body RequestTable reads to find
 // its first operation's request line, which the SDKs put within the first
 // few hundred bytes.
@@ -140,11 +196,10 @@ func peekBody(r *http.Request, n int) []byte {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	buf := make([]byte, n)
-	k, err := io.ReadFull(r.Body, buf)
-	buf = buf[:k]
+	// As much as the body has, up to n: a small body costs a small buffer.
+	buf, err := io.ReadAll(io.LimitReader(r.Body, int64(n)))
 	rest := io.Reader(r.Body)
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+	if err != nil {
 		rest = errReader{err}
 	}
 	r.Body = struct {

@@ -469,13 +469,16 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 			return transferLease(args[1:], stdout, stderr)
 		case "move":
 			return moveTable(args[1:], stdout, stderr)
+		case "split":
+			return splitTable(args[1:], stdout, stderr)
 		}
 	}
 	if len(args) == 0 || args[0] != "status" {
 		fmt.Fprintln(stderr, `usage: tabula cluster status --node HOST:PORT [--cluster-secret S]
        tabula cluster decommission --node HOST:PORT --id N [--drain-timeout D] [--cluster-secret S]
        tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--account A] [--cluster-secret S]
-       tabula cluster move --node HOST:PORT --table NAME --voters N,N,N [--account A] [--cluster-secret S]`)
+       tabula cluster move --node HOST:PORT --table NAME --voters N,N,N [--account A] [--cluster-secret S]
+       tabula cluster split --node HOST:PORT --table NAME --at PARTITIONKEY [--account A] [--cluster-secret S]`)
 		return 2
 	}
 	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
@@ -722,8 +725,50 @@ func moveTable(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// splitTable splits the range of a table that holds a PartitionKey at
+// it: the keys from it on get a range, and a range group, of their own,
+// on the same nodes. It waits until a leaseholder reports that range.
+func splitTable(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("cluster split", "usage: tabula cluster split --node HOST:PORT --table NAME --at PARTITIONKEY [--account A] [--cluster-secret S]", stderr)
+	nodeAddr := fs.String("node", "", "the internal address of any node")
+	table := fs.String("table", "", "the table whose range splits")
+	account := fs.String("account", auth.DevAccountName, "the table's account")
+	at := fs.String("at", "", "the PartitionKey the new range starts at")
+	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the new range's group")
+	secretFlag := fs.String("cluster-secret", "", "the cluster secret (default $"+secretEnv+")")
+	if !parseArgs(fs, args, 0) {
+		return 2
+	}
+	secret := operatorSecret(*secretFlag)
+	if *nodeAddr == "" || *table == "" || *at == "" || len(secret) == 0 {
+		fmt.Fprintln(stderr, "tabula cluster split: --node, --table, --at and the cluster secret are needed")
+		return 2
+	}
+	q := url.Values{"account": {*account}, "table": {*table}, "at": {*at}}
+	if _, err := askCluster(http.MethodPost, *nodeAddr, "/cluster/split?"+q.Encode(), "placement", secret); err != nil {
+		fmt.Fprintf(stderr, "tabula cluster split: %v\n", err)
+		return 1
+	}
+	for deadline := time.Now().Add(*timeout); ; time.Sleep(250 * time.Millisecond) {
+		if r, ok := tableRangeAt(*nodeAddr, *account, *table, *at, secret); ok {
+			fmt.Fprintf(stdout, "%s/%s splits at %q: range group %d on nodes %s\n", *account, *table, *at, r.Group, nodeList(r.Members))
+			return 0
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(stderr, "tabula cluster split: no leaseholder reports a range of %s at %q after %v\n", *table, *at, *timeout)
+			return 1
+		}
+	}
+}
+
 // tableRange returns a table's first range as its leaseholder reports it.
 func tableRange(addr, account, table string, secret []byte) (cluster.RangeStatus, bool) {
+	return tableRangeAt(addr, account, table, "", secret)
+}
+
+// tableRangeAt returns the range of a table that starts at PartitionKey
+// start, as its leaseholder reports it.
+func tableRangeAt(addr, account, table, start string, secret []byte) (cluster.RangeStatus, bool) {
 	first, err := fetchStatus(addr, 0, secret)
 	if err != nil {
 		return cluster.RangeStatus{}, false
@@ -736,7 +781,7 @@ func tableRange(addr, account, table string, secret []byte) (cluster.RangeStatus
 			}
 		}
 		for _, r := range st.Ranges {
-			if r.Account == account && strings.EqualFold(r.Table, table) {
+			if r.Account == account && strings.EqualFold(r.Table, table) && r.StartPartitionKey == start {
 				return r, true
 			}
 		}
