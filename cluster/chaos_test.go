@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -237,17 +238,28 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 	for time.Since(start) < dur {
 		time.Sleep(time.Duration(20+frng.IntN(40)) * time.Millisecond)
 		switch k := frng.IntN(7); {
-		case k == 6 && moves: // the table's group is to move to 3 nodes of 4
+		case k == 6 && moves: // one of the table's groups is to move to 3 nodes of 4
 			voters := frng.Perm(size)[:3]
 			want := []uint64{uint64(voters[0] + 1), uint64(voters[1] + 1), uint64(voters[2] + 1)}
+			which := frng.IntN(2)
+			nodesMu.Lock()
+			for _, tn := range c.nodes {
+				ranges, err := tn.node.st().TableRanges(acct, "chaos")
+				if tn.node.IsLeader() && err == nil {
+					// Refused or unknown when the leader falls meanwhile:
+					// the move is then made or not, and either is fine.
+					if tn.node.SetGroupVoters(ctx, ranges[which%len(ranges)].Group.ID, want) == nil {
+						movesNamed++
+					}
+					break
+				}
+			}
+			nodesMu.Unlock()
+		case k == 5 && moves: // the table splits between its two partitions
 			nodesMu.Lock()
 			for _, tn := range c.nodes {
 				if tn.node.IsLeader() {
-					// Refused or unknown when the leader falls meanwhile:
-					// the move is then made or not, and either is fine.
-					if tn.node.SetTableVoters(ctx, acct, "chaos", want) == nil {
-						movesNamed++
-					}
+					_ = tn.node.SplitTable(ctx, acct, "chaos", "q") // "pair" below, "r" above
 					break
 				}
 			}
@@ -332,33 +344,53 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		}
 	}
 	c.converge(20 * time.Second)
-	members := c.peers
+	// Every range of the table: its group's members hold alike what its
+	// span holds, the other nodes nothing of it.
+	spans := []partition.TableGroup{{Account: acct, Table: "chaos", Group: partition.RangeGroup{Voters: c.peers}}}
 	if ranges {
-		members = c.agreedGroup("chaos", 20*time.Second).Voters
-		c.waitMembers(group, members, 20*time.Second)
-		c.convergeMembers(group, members, 20*time.Second)
+		spans = c.agreedRanges("chaos", 20*time.Second)
 	}
-	for _, id := range c.peers {
-		if !slices.Contains(members, id) {
-			c.waitRetired(id, group, "chaos", 20*time.Second)
+	var all string
+	for _, tg := range spans {
+		members := tg.Group.Voters
+		if ranges {
+			c.waitMembers(tg.Group.ID, members, 20*time.Second)
+			c.convergeMembers(tg.Group.ID, members, 20*time.Second)
+			for _, id := range c.peers {
+				if !slices.Contains(members, id) {
+					c.waitRetiredSpan(id, tg.Group.ID, tg.Span(), 20*time.Second)
+				}
+			}
+		}
+		var want string
+		for _, id := range members {
+			got := dumpSpan(t, c.nodes[id].node.Replica(), tg.Span())
+			if want == "" {
+				want = got
+			} else if got != want {
+				t.Errorf("seed %d: node %d differs in group %d:\n%s\n---\n%s", seed, id, tg.Group.ID, got, want)
+			}
+		}
+		all += want
+	}
+	// A walk of the whole table, page by page through any node, returns
+	// every entity once, across the ranges.
+	var keys []string
+	for _, line := range strings.Split(strings.TrimSpace(all), "\n") {
+		if k, _, ok := strings.Cut(line, "@"); ok {
+			keys = append(keys, k)
 		}
 	}
-	var want string
-	for _, id := range members {
-		got := dump(t, c.nodes[id].node.Replica(), "chaos")
-		if want == "" {
-			want = got
-		} else if got != want {
-			t.Errorf("seed %d: node %d differs:\n%s\n---\n%s", seed, id, got, want)
-		}
+	if got := walkQuery(c, "chaos", partition.EntityQuery{Top: 2}); !slices.Equal(got, keys) {
+		t.Errorf("seed %d: a query walk read %v, the members hold %v", seed, got, keys)
 	}
-	snaps, spans := 0, 0
+	snaps, spanSnaps := 0, 0
 	for _, tn := range c.nodes {
 		st := tn.node.Status()
-		snaps, spans = snaps+st.SnapshotsInstalled, spans+st.SpanSnapshotsInstalled
+		snaps, spanSnaps = snaps+st.SnapshotsInstalled, spanSnaps+st.SpanSnapshotsInstalled
 	}
-	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named",
-		seed, len(history), snaps, spans, movesNamed)
+	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named; %d ranges",
+		seed, len(history), snaps, spanSnaps, movesNamed, len(spans))
 }
 
 type stamped struct {

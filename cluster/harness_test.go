@@ -469,7 +469,14 @@ func (c *testCluster) convergeSystem(target uint64, timeout time.Duration) {
 // dump lists a store's entities with timestamps and values.
 func dump(t testing.TB, s *partition.Store, table string) string {
 	t.Helper()
-	page, _, err := s.QueryEntitiesPage(context.Background(), acct, table, partition.EntityQuery{})
+	return dumpSpan(t, s, partition.Span{Account: acct, Table: table})
+}
+
+// dumpSpan lists a store's entities of a span of a table.
+func dumpSpan(t testing.TB, s *partition.Store, sp partition.Span) string {
+	t.Helper()
+	page, _, err := s.QueryEntitiesPage(context.Background(), acct, sp.Table, partition.EntityQuery{
+		Within: &partition.PartitionRange{Low: sp.LowPartitionKey, High: sp.HighPartitionKey}})
 	if err != nil {
 		t.Fatal(err)
 	}

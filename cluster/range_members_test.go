@@ -63,15 +63,22 @@ func (c *testCluster) waitMembers(g uint64, voters []uint64, timeout time.Durati
 // or never there) and nothing of table.
 func (c *testCluster) waitRetired(id, g uint64, table string, timeout time.Duration) {
 	c.t.Helper()
+	c.waitRetiredSpan(id, g, partition.Span{Account: acct, Table: table}, timeout)
+}
+
+// waitRetiredSpan is waitRetired for a group that holds span sp of its
+// table: nothing of the span stays on the node.
+func (c *testCluster) waitRetiredSpan(id, g uint64, sp partition.Span, timeout time.Duration) {
+	c.t.Helper()
 	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
 		tn := c.nodes[id]
 		st := tn.rlog.Group(g)
-		if tn.node.group(g) == nil && (st.Empty() || st.Replica().Removed) && dump(c.t, tn.node.st(), table) == "" {
+		if tn.node.group(g) == nil && (st.Empty() || st.Replica().Removed) && dumpSpan(c.t, tn.node.st(), sp) == "" {
 			return
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("node %d did not let its member of group %d go in %v: hosted %v, record %+v, entities:\n%s",
-				id, g, timeout, tn.node.group(g) != nil, st.Replica(), dump(c.t, tn.node.st(), table))
+				id, g, timeout, tn.node.group(g) != nil, st.Replica(), dumpSpan(c.t, tn.node.st(), sp))
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -78,6 +79,33 @@ func (c *testCluster) agreedGroup(table string, timeout time.Duration) partition
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("the nodes do not agree on table %s's group after %v", table, timeout)
+		}
+	}
+}
+
+// agreedRanges waits until every running node records the same ranges of
+// table, and returns them.
+func (c *testCluster) agreedRanges(table string, timeout time.Duration) []partition.TableGroup {
+	c.t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
+		var first []partition.TableGroup
+		agreed := true
+		for _, tn := range c.nodes {
+			rs, err := tn.node.st().TableRanges(acct, table)
+			switch {
+			case err != nil:
+				agreed = false
+			case first == nil:
+				first = rs
+			case !reflect.DeepEqual(rs, first):
+				agreed = false
+			}
+		}
+		if agreed {
+			return first
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the nodes do not agree on table %s's ranges after %v", table, timeout)
 		}
 	}
 }
