@@ -25,6 +25,8 @@ func FuzzCommand(f *testing.F) {
 		{Kind: command.KindSetProperties, Account: "a", Properties: []byte("<x/>")},
 		{Kind: command.KindCreateRangeTable, Account: "a", Table: "t", Voters: []uint64{1, 2, 3}},
 		{Kind: command.KindSetRangeVoters, Account: "a", Table: "t", Group: 9, Voters: []uint64{1, 2, 4}},
+		{Kind: command.KindSplitRange, Account: "a", Table: "t", Group: 9, Key: "m"},
+		{Kind: command.KindSplitGroup, Account: "a", Table: "t", Group: 12, Key: "m", Voters: []uint64{1, 2, 3}, Learners: []uint64{4 | 9<<32}},
 	} {
 		f.Add(c.Append(nil))
 	}
