@@ -106,6 +106,22 @@ func (s *simNet) fetchSnapshot(ctx context.Context, from uint64, token []byte) (
 	return pr, nil
 }
 
+// rangeStats gathers the ranges every node of the network reports, each
+// from its leaseholder, as the HTTP transport does between processes.
+func (s *simNet) rangeStats(ctx context.Context) []RangeStatus {
+	s.mu.Lock()
+	nodes := make([]*Node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		nodes = append(nodes, n)
+	}
+	s.mu.Unlock()
+	var out []RangeStatus
+	for _, n := range nodes {
+		out = append(out, n.ranges(ctx)...)
+	}
+	return out
+}
+
 // partition cuts every link between the two sides.
 func (s *simNet) partition(a, b []uint64) {
 	s.mu.Lock()
@@ -207,8 +223,9 @@ type testCluster struct {
 	// prepare, when set, is called on each node started, before it runs.
 	prepare func(*testNode)
 	// placementInterval and deadAfter are the nodes' Config's (0: the
-	// defaults).
+	// defaults); splitBytes their stores' Options.SplitBytes.
 	placementInterval, deadAfter time.Duration
+	splitBytes                   int64
 }
 
 func newTestCluster(t testing.TB, size int, seed uint64) *testCluster {
@@ -271,7 +288,7 @@ func (c *testCluster) start(id uint64, fs *vfs.MemFS) *testNode {
 // startAs runs node id; join starts it as a new member the group added.
 func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 	c.t.Helper()
-	storeOpts := &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}}
+	storeOpts := &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}, SplitBytes: c.splitBytes}
 	store, err := OpenStore("/node", storeOpts)
 	if err != nil {
 		c.t.Fatalf("node %d: open store: %v", id, err)
@@ -283,7 +300,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 	tn := &testNode{id: id, fs: fs, store: store, rlog: rlog, done: make(chan error, 1)}
 	ticks := make(chan time.Time)
 	node, err := NewNode(Config{
-		ID: id, Peers: c.peers, Join: join, Store: store, DataDir: "/node", StoreOptions: storeOpts, Log: rlog, Ticks: ticks,
+		ID: id, Peers: c.peers, Join: join, Store: store, DataDir: "/node", Log: rlog, Ticks: ticks,
 		FetchSnapshot: c.net.fetchSnapshot,
 		Transport:     simTransport{net: c.net, from: id},
 		TickInterval:  c.tickInterval(), ElectionTicks: 10,
@@ -293,6 +310,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		Now: c.clock, SnapshotKeep: c.snapshotKeep, RangeGroups: c.rangeGroups,
 		Logger:            testLogger(),
 		PlacementInterval: c.placementInterval, DeadAfter: c.deadAfter,
+		RangeStats: c.net.rangeStats, StoreOptions: storeOpts,
 	})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)

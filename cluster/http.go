@@ -375,6 +375,10 @@ type RangeStatus struct {
 	Members     []uint64 `json:"members"`
 	Learners    []uint64 `json:"learners,omitempty"`
 	Leaseholder uint64   `json:"leaseholder"`
+	// Partitions are, for a range group's range, the leaseholder's range
+	// partitions that start in it (partition/ranges.go splits them by
+	// size and load): where the placement controller splits the group.
+	Partitions []partition.RangeInfo `json:"partitions,omitempty"`
 }
 
 // PeerStatus is a peer as the node sees it; replication progress only
@@ -629,4 +633,33 @@ func (h *HTTP) placementAnswer(w http.ResponseWriter, err error, body any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(body)
+}
+
+// RangeStats gathers the ranges every member reports, each from its
+// leaseholder, over the internal address: it fits Config.RangeStats. A
+// member that does not answer within a second is left out.
+func (h *HTTP) RangeStats(ctx context.Context) []RangeStatus {
+	var out []RangeStatus
+	for id, addr := range h.node.members.all() {
+		if a := h.routes[id]; a != "" {
+			addr = a
+		}
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+addr+statusPath, nil)
+		if err != nil {
+			cancel()
+			continue
+		}
+		transport.Sign(req, h.secret, purposeStatus, h.node.cfg.ID, id, h.now())
+		resp, err := h.proxy.Transport.RoundTrip(req)
+		if err == nil {
+			var st Status
+			if resp.StatusCode == http.StatusOK && json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st) == nil {
+				out = append(out, st.Ranges...)
+			}
+			resp.Body.Close()
+		}
+		cancel()
+	}
+	return out
 }

@@ -117,6 +117,11 @@ type Config struct {
 	// restart or a short partition moves nothing.
 	PlacementInterval time.Duration
 	DeadAfter         time.Duration
+	// RangeStats gathers every range's status from its leaseholder (the
+	// HTTP's RangeStats, over the network), for the placement controller
+	// to split range groups by their partitions; nil means the ranges
+	// this node holds the leases of.
+	RangeStats func(ctx context.Context) []RangeStatus
 }
 
 func (c *Config) withDefaults() Config {

@@ -91,6 +91,8 @@ type placement struct {
 	// the descriptor since the last round: seen).
 	named map[uint64]time.Time
 	seen  map[uint64][]uint64
+	// rounds counts the rounds while this node leads.
+	rounds int
 }
 
 // runPlacement runs the controller until the node stops.
@@ -191,7 +193,7 @@ func (p *placement) round(n *Node, now time.Time) {
 			named++
 		}
 	}
-	if named > 0 || len(usable) < 2 {
+	if named > 0 || p.split(n) || len(usable) < 2 {
 		return
 	}
 	// Balance: one group from the fullest usable node to the emptiest.
@@ -236,4 +238,62 @@ func (p *placement) name(n *Node, tg partition.TableGroup, want []uint64, now ti
 	n.log.Info("cluster: placement: a range group's voters named anew", "group", tg.Group.ID, "table", tg.Table,
 		"from", tg.Group.Voters, "to", want, "why", why)
 	return true
+}
+
+// splitEveryRounds is how many rounds pass between two looks for range
+// groups to split: each asks every node for its ranges.
+const splitEveryRounds = 5
+
+// split, every splitEveryRounds rounds, splits the range of one range
+// group whose leaseholder's store holds two or more range partitions in
+// it (the store splits its partitions past a size or a load: Options.
+// SplitBytes, SplitOpsPerSecond), at the partition boundary that halves
+// its bytes and load best, so a group follows its partitions. It reports
+// whether it split one.
+func (p *placement) split(n *Node) bool {
+	if p.rounds++; p.rounds%splitEveryRounds != 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+	defer cancel()
+	stats := n.ranges(ctx)
+	if n.cfg.RangeStats != nil {
+		stats = n.cfg.RangeStats(ctx)
+	}
+	for _, rs := range stats {
+		if rs.Group == systemGroup || len(rs.Partitions) < 2 {
+			continue
+		}
+		at, best := "", 0.0
+		var below partition.RangeInfo
+		total := weight(partition.RangeInfo{Bytes: rs.Bytes, ReadsPerSecond: rs.ReadsPerSecond, WritesPerSecond: rs.WritesPerSecond})
+		for _, ri := range rs.Partitions {
+			if ri.StartPartitionKey > rs.StartPartitionKey {
+				// The smaller side's share: 0.5 is an even split.
+				if share := min(weight(below), total-weight(below)) / max(total, 1); at == "" || share > best {
+					at, best = ri.StartPartitionKey, share
+				}
+			}
+			below.Bytes += ri.Bytes
+			below.ReadsPerSecond += ri.ReadsPerSecond
+			below.WritesPerSecond += ri.WritesPerSecond
+		}
+		if at == "" {
+			continue
+		}
+		if err := n.SplitTable(ctx, rs.Account, rs.Table, at); err != nil {
+			n.log.Warn("cluster: placement: splitting a range failed", "group", rs.Group, "table", rs.Table, "at", at, "err", err)
+			continue
+		}
+		n.log.Info("cluster: placement: a range split along its partitions", "group", rs.Group, "table", rs.Table, "at", at,
+			"partitions", len(rs.Partitions), "bytes", rs.Bytes)
+		return true
+	}
+	return false
+}
+
+// weight is how much of a range's size and load a partition holds, as
+// one number: bytes, plus a megabyte per operation a second.
+func weight(ri partition.RangeInfo) float64 {
+	return float64(ri.Bytes) + (ri.ReadsPerSecond+ri.WritesPerSecond)*(1<<20)
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tabuladb/tabula/odata"
+	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/vfs"
 )
 
@@ -193,4 +196,60 @@ func TestLeasesSpread(t *testing.T) {
 			t.Fatalf("%s after the leases spread: %+v, %v", tb, e, err)
 		}
 	}
+}
+
+// TestPlacementSplitsAlongPartitions fills a table past its stores'
+// split size: each store splits the table's range partitions, and the
+// system leader splits the table's range group along them, so the table
+// ends in several ranges with groups of their own; every entity is read
+// back, and a query walks them all in order.
+func TestPlacementSplitsAlongPartitions(t *testing.T) {
+	c := &testCluster{t: t, net: newSimNet(55), nodes: map[uint64]*testNode{}, rangeGroups: true,
+		placementInterval: 50 * time.Millisecond, deadAfter: time.Minute, splitBytes: 16 << 10}
+	c.startAll(3)
+	createVia(c, "growing")
+	pad := strings.Repeat("x", 400)
+	var keys []string
+	for i := range 200 {
+		pk := fmt.Sprintf("p%03d", i)
+		e := ent(pk, "r", i)
+		e.Properties = append(e.Properties, odata.Property{Name: "Pad", Value: odata.StringValue(pad)})
+		if _, err := retryAny(c, func(s *Store) (partition.StoredEntity, error) {
+			return s.Apply(context.Background(), acct, "growing", partition.Op{Kind: partition.OpInsertOrReplace, Entity: e})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, pk+"/r")
+	}
+	var ranges []partition.TableGroup
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ranges = c.agreedRanges("growing", 10*time.Second)
+		if len(ranges) >= 2 {
+			if _, ok := c.splitDone("growing", starts(ranges)); ok {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the table did not split along its partitions: %+v", ranges)
+		}
+	}
+	for i := range 200 {
+		pk := fmt.Sprintf("p%03d", i)
+		if e, err := readVia(c, "growing", pk, "r"); err != nil || entityN(t, e) != i {
+			t.Fatalf("%s after the split: %+v, %v", pk, e, err)
+		}
+	}
+	if got := walkQuery(c, "growing", partition.EntityQuery{Top: 50}); !slices.Equal(got, keys) {
+		t.Fatalf("a query walk read %d entities, want %d", len(got), len(keys))
+	}
+	t.Logf("%d ranges, starting at %q", len(ranges), starts(ranges))
+}
+
+// starts returns the first PartitionKey of each range.
+func starts(ranges []partition.TableGroup) []string {
+	out := make([]string, len(ranges))
+	for i, r := range ranges {
+		out[i] = r.Group.Start
+	}
+	return out
 }

@@ -127,6 +127,7 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 					rs.Bytes += ri.Bytes
 					rs.ReadsPerSecond += ri.ReadsPerSecond
 					rs.WritesPerSecond += ri.WritesPerSecond
+					rs.Partitions = append(rs.Partitions, ri)
 				}
 			}
 			out = append(out, rs)

@@ -360,7 +360,9 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 		},
 		FetchSnapshot: func(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
 			return httpFace.FetchSnapshot(ctx, from, token)
-		}})
+		},
+		RangeStats: func(ctx context.Context) []cluster.RangeStatus { return httpFace.RangeStats(ctx) },
+	})
 	if err != nil {
 		c.tr.Close()
 		ln.Close()
