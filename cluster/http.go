@@ -544,9 +544,10 @@ func (h *HTTP) leaseHandler(w http.ResponseWriter, r *http.Request) {
 	}{group, to})
 }
 
-// placementHandler names a table's range group's voters (POST
-// ?account=&table=&voters=1,2,3). A node that does not lead the system
-// group refuses with 503 and the leader's address.
+// placementHandler names the voters of the range group of a table that
+// holds PartitionKey at (the first range's when at is absent) (POST
+// ?account=&table=&voters=1,2,3&at=). A node that does not lead the
+// system group refuses with 503 and the leader's address.
 func (h *HTTP) placementHandler(w http.ResponseWriter, r *http.Request) {
 	if !h.verifyOperator(w, r, purposePlacement) {
 		return
@@ -571,9 +572,18 @@ func (h *HTTP) placementHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	h.placementAnswer(w, h.node.SetTableVoters(ctx, q.Get("account"), q.Get("table"), voters), struct {
+	g, err := h.node.st().TableGroupFor(q.Get("account"), q.Get("table"), q.Get("at"))
+	switch {
+	case err != nil:
+	case g.ID == 0:
+		err = fmt.Errorf("%w: table %s has no range group (the system group replicates it)", ErrBadPlacement, q.Get("table"))
+	default:
+		err = h.node.SetGroupVoters(ctx, g.ID, voters)
+	}
+	h.placementAnswer(w, err, struct {
+		Group  uint64   `json:"group"`
 		Voters []uint64 `json:"voters"`
-	}{voters})
+	}{g.ID, voters})
 }
 
 // verifyOperator checks the signature of an operator's request, which

@@ -55,34 +55,6 @@ func (c *testCluster) tableGroup(table string) partition.RangeGroup {
 	return first
 }
 
-// agreedGroup waits until every running node records the same range
-// group for table (a descriptor change may still be on its way to some)
-// and returns it.
-func (c *testCluster) agreedGroup(table string, timeout time.Duration) partition.RangeGroup {
-	c.t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
-		var first partition.RangeGroup
-		agreed := true
-		for _, tn := range c.nodes {
-			g, err := tn.node.st().TableGroup(acct, table)
-			switch {
-			case err != nil:
-				agreed = false
-			case first.ID == 0:
-				first = g
-			case g.ID != first.ID || !slices.Equal(g.Voters, first.Voters):
-				agreed = false
-			}
-		}
-		if agreed {
-			return first
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("the nodes do not agree on table %s's group after %v", table, timeout)
-		}
-	}
-}
-
 // agreedRanges waits until every running node records the same ranges of
 // table, and returns them.
 func (c *testCluster) agreedRanges(table string, timeout time.Duration) []partition.TableGroup {

@@ -684,11 +684,12 @@ func waitDrained(addr string, id uint64, secret []byte, timeout time.Duration) e
 // the group's leader then moves its members there. It waits until the
 // table's leaseholder reports them as the group's members.
 func moveTable(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("cluster move", "usage: tabula cluster move --node HOST:PORT --table NAME --voters N,N,N [--account A] [--cluster-secret S]", stderr)
+	fs := newFlags("cluster move", "usage: tabula cluster move --node HOST:PORT --table NAME --voters N,N,N [--at PARTITIONKEY] [--account A] [--cluster-secret S]", stderr)
 	nodeAddr := fs.String("node", "", "the internal address of any node")
 	table := fs.String("table", "", "the table whose range group moves")
 	account := fs.String("account", auth.DevAccountName, "the table's account")
 	votersFlag := fs.String("voters", "", "the ids of the nodes to hold the group's voters, comma-separated (tabula cluster status lists them)")
+	at := fs.String("at", "", "of a split table, the range that holds this PartitionKey (default: the first)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the members to move")
 	secretFlag := fs.String("cluster-secret", "", "the cluster secret (default $"+secretEnv+")")
 	if !parseArgs(fs, args, 0) {
@@ -708,14 +709,17 @@ func moveTable(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tabula cluster move: --node, --table, --voters and the cluster secret are needed")
 		return 2
 	}
-	q := url.Values{"account": {*account}, "table": {*table}, "voters": {nodeList(voters)}}
-	if _, err := askCluster(http.MethodPost, *nodeAddr, "/cluster/placement?"+q.Encode(), "placement", secret); err != nil {
+	q := url.Values{"account": {*account}, "table": {*table}, "voters": {nodeList(voters)}, "at": {*at}}
+	body, err := askCluster(http.MethodPost, *nodeAddr, "/cluster/placement?"+q.Encode(), "placement", secret)
+	if err != nil {
 		fmt.Fprintf(stderr, "tabula cluster move: %v\n", err)
 		return 1
 	}
+	var named struct{ Group uint64 }
+	json.Unmarshal(body, &named)
 	want := slices.Sorted(slices.Values(voters))
 	for deadline := time.Now().Add(*timeout); ; time.Sleep(250 * time.Millisecond) {
-		if r, ok := tableRange(*nodeAddr, *account, *table, secret); ok && len(r.Learners) == 0 &&
+		if r, ok := groupRange(*nodeAddr, named.Group, secret); ok && len(r.Learners) == 0 &&
 			slices.Equal(slices.Sorted(slices.Values(r.Members)), want) {
 			fmt.Fprintf(stdout, "the range group of %s/%s is on nodes %s\n", *account, *table, nodeList(want))
 			return 0
@@ -763,14 +767,23 @@ func splitTable(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// tableRange returns a table's first range as its leaseholder reports it.
-func tableRange(addr, account, table string, secret []byte) (cluster.RangeStatus, bool) {
-	return tableRangeAt(addr, account, table, "", secret)
+// groupRange returns the range of range group group, as its leaseholder
+// reports it.
+func groupRange(addr string, group uint64, secret []byte) (cluster.RangeStatus, bool) {
+	return findRange(addr, secret, func(r cluster.RangeStatus) bool { return r.Group == group })
 }
 
 // tableRangeAt returns the range of a table that starts at PartitionKey
 // start, as its leaseholder reports it.
 func tableRangeAt(addr, account, table, start string, secret []byte) (cluster.RangeStatus, bool) {
+	return findRange(addr, secret, func(r cluster.RangeStatus) bool {
+		return r.Account == account && strings.EqualFold(r.Table, table) && r.StartPartitionKey == start
+	})
+}
+
+// findRange returns the first range a leaseholder reports that match
+// says is the one.
+func findRange(addr string, secret []byte, match func(cluster.RangeStatus) bool) (cluster.RangeStatus, bool) {
 	first, err := fetchStatus(addr, 0, secret)
 	if err != nil {
 		return cluster.RangeStatus{}, false
@@ -783,7 +796,7 @@ func tableRangeAt(addr, account, table, start string, secret []byte) (cluster.Ra
 			}
 		}
 		for _, r := range st.Ranges {
-			if r.Account == account && strings.EqualFold(r.Table, table) && r.StartPartitionKey == start {
+			if match(r) {
 				return r, true
 			}
 		}

@@ -110,6 +110,20 @@ func TestClusterSplits(t *testing.T) {
 	if strings.Count(out.String(), "devstoreaccount1/halves") != 2 || !strings.Contains(out.String(), `"p30"`) {
 		t.Fatalf("cluster status does not list the two ranges:\n%s", out.String())
 	}
+	// `cluster move --at` names the new range's group, not the first's.
+	child, ok := tableRangeAt(c.nodeAddrs[0], "devstoreaccount1", "halves", "p30", []byte(testSecret))
+	if !ok {
+		t.Fatal("no leaseholder reports the range at p30")
+	}
+	out.Reset()
+	if code := run([]string{"cluster", "move", "--node", c.nodeAddrs[1], "--table", "halves", "--at", "p44", "--voters", "3,1,2",
+		"--timeout", "30s", "--cluster-secret", testSecret}, &out, &errOut); code != 0 {
+		t.Fatalf("cluster move --at: %d %s", code, errOut.String())
+	}
+	if got, _ := tableRangeAt(c.nodeAddrs[0], "devstoreaccount1", "halves", "p30", []byte(testSecret)); got.Group != child.Group ||
+		!slices.Equal(got.Replicas, []uint64{3, 1, 2}) {
+		t.Fatalf("after cluster move --at p44 the range at p30 is %+v", got)
+	}
 
 	// The new range's leaseholder dies under writes to both ranges.
 	r, ok := tableRangeAt(c.nodeAddrs[0], "devstoreaccount1", "halves", "p30", []byte(testSecret))
