@@ -368,7 +368,15 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 			if want == "" {
 				want = got
 			} else if got != want {
-				t.Errorf("seed %d: node %d differs in group %d:\n%s\n---\n%s", seed, id, tg.Group.ID, got, want)
+				t.Errorf("seed %d: node %d differs in group %d from node %d:\n%s\n---\n%s", seed, id, tg.Group.ID, members[0], got, want)
+			}
+		}
+		if t.Failed() {
+			for _, id := range members {
+				r := c.nodes[id].node.group(tg.Group.ID)
+				a, _ := c.nodes[id].node.st().AppliedIndex(tg.Group.ID)
+				t.Logf("node %d: member %x applied %d (store %d), conf %v, record %+v", id, r.id, r.applied.Load(), a, r.confState(),
+					c.nodes[id].rlog.Group(tg.Group.ID).Replica())
 			}
 		}
 		all += want

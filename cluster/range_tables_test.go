@@ -90,15 +90,26 @@ func (c *testCluster) convergeGroup(g uint64, timeout time.Duration) {
 }
 
 // convergeMembers waits until the running nodes of members (every one
-// when nil) have applied what group g's leader has, and the leader has
-// applied nothing more meanwhile (a write whose client gave up may still
-// commit late).
+// when nil) have applied as far as the furthest of them, and none has
+// gone further meanwhile (a write whose client gave up may still commit
+// late). The furthest, not the leader: a leader that stood still may not
+// know yet that it was deposed.
 func (c *testCluster) convergeMembers(g uint64, members []uint64, timeout time.Duration) {
 	c.t.Helper()
+	furthest := func() uint64 {
+		c.groupLeader(g, timeout) // the group has one
+		var most uint64
+		for _, tn := range c.nodes {
+			if r := tn.node.group(g); r != nil && (members == nil || slices.Contains(members, tn.id)) {
+				most = max(most, r.applied.Load())
+			}
+		}
+		return most
+	}
 	for {
-		target := c.groupLeader(g, timeout).node.group(g).applied.Load()
+		target := furthest()
 		c.convergeTo(g, members, target, timeout)
-		if ld := c.groupLeader(g, timeout); ld.node.group(g).applied.Load() == target {
+		if furthest() == target {
 			return
 		}
 	}

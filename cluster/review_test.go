@@ -188,3 +188,38 @@ func TestReviewQuiescedLeaderRestartsQuickly(t *testing.T) {
 	want["p/second"] = 2
 	c.waitStores(want, 5*time.Second)
 }
+
+// TestStalledQuiescedLeaderStepsDown stalls the node that leads a
+// quiesced range group (its raft clock stops) and cuts it off: the
+// others elect a new leader, which quiesces too. Once the stalled node
+// runs again, it must not go on believing it leads: the new leader,
+// quiesced, wakes when it hears the stalled node again (a voter back),
+// and its heartbeat deposes it.
+func TestStalledQuiescedLeaderStepsDown(t *testing.T) {
+	c, g, _ := startIdleRangeGroup(t, 33)
+	old := c.groupLeader(g, 10*time.Second)
+	old.paused.Store(true)
+	c.net.partition([]uint64{old.id}, othersThan(c, old.id))
+	var next *testNode
+	for deadline := time.Now().Add(10 * time.Second); next == nil; time.Sleep(5 * time.Millisecond) {
+		for _, tn := range c.nodes {
+			if tn.id != old.id && tn.node.group(g).ready.Load() {
+				next = tn
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the others elected no leader")
+		}
+	}
+	c.waitGroupQuiesced(next.id, g, 10*time.Second)
+	if !old.node.group(g).ready.Load() {
+		t.Fatal("the stalled node stepped down while it stood still: the test stalls nothing")
+	}
+	c.net.heal()
+	old.paused.Store(false)
+	for deadline := time.Now().Add(5 * time.Second); old.node.group(g).ready.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the node that stalled still believes it leads the group")
+		}
+	}
+}
