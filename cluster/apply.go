@@ -92,6 +92,13 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 	var res result
 	var refused error // an answer of the cluster's, not the store's
 	s := n.st()
+	rangeKind := c.Kind == command.KindApply || c.Kind == command.KindBatch || c.Kind == command.KindSplitGroup
+	if r.group != systemGroup && !rangeKind || r.group == systemGroup && c.Kind == command.KindSplitGroup {
+		// The catalog is the system group's: a range group's log changes
+		// it nowhere, or the nodes outside the group would not agree; a
+		// span is a range group's own.
+		c.Kind, refused = 0, errBusy(fmt.Sprintf("a %s command in group %d's log", c.Kind, r.group))
+	}
 	switch c.Kind {
 	case command.KindApply, command.KindBatch:
 		if refused, err = r.wrongGroup(s, c.Account, c.Table, c.Ops[0].Entity.PartitionKey); err != nil {

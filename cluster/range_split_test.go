@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/partition"
 )
@@ -186,6 +187,29 @@ func TestRangeGroupSplits(t *testing.T) {
 	ld := c.groupLeader(ranges[0].Group.ID, 10*time.Second)
 	if _, err := ld.node.applyInGroup(context.Background(), ranges[0].Group.ID, acct, "halves", opUpsert("p33", "r", -1)); !isBusy(err) {
 		t.Fatalf("a write of the child's key through the parent: %v, want ServerBusy", err)
+	}
+	// A catalog command in a range group's log, and a span's split in
+	// the system group's, change nothing anywhere.
+	for _, c2 := range []struct {
+		r   *replica
+		cmd *command.Command
+	}{
+		{ld.node.group(ranges[0].Group.ID), &command.Command{Kind: command.KindCreateTable, Account: acct, Table: "sneaky"}},
+		{c.leader(10 * time.Second).node.replica, &command.Command{Kind: command.KindSplitGroup, Account: acct, Table: "halves",
+			Group: 999, Key: "p10", Voters: []uint64{1}}},
+	} {
+		if _, err := c2.r.propose(context.Background(), c2.cmd, 0); !isBusy(err) {
+			t.Fatalf("a %s command in group %d's log: %v, want ServerBusy", c2.cmd.Kind, c2.r.group, err)
+		}
+	}
+	c.converge(10 * time.Second)
+	for _, tn := range c.nodes {
+		if _, err := tn.node.st().GetTable(context.Background(), acct, "sneaky"); err == nil {
+			t.Fatalf("node %d: a range group's log created a table", tn.id)
+		}
+		if sp, _, _ := tn.node.st().GroupSpan(ranges[0].Group.ID); tn.node.group(ranges[0].Group.ID) != nil && sp.HighPartitionKey != "p20" {
+			t.Fatalf("node %d: the system group's log split a span: %+v", tn.id, sp)
+		}
 	}
 	check("after the splits")
 	c.restartAll()
