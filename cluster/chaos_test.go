@@ -16,6 +16,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/tabuladb/tabula/internal/svcerr"
+	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
 )
@@ -373,10 +374,11 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		}
 		if t.Failed() {
 			for _, id := range members {
-				r := c.nodes[id].node.group(tg.Group.ID)
 				a, _ := c.nodes[id].node.st().AppliedIndex(tg.Group.ID)
-				t.Logf("node %d: member %x applied %d (store %d), conf %v, record %+v", id, r.id, r.applied.Load(), a, r.confState(),
-					c.nodes[id].rlog.Group(tg.Group.ID).Replica())
+				if r := c.nodes[id].node.group(tg.Group.ID); r != nil {
+					t.Logf("node %d: member %x applied %d (store %d), conf %v, record %+v", id, r.id, r.applied.Load(), a, r.confState(),
+						c.nodes[id].rlog.Group(tg.Group.ID).Replica())
+				}
 			}
 		}
 		all += want
@@ -425,7 +427,8 @@ func runChaosOp(ctx context.Context, s *Store, op chaosOp) (chaosOut, odata.Date
 			return chaosOut{Outcome: "ok"}, true
 		case code == "ServerBusy":
 			return chaosOut{Outcome: "refused"}, true
-		case code == "OperationTimedOut", errors.Is(err, ErrStopped), errors.Is(err, context.DeadlineExceeded):
+		case code == "OperationTimedOut", errors.Is(err, ErrStopped), errors.Is(err, context.DeadlineExceeded),
+			errors.Is(err, lsm.ErrClosed): // the node lost power while it answered
 			return chaosOut{Outcome: "unknown"}, true
 		case code == partition.CodeResourceNotFound:
 			return chaosOut{Outcome: "notfound"}, true

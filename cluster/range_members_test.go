@@ -77,8 +77,12 @@ func (c *testCluster) waitRetiredSpan(id, g uint64, sp partition.Span, timeout t
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("node %d did not let its member of group %d go in %v: hosted %v, record %+v, entities:\n%s",
-				id, g, timeout, tn.node.group(g) != nil, st.Replica(), dumpSpan(c.t, tn.node.st(), sp))
+			state := "not hosted"
+			if r := tn.node.group(g); r != nil {
+				state = fmt.Sprintf("hosted as %x: conf %v, leader %d, quiesced %v", r.id, r.confState(), r.leader.Load(), r.quiesced.Load())
+			}
+			c.t.Fatalf("node %d did not let its member of group %d go in %v: %s, record %+v, entities:\n%s",
+				id, g, timeout, state, st.Replica(), dumpSpan(c.t, tn.node.st(), sp))
 		}
 	}
 }
