@@ -344,6 +344,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 			}
 		}
 	}
+	c.settle = true
 	c.converge(20 * time.Second)
 	// Every range of the table: its group's members hold alike what its
 	// span holds, the other nodes nothing of it.
@@ -391,8 +392,17 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 			keys = append(keys, k)
 		}
 	}
-	if got := walkQuery(c, "chaos", partition.EntityQuery{Top: 2}); !slices.Equal(got, keys) {
-		t.Errorf("seed %d: a query walk read %v, the members hold %v", seed, got, keys)
+	if got, trace := walkQueryTraced(c, "chaos", partition.EntityQuery{Top: 2}); !slices.Equal(got, keys) {
+		t.Errorf("seed %d: a query walk read %v, the members hold %v:\n%s", seed, got, keys, trace)
+		for _, tg := range spans {
+			for _, tn := range c.nodes {
+				if r := tn.node.group(tg.Group.ID); r != nil {
+					sp, _, _ := tn.node.st().GroupSpan(tg.Group.ID)
+					t.Logf("node %d group %d: member %x ready %v leader %d applied %d conf %v span %+v\n%s", tn.id, tg.Group.ID, r.id,
+						r.ready.Load(), r.leader.Load(), r.applied.Load(), r.confState(), sp, dumpSpan(t, tn.node.st(), tg.Span()))
+				}
+			}
+		}
 	}
 	snaps, spanSnaps := 0, 0
 	for _, tn := range c.nodes {

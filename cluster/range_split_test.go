@@ -78,14 +78,22 @@ func (c *testCluster) splitDone(table string, starts []string) ([]partition.Tabl
 // entity in order.
 func walkQuery(c *testCluster, table string, q partition.EntityQuery) []string {
 	c.t.Helper()
-	var out []string
+	keys, _ := walkQueryTraced(c, table, q)
+	return keys
+}
+
+// walkQueryTraced is walkQuery, also saying which node answered each
+// page, with what.
+func walkQueryTraced(c *testCluster, table string, q partition.EntityQuery) (keys []string, trace string) {
+	c.t.Helper()
 	for range 1000 {
 		type page struct {
 			keys []string
 			cont partition.Continuation
+			node uint64
 		}
 		p, err := retryAny(c, func(s *Store) (page, error) {
-			var p page
+			p := page{node: s.n.cfg.ID}
 			cont, err := s.QueryEntities(context.Background(), acct, table, q, func(e *partition.StoredEntity) error {
 				p.keys = append(p.keys, e.PartitionKey+"/"+e.RowKey)
 				return nil
@@ -96,14 +104,16 @@ func walkQuery(c *testCluster, table string, q partition.EntityQuery) []string {
 		if err != nil {
 			c.t.Fatalf("query %+v: %v", q, err)
 		}
-		out = append(out, p.keys...)
+		start, _ := partition.QueryStart(q)
+		trace += fmt.Sprintf("page from %q by node %d: %v\n", start, p.node, p.keys)
+		keys = append(keys, p.keys...)
 		if p.cont.IsZero() {
-			return out
+			return keys, trace
 		}
 		q.NextPartitionKey, q.NextRowKey = p.cont.NextPartitionKey, p.cont.NextRowKey
 	}
 	c.t.Fatal("a query walk did not end in 1000 pages")
-	return nil
+	return nil, ""
 }
 
 // TestRangeGroupSplits splits a table's range twice under writes: the
@@ -115,7 +125,9 @@ func walkQuery(c *testCluster, table string, q partition.EntityQuery) []string {
 // cluster keeps it all; and the table's drop takes every range's group
 // with it.
 func TestRangeGroupSplits(t *testing.T) {
-	c := newTablesCluster(t, 4, 61)
+	// The placement controller is off: the test moves the groups itself.
+	c := &testCluster{t: t, net: newSimNet(61), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
+	c.startAll(4)
 	createVia(c, "halves")
 	want := map[string]int{}
 	write := func(pk string, n int) {

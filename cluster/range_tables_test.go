@@ -109,10 +109,26 @@ func (c *testCluster) convergeMembers(g uint64, members []uint64, timeout time.D
 	for {
 		target := furthest()
 		c.convergeTo(g, members, target, timeout)
-		if furthest() == target {
+		if c.stable(func() uint64 { return furthest() }, target) {
 			return
 		}
 	}
+}
+
+// stable reports whether at is still at target; with settle, whether it
+// stays there for a while: long enough for a write proposed before the
+// clients stopped, which an election may commit late, to show.
+func (c *testCluster) stable(at func() uint64, target uint64) bool {
+	if !c.settle {
+		return at() == target
+	}
+	for range 3 {
+		time.Sleep(10 * c.tickInterval())
+		if at() != target {
+			return false
+		}
+	}
+	return true
 }
 
 // convergeTo waits until the running nodes of members (every one when
@@ -133,7 +149,14 @@ func (c *testCluster) convergeTo(g uint64, members []uint64, target uint64, time
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("group %d: %d nodes behind index %d after %v", g, behind, target, timeout)
+			var states []string
+			for _, tn := range c.nodes {
+				if r := tn.node.group(g); r != nil {
+					states = append(states, fmt.Sprintf("node %d: applied %d, leader %d, quiesced %v, conf %v", tn.id, r.applied.Load(),
+						r.leader.Load(), r.quiesced.Load(), r.confState()))
+				}
+			}
+			c.t.Fatalf("group %d: %d nodes behind index %d after %v:\n%s", g, behind, target, timeout, strings.Join(states, "\n"))
 		}
 	}
 }
