@@ -362,3 +362,63 @@ func TestMembersMoveThroughCrashes(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovedLearnerThatMissedItRetires adds a node's member to a group
+// as a learner, cuts the node off once the learner has its snapshot,
+// and names the group's old voters again, so the learner is removed
+// while it cannot hear it. A learner never campaigns and keeps the leader
+// it knew; healed, it must still find out, from the silence of that
+// leader, and retire.
+func TestRemovedLearnerThatMissedItRetires(t *testing.T) {
+	c := newTablesCluster(t, 4, 39)
+	createVia(c, "learner")
+	g := c.tableGroup("learner")
+	for i := range 10 {
+		upsertVia(c, "learner", "p", fmt.Sprintf("r%d", i), i)
+	}
+	var outside uint64
+	for _, id := range c.peers {
+		if !g.Has(id) {
+			outside = id
+		}
+	}
+	// The outside node is cut off as soon as its learner has the group's
+	// configuration, before the leader can hear it caught up and promote
+	// it; if the leader was faster, the group moves back and it is tried
+	// again.
+	for attempt := 0; ; attempt++ {
+		if attempt == 10 {
+			t.Fatal("in ten tries the learner was promoted each time before it could be cut off")
+		}
+		c.setVoters("learner", append(slices.Clone(g.Voters[1:]), outside)...)
+		learner := false
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Microsecond) {
+			if r := c.nodes[outside].node.group(g.ID); r != nil && len(r.confState().GetLearners()) > 0 {
+				c.net.partition([]uint64{outside}, othersThan(c, outside))
+				learner = slices.Contains(nodesOf(r.confState().GetLearners()), outside)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the outside node's learner never got the group's configuration")
+			}
+		}
+		if learner {
+			break
+		}
+		c.net.heal()
+		c.setVoters("learner", g.Voters...)
+		c.waitMembers(g.ID, g.Voters, 20*time.Second)
+	}
+	c.setVoters("learner", g.Voters...)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		ld := c.groupLeader(g.ID, 10*time.Second)
+		if ld.id != outside && len(ld.node.group(g.ID).confState().GetLearners()) == 0 {
+			break // the learner is gone from the leader's configuration
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the learner was not removed")
+		}
+	}
+	c.net.heal()
+	c.waitRetired(outside, g.ID, "learner", 20*time.Second)
+}
