@@ -104,12 +104,13 @@ var ErrNotLeaseholder = errors.New("cluster: this node does not hold the table's
 // be done anywhere: a table without a range group, a node not its voter.
 var ErrBadLease = errors.New("cluster: no such lease transfer")
 
-// TransferLease moves the lease of a table's range group to node to, one
-// of the group's voters, and waits until to leads the group or ctx ends.
-// It is asked of the group's leader: another replica answers
-// ErrNotLeaseholder (and knows the leader: groupLeader).
-func (n *Node) TransferLease(ctx context.Context, account, table string, to uint64) (group uint64, err error) {
-	g, err := n.st().TableGroup(account, table)
+// TransferLease moves the lease of the range group of a table that holds
+// PartitionKey pk (the first range's for "", the only one of a table not
+// split) to node to, one of the group's voters, and waits until to leads
+// the group or ctx ends. It is asked of the group's leader: another
+// replica answers ErrNotLeaseholder (and knows the leader: groupLeader).
+func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to uint64) (group uint64, err error) {
+	g, err := n.st().TableGroupFor(account, table, pk)
 	switch {
 	case err != nil:
 		return 0, err

@@ -75,9 +75,10 @@ func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
 	}{id, h.node.Members()})
 }
 
-// leaseHandler moves a table's lease (POST ?account=&table=&to=). A node
-// holding no replica of the table's group refuses with 503 and the
-// address of one of its voters.
+// leaseHandler moves the lease of the range of a table that holds
+// PartitionKey at (the first range's when at is absent) (POST
+// ?account=&table=&to=&at=). A node holding no replica of the range's
+// group refuses with 503 and the address of one of its voters.
 func (h *HTTP) leaseHandler(w http.ResponseWriter, r *http.Request) {
 	if !h.verifyOperator(w, r, purposeLease) {
 		return
@@ -94,10 +95,10 @@ func (h *HTTP) leaseHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	group, err := h.node.TransferLease(ctx, q.Get("account"), q.Get("table"), to)
+	group, err := h.node.TransferLease(ctx, q.Get("account"), q.Get("table"), q.Get("at"), to)
 	switch {
 	case errors.Is(err, ErrNotHosted):
-		if g, gerr := h.node.st().TableGroup(q.Get("account"), q.Get("table")); gerr == nil && g.ID != 0 {
+		if g, gerr := h.node.st().TableGroupFor(q.Get("account"), q.Get("table"), q.Get("at")); gerr == nil && g.ID != 0 {
 			w.Header().Set(leaderHeader, h.addr(h.node.someVoter(g.Voters)))
 		}
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)

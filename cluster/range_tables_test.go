@@ -573,10 +573,10 @@ func TestTransferLease(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if _, err := asked.node.TransferLease(ctx, acct, "leased", to.id); !errors.Is(err, ErrNotLeaseholder) || asked.node.groupLeader(g.ID) != from.id {
+	if _, err := asked.node.TransferLease(ctx, acct, "leased", "", to.id); !errors.Is(err, ErrNotLeaseholder) || asked.node.groupLeader(g.ID) != from.id {
 		t.Fatalf("a transfer asked of a follower: %v (it knows leader %d)", err, asked.node.groupLeader(g.ID))
 	}
-	if _, err := from.node.TransferLease(ctx, acct, "leased", to.id); err != nil {
+	if _, err := from.node.TransferLease(ctx, acct, "leased", "", to.id); err != nil {
 		t.Fatal(err)
 	}
 	if ld := c.groupLeader(g.ID, 10*time.Second); ld != to {
@@ -586,10 +586,10 @@ func TestTransferLease(t *testing.T) {
 	if e, err := to.node.getInGroup(ctx, g.ID, acct, "leased", "p", "moved"); err != nil || entityN(t, e) != 1 {
 		t.Fatalf("a read at the new leaseholder: %+v, %v", e, err)
 	}
-	if _, err := to.node.TransferLease(ctx, acct, "leased", 9); !errors.Is(err, ErrBadLease) {
+	if _, err := to.node.TransferLease(ctx, acct, "leased", "", 9); !errors.Is(err, ErrBadLease) {
 		t.Fatalf("a lease to a node in no voter set: %v", err)
 	}
-	if _, err := asked.node.TransferLease(ctx, acct, "missing", to.id); !partition.IsCode(err, partition.CodeTableNotFound) {
+	if _, err := asked.node.TransferLease(ctx, acct, "missing", "", to.id); !partition.IsCode(err, partition.CodeTableNotFound) {
 		t.Fatalf("the lease of a missing table: %v", err)
 	}
 }

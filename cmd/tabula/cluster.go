@@ -478,8 +478,8 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "status" {
 		fmt.Fprintln(stderr, `usage: tabula cluster status --node HOST:PORT [--cluster-secret S]
        tabula cluster decommission --node HOST:PORT --id N [--drain-timeout D] [--cluster-secret S]
-       tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--account A] [--cluster-secret S]
-       tabula cluster move --node HOST:PORT --table NAME --voters N,N,N [--account A] [--cluster-secret S]
+       tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--at PARTITIONKEY] [--account A] [--cluster-secret S]
+       tabula cluster move --node HOST:PORT --table NAME --voters N,N,N [--at PARTITIONKEY] [--account A] [--cluster-secret S]
        tabula cluster split --node HOST:PORT --table NAME --at PARTITIONKEY [--account A] [--cluster-secret S]`)
 		return 2
 	}
@@ -807,11 +807,12 @@ func findRange(addr string, secret []byte, match func(cluster.RangeStatus) bool)
 // transferLease moves a table's lease (the leadership of its range
 // group) to another of the group's voters.
 func transferLease(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("cluster transfer-lease", "usage: tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--account A] [--cluster-secret S]", stderr)
+	fs := newFlags("cluster transfer-lease", "usage: tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--at PARTITIONKEY] [--account A] [--cluster-secret S]", stderr)
 	nodeAddr := fs.String("node", "", "the internal address of any node")
 	table := fs.String("table", "", "the table whose lease moves")
 	account := fs.String("account", auth.DevAccountName, "the table's account")
 	to := fs.Uint64("to", 0, "the id of the node to hold the lease, a voter of the table's range group (tabula cluster status lists them)")
+	at := fs.String("at", "", "of a split table, the range that holds this PartitionKey (default: the first)")
 	secretFlag := fs.String("cluster-secret", "", "the cluster secret (default $"+secretEnv+")")
 	if !parseArgs(fs, args, 0) {
 		return 2
@@ -821,7 +822,7 @@ func transferLease(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tabula cluster transfer-lease: --node, --table, --to and the cluster secret are needed")
 		return 2
 	}
-	q := url.Values{"account": {*account}, "table": {*table}, "to": {strconv.FormatUint(*to, 10)}}
+	q := url.Values{"account": {*account}, "table": {*table}, "to": {strconv.FormatUint(*to, 10)}, "at": {*at}}
 	if _, err := askCluster(http.MethodPost, *nodeAddr, "/cluster/lease?"+q.Encode(), "lease", secret); err != nil {
 		fmt.Fprintf(stderr, "tabula cluster transfer-lease: %v\n", err)
 		return 1

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 )
@@ -123,6 +124,22 @@ func TestClusterSplits(t *testing.T) {
 	if got, _ := tableRangeAt(c.nodeAddrs[0], "devstoreaccount1", "halves", "p30", []byte(testSecret)); got.Group != child.Group ||
 		!slices.Equal(got.Replicas, []uint64{3, 1, 2}) {
 		t.Fatalf("after cluster move --at p44 the range at p30 is %+v", got)
+	}
+
+	// `cluster transfer-lease --at` moves the new range's lease.
+	target := child.Leaseholder%3 + 1
+	out.Reset()
+	if code := run([]string{"cluster", "transfer-lease", "--node", c.nodeAddrs[0], "--table", "halves", "--at", "p31", "--to", fmt.Sprint(target),
+		"--cluster-secret", testSecret}, &out, &errOut); code != 0 {
+		t.Fatalf("transfer-lease --at: %d %s", code, errOut.String())
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if r, ok := tableRangeAt(c.nodeAddrs[0], "devstoreaccount1", "halves", "p30", []byte(testSecret)); ok && r.Leaseholder == target {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease of the range at p30 did not reach node %d", target)
+		}
 	}
 
 	// The new range's leaseholder dies under writes to both ranges.
