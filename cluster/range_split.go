@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tabuladb/tabula/cluster/command"
+	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
 )
 
@@ -28,8 +29,12 @@ import (
 // SplitTable splits the range of a table that holds PartitionKey at, at
 // at: from the system group's ready leader, which records the split (the
 // range's group then splits its span). A key that is a range's start
-// already is no split, and no error.
+// already is no split, and no error; one no entity could have is
+// ErrBadPlacement.
 func (n *Node) SplitTable(ctx context.Context, account, table, at string) error {
+	if err := odata.ValidateKey("PartitionKey", at); err != nil {
+		return fmt.Errorf("%w: split point: %v", ErrBadPlacement, err)
+	}
 	g, err := n.st().TableGroupFor(account, table, at)
 	switch {
 	case err != nil:

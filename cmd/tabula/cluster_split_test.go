@@ -40,6 +40,13 @@ func TestClusterSplits(t *testing.T) {
 		upsert(i%3, fmt.Sprintf("p%02d", i), i)
 	}
 	var out, errOut bytes.Buffer
+	// A split point no PartitionKey could be is refused, nothing split.
+	if code := run([]string{"cluster", "split", "--node", c.nodeAddrs[2], "--table", "halves", "--at", "p/30",
+		"--cluster-secret", testSecret}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "PartitionKey") {
+		t.Fatalf("cluster split at an invalid key: exit %d, %q %q", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
 	if code := run([]string{"cluster", "split", "--node", c.nodeAddrs[2], "--table", "halves", "--at", "p30",
 		"--cluster-secret", testSecret}, &out, &errOut); code != 0 {
 		t.Fatalf("cluster split: %d %s", code, errOut.String())
