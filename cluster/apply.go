@@ -116,10 +116,16 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 	case command.KindCreateRangeTable:
 		g := partition.RangeGroup{ID: e.GetIndex(), Voters: c.Voters}
 		res.table, res.err = s.CreateTableInGroup(ctx, c.Account, c.Table, g)
-		if res.err == nil && g.Has(n.cfg.ID) {
+		switch {
+		case res.err != nil:
+		case g.Has(n.cfg.ID):
 			// The system group's leader proposed it: it campaigns.
-			n.hosts.add(hostChange{group: g.ID, boot: &groupBoot{conf: &raftpb.ConfState{Voters: c.Voters}, member: n.cfg.ID},
-				campaign: n.replica.ready.Load()})
+			n.hosts.add(hostChange{group: g.ID, campaign: n.replica.ready.Load(),
+				boot: &groupBoot{conf: &raftpb.ConfState{Voters: c.Voters}, member: n.cfg.ID, index: partition.GroupStartIndex}})
+		default:
+			// A member here added later, which this node's replay after a
+			// power loss found in its raft log but not in its catalog.
+			n.hosts.add(hostChange{group: g.ID})
 		}
 	case command.KindDeleteTable:
 		ranges, _ := s.TableRanges(c.Account, c.Table)
@@ -139,9 +145,10 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 		res.err = s.SplitTableRange(ctx, c.Account, c.Table, c.Group, c.Key, e.GetIndex())
 		if res.err == nil {
 			n.hosts.add(hostChange{group: c.Group, wake: true}) // its leader has a split to make
+			n.hosts.add(hostChange{group: e.GetIndex()})        // as for a table's creation
 		}
 	case command.KindSplitGroup:
-		res.err = r.applySplit(ctx, s, c)
+		res.err = r.applySplit(ctx, s, c, e.GetIndex())
 	case command.KindSetRangeVoters:
 		res.err = s.SetGroupVoters(ctx, c.Account, c.Table, c.Group, c.Voters)
 		if res.err == nil {

@@ -55,7 +55,7 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 		if member == n.cfg.ID {
 			member = 0 // a founder's: its node's id, which needs no record
 		}
-		if err := st.BootstrapMember(boot.conf, member, partition.GroupStartIndex, 1); err != nil {
+		if err := st.BootstrapMember(boot.conf, member, boot.index, 1); err != nil {
 			return fmt.Errorf("cluster: group %d: bootstrap: %w", id, err)
 		}
 		rec = st.Replica()

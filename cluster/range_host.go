@@ -35,9 +35,10 @@ const campaignTicks = 20
 // the apply goroutine cannot wait on the loop, which waits on it).
 type hostChange struct {
 	group uint64
-	// boot starts hosting the group: from its raft log if it has one,
-	// else bootstrapped as boot says (a new table's group, a split's
-	// child). campaign starts its election at once.
+	// A change with none of drop, retire and wake starts hosting the
+	// group: from its raft log if it has one, else bootstrapped as boot
+	// says (a new table's group, a split's child; nil: not hosted).
+	// campaign starts its election at once.
 	boot     *groupBoot
 	campaign bool
 	// drop drops the group (its table was dropped).
@@ -51,10 +52,12 @@ type hostChange struct {
 }
 
 // groupBoot is how a new range group starts on a node: its configuration,
-// and the raft id of the node's member in it.
+// the raft id of the node's member in it, and the index its log starts
+// after (the store's applied index for the group when it starts).
 type groupBoot struct {
 	conf   *raftpb.ConfState
 	member uint64
+	index  uint64
 }
 
 // hostQueue is the apply goroutine's queue of host changes for the loop.
@@ -205,8 +208,12 @@ func (n *Node) hostTableGroups() error {
 		switch {
 		case st.Empty():
 		case st.Replica().Removed:
-			if applied, err := n.st().AppliedIndex(id); err != nil || applied == 0 {
+			applied, err := n.st().AppliedIndex(id)
+			if err != nil {
 				return err
+			}
+			if applied == 0 {
+				continue // emptied already
 			}
 			if err := n.emptyGroupSpan(id, true); err != nil {
 				return err

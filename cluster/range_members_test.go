@@ -422,3 +422,52 @@ func TestRemovedLearnerThatMissedItRetires(t *testing.T) {
 	c.net.heal()
 	c.waitRetired(outside, g.ID, "learner", 20*time.Second)
 }
+
+// TestRestartHostsGroupsAfterARetiredOne restarts a node that retired
+// its member of one range group and holds a member of a later one: it
+// hosts the later one from its raft log at once, before any message for
+// it comes (the node is cut off). A restart used to stop at the first
+// retired group whose span was emptied, and the later group waited for
+// a message, which a group that had removed the member never sent (the
+// chaos run's seed 9 left such a member a zombie).
+func TestRestartHostsGroupsAfterARetiredOne(t *testing.T) {
+	c := newTablesCluster(t, 4, 47)
+	createVia(c, "first")
+	createVia(c, "second")
+	first, second := c.tableGroup("first"), c.tableGroup("second")
+	if first.ID >= second.ID {
+		t.Fatalf("groups %d and %d: the first table's should be the lower", first.ID, second.ID)
+	}
+	x := first.Voters[0]
+	if !second.Has(x) {
+		voters := []uint64{x}
+		for _, v := range second.Voters {
+			if len(voters) < 3 && v != x {
+				voters = append(voters, v)
+			}
+		}
+		c.setVoters("second", voters...)
+		c.waitMembers(second.ID, voters, 20*time.Second)
+	}
+	var away []uint64
+	for _, tn := range c.nodes {
+		if tn.id != x {
+			away = append(away, tn.id)
+		}
+	}
+	c.setVoters("first", away...)
+	c.waitMembers(first.ID, away, 20*time.Second)
+	c.waitRetired(x, first.ID, "first", 10*time.Second)
+
+	fs := c.nodes[x].fs
+	c.stop(x)
+	c.net.partition([]uint64{x}, away)
+	tn := c.start(x, fs)
+	if tn.node.group(second.ID) == nil {
+		t.Fatalf("node %d did not host its member of group %d after a restart (it retired from group %d)", x, second.ID, first.ID)
+	}
+	if tn.node.group(first.ID) != nil {
+		t.Fatalf("node %d hosts group %d again after a restart", x, first.ID)
+	}
+	c.net.heal()
+}

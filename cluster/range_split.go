@@ -77,17 +77,28 @@ func (r *replica) maybeSplit(st raft.Status) bool {
 	return true
 }
 
-// applySplit applies a split of the replica's span (kind 10), on the
-// apply goroutine: the store's spans change with the parent's applied
-// index, and the child starts here, as the parent's member does, with
-// the configuration the command carries.
-func (r *replica) applySplit(ctx context.Context, s *partition.Store, c command.Command) error {
+// applySplit applies a split of the replica's span (kind 10, entry
+// index of its log), on the apply goroutine: the store's spans change
+// with the parent's applied index, and the child starts here, as the
+// parent's member does, with the configuration the command carries.
+//
+// The child's log continues the parent's numbering: it starts after
+// index, so the members it inherits, whose raft ids carry indexes of the
+// parent's log (transport.ReplicaID), are older than any it adds, and
+// any of its replicas tells a removed one from a live one by the log it
+// has seen. The split is synced before the child's log is bootstrapped:
+// a child log must never outlive, in a power loss, the split that
+// started it.
+func (r *replica) applySplit(ctx context.Context, s *partition.Store, c command.Command, index uint64) error {
 	if err := s.SplitGroupSpan(ctx, r.group, c.Group, c.Key); err != nil {
+		return err
+	}
+	if err := s.SyncApplied(r.group, index); err != nil {
 		return err
 	}
 	cs := &raftpb.ConfState{Voters: c.Voters, Learners: c.Learners}
 	if hasMember(cs, r.id) {
-		r.n.hosts.add(hostChange{group: c.Group, boot: &groupBoot{conf: cs, member: r.id}, campaign: r.ready.Load()})
+		r.n.hosts.add(hostChange{group: c.Group, boot: &groupBoot{conf: cs, member: r.id, index: index}, campaign: r.ready.Load()})
 	}
 	return nil
 }

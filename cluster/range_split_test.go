@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/tabuladb/tabula/cluster/command"
+	"github.com/tabuladb/tabula/cluster/transport"
 	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/partition"
 )
@@ -258,4 +261,108 @@ func TestRangeGroupSplits(t *testing.T) {
 func isBusy(err error) bool {
 	var se *svcerr.Error
 	return errors.As(err, &se) && se.Code == "ServerBusy"
+}
+
+// TestSplitChildRetiresAnInheritedMember splits a range group one of
+// whose members was added late (its raft id carries an index of the
+// parent's log), then moves the child off that member while its node is
+// cut off. Once healed, the node learns the member was removed and lets
+// it go: the child's log continues the parent's numbering, so its
+// replicas have seen past the inherited member's addition. A child log
+// restarting at index 1 left such a member a zombie (the chaos run's
+// seed 9). A member the child adds later gets an id above every
+// inherited one.
+func TestSplitChildRetiresAnInheritedMember(t *testing.T) {
+	c := newTablesCluster(t, 4, 43)
+	createVia(c, "inherit")
+	g := c.tableGroup("inherit")
+	ld := c.groupLeader(g.ID, 10*time.Second)
+	var late, away uint64 // the node that joins the group late, and the one it replaces
+	for _, tn := range c.nodes {
+		switch {
+		case !g.Has(tn.id):
+			late = tn.id
+		case tn.id != ld.id && away == 0:
+			away = tn.id
+		}
+	}
+	// Enough entries that the late member's incarnation is far past any
+	// index a child log restarting at 1 would reach in this test.
+	for i := range 40 {
+		upsertVia(c, "inherit", fmt.Sprintf("p%d", i%10), fmt.Sprintf("r%d", i), i)
+	}
+	voters := []uint64{ld.id, late}
+	for _, v := range g.Voters {
+		if v != ld.id && v != away {
+			voters = append(voters, v)
+		}
+	}
+	c.setVoters("inherit", voters...)
+	c.waitMembers(g.ID, voters, 20*time.Second)
+	lateID := c.nodes[late].node.group(g.ID).id
+	if transport.Incarnation(lateID) < 40 {
+		t.Fatalf("the late member's raft id %x does not carry its addition's index", lateID)
+	}
+
+	c.splitVia("inherit", "p5")
+	ranges := c.waitSplit("inherit", []string{"", "p5"}, 20*time.Second)
+	child := ranges[1].Group.ID
+	c.waitMembers(child, voters, 20*time.Second)
+	r := c.nodes[late].node.group(child)
+	if r.id != lateID {
+		t.Fatalf("the child's member on node %d is %x, its parent's %x", late, r.id, lateID)
+	}
+	if first, err := r.rlog.FirstIndex(); err != nil || first <= transport.Incarnation(lateID) {
+		t.Fatalf("the child's log starts at %d (%v), before the late member's addition at %d", first, err, transport.Incarnation(lateID))
+	}
+
+	var rest []uint64
+	for _, tn := range c.nodes {
+		if tn.id != late {
+			rest = append(rest, tn.id)
+		}
+	}
+	c.net.partition([]uint64{late}, rest)
+	moved := []uint64{ld.id, away}
+	for _, v := range voters {
+		if v != ld.id && v != late {
+			moved = append(moved, v)
+		}
+	}
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		if s.n.cfg.ID == late {
+			return struct{}{}, errBusy("cut off")
+		}
+		return struct{}{}, s.n.SetGroupVoters(context.Background(), child, moved)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var cs *raftpb.ConfState
+		for _, tn := range c.nodes {
+			if r := tn.node.group(child); r != nil && r.ready.Load() && tn.id != late {
+				cs = r.confState()
+			}
+		}
+		if got := slices.Sorted(slices.Values(nodesOf(cs.GetVoters()))); cs != nil && slices.Equal(got, slices.Sorted(slices.Values(moved))) && len(cs.GetLearners()) == 0 {
+			for _, id := range cs.GetVoters() {
+				if transport.NodeOf(id) == away && transport.Incarnation(id) <= transport.Incarnation(lateID) {
+					t.Fatalf("the child re-added node %d as %x, not above the inherited %x", away, id, lateID)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child did not move to %v: %v", moved, cs)
+		}
+	}
+	c.net.heal()
+	c.waitRetiredSpan(late, child, ranges[1].Span(), 20*time.Second)
+	c.waitMembers(child, moved, 10*time.Second)
+	c.waitMembers(g.ID, voters, 10*time.Second)
+	for i := range 40 {
+		if e, err := readVia(c, "inherit", fmt.Sprintf("p%d", i%10), fmt.Sprintf("r%d", i)); err != nil || entityN(t, e) != i {
+			t.Fatalf("p%d/r%d after the moves: %v", i%10, i, err)
+		}
+	}
 }

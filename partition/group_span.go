@@ -138,8 +138,10 @@ func (s *Store) GroupHolds(group uint64, account, name, pk string) (table, key b
 // the parent's old end. It is the apply of the split command in the
 // parent's log (ctx's Stamp names it), so the spans change at the same
 // position of that log on every replica, in the batch of the parent's
-// applied index; no entity moves. A key that is not strictly inside the
-// parent's span is InvalidInput.
+// applied index; no entity moves. The child's applied index starts at
+// the split's own index, where its log starts (GroupStartIndex when ctx
+// has no Stamp). A key that is not strictly inside the parent's span is
+// InvalidInput.
 func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -158,7 +160,11 @@ func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at str
 	b := s.db.NewBatch()
 	setGroupSpan(b, parent, low)
 	setGroupSpan(b, child, high)
-	setAppliedIndex(b, child, GroupStartIndex)
+	start := uint64(GroupStartIndex)
+	if st, ok := stampOf(ctx); ok {
+		start = st.Index
+	}
+	setAppliedIndex(b, child, start)
 	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return fmt.Errorf("partition: split group %d at %q: %w", parent, at, err)
 	}

@@ -58,6 +58,9 @@ func TestGroupSpans(t *testing.T) {
 	if a, err := e.s.AppliedIndex(5); err != nil || a != 11 {
 		t.Fatalf("the parent's applied index after the split: %d, %v", a, err)
 	}
+	if a, err := e.s.AppliedIndex(9); err != nil || a != 11 {
+		t.Fatalf("the child's applied index after the split: %d, %v; want the split's index, where its log starts", a, err)
+	}
 	for _, c := range []struct {
 		group      uint64
 		table, pk  string

@@ -29,11 +29,12 @@ type RangeGroup struct {
 	Start  string
 }
 
-// GroupStartIndex is where a new range group's log starts: after a
-// snapshot position at this index (term 1), which its table's creation or
-// its parent's split makes the group's applied index in the store. Its
-// log never holds entry GroupStartIndex, so a member added to it, which
-// has nothing, always starts from a snapshot.
+// GroupStartIndex is where a new table's range group's log starts: after
+// a snapshot position at this index (term 1), which its table's creation
+// makes the group's applied index in the store. Its log never holds entry
+// GroupStartIndex, so a member added to it, which has nothing, always
+// starts from a snapshot. A split's child starts likewise after the
+// split's index in its parent's log (SplitGroupSpan).
 const GroupStartIndex = 1
 
 // MaxGroupVoters bounds a descriptor's voters: a decoder refuses more.
