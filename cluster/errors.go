@@ -22,11 +22,19 @@ func errNotLeader(leader uint64) error {
 	if leader != 0 {
 		detail = fmt.Sprintf("this node is not the group's leader; node %d is", leader)
 	}
+	return errMoved(detail)
+}
+
+// errBusy refuses a request with 503 ServerBusy.
+func errBusy(detail string) error {
 	return &svcerr.Error{Status: http.StatusServiceUnavailable, Code: "ServerBusy", Message: msgServerBusy, Detail: detail}
 }
 
-func errBusy(detail string) error {
-	return &svcerr.Error{Status: http.StatusServiceUnavailable, Code: "ServerBusy", Message: msgServerBusy, Detail: detail}
+// errMoved is errBusy for a request that changed nothing and that
+// another node, or this one a moment later, is to answer: the front end
+// repeats it for a while before the client sees the refusal (HTTP.serve).
+func errMoved(detail string) error {
+	return &svcerr.Error{Status: http.StatusServiceUnavailable, Code: "ServerBusy", Message: msgServerBusy, Detail: detail, Retry: true}
 }
 
 // errAmbiguous is a write whose outcome is unknown: proposed, but this

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/cluster/transport"
+	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/server/batch"
 )
@@ -127,10 +128,22 @@ func (h *HTTP) Public(rest http.Handler) http.Handler {
 	})
 }
 
-// serve answers r here, or forwards it to the node that answers for what
-// it addresses, if hops allow. A node that knows no leader serves it
-// itself: its store refuses it (503 ServerBusy) and the client retries.
+// serve answers r, a client's (hops 0) or one forwarded by a peer: a
+// client's is repeated while it is refused in passing (http_repeat.go); a
+// peer's is answered once, saying whether its refusal may be repeated.
 func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, rest http.Handler, hops int) {
+	if hops == 0 {
+		h.serveRepeating(w, r, rest)
+		return
+	}
+	ctx, note := svcerr.WithRetryNote(r.Context())
+	h.serveOnce(&retryMarker{ResponseWriter: w, note: note}, r.WithContext(ctx), rest, hops)
+}
+
+// serveOnce answers r here, or forwards it to the node that answers for
+// what it addresses, if hops allow. A node that knows no leader serves it
+// itself: its store refuses it (503 ServerBusy) and the client retries.
+func (h *HTTP) serveOnce(w http.ResponseWriter, r *http.Request, rest http.Handler, hops int) {
 	to := h.route(r, rest)
 	if hops >= maxHops || to == 0 || to == h.node.cfg.ID || h.addr(to) == "" {
 		rest.ServeHTTP(w, r)
@@ -305,6 +318,9 @@ func (h *HTTP) rewrite(pr *httputil.ProxyRequest) {
 // 503 ServerBusy, which the SDKs retry.
 func (h *HTTP) forwardFailed(w http.ResponseWriter, r *http.Request, err error) {
 	h.log.Warn("cluster: forwarding to the leader failed", "leader", h.node.Leader(), "err", err)
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		svcerr.MarkRetry(r.Context()) // a read changes nothing, wherever it broke off
+	}
 	var id [16]byte
 	rand.Read(id[:])
 	rid := hex.EncodeToString(id[:])

@@ -129,7 +129,8 @@ func (r *replica) stampAndPropose(p *proposal) {
 	}
 	r.quiesced.Store(false)
 	if err := r.rn.Propose(p.data); err != nil {
-		// Not the leader any more, or too much uncommitted already.
-		r.waiters.done(p.w.id, result{err: errBusy(err.Error())})
+		// Not the leader any more, or too much uncommitted already:
+		// not in the log, so nothing happened.
+		r.waiters.done(p.w.id, result{err: errMoved(err.Error())})
 	}
 }

@@ -180,7 +180,7 @@ func (r *replica) wrongGroup(s *partition.Store, account, table, pk string) (ref
 		case err != nil || g.ID == 0:
 			return nil, nil // the store answers for a missing table
 		case r.group == systemGroup:
-			return errBusy(fmt.Sprintf("the table's entities are replicated by range group %d", g.ID)), nil
+			return errMoved(fmt.Sprintf("the table's entities are replicated by range group %d", g.ID)), nil
 		}
 		return errTableGone, nil
 	}
@@ -191,7 +191,7 @@ func (r *replica) wrongGroup(s *partition.Store, account, table, pk string) (ref
 	case !ofTable:
 		return errTableGone, nil
 	case !holds:
-		return errBusy(fmt.Sprintf("range group %d does not hold PartitionKey %q: the table's range was split", r.group, pk)), nil
+		return errMoved(fmt.Sprintf("range group %d does not hold PartitionKey %q: the table's range was split", r.group, pk)), nil
 	}
 	return nil, nil
 }

@@ -52,7 +52,7 @@ func (s *Store) tableReplica(account, table, pk string) (*replica, error) {
 	if r := s.n.group(g.ID); r != nil {
 		return r, nil
 	}
-	return nil, errBusy(fmt.Sprintf("this node hosts no replica of the table's range group %d", g.ID))
+	return nil, errMoved(fmt.Sprintf("this node hosts no replica of the table's range group %d", g.ID))
 }
 
 func (s *Store) read(ctx context.Context) (context.Context, context.CancelFunc, error) {
@@ -87,12 +87,13 @@ func (s *Store) readTable(ctx context.Context, account, table, pk string) (conte
 func (s *Store) readIn(ctx context.Context, r *replica) (context.Context, context.CancelFunc, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.n.cfg.RequestTimeout)
 	if err := r.readBarrier(rctx); err != nil {
-		cancel()
 		if ctx.Err() == nil && rctx.Err() != nil {
 			// No quorum confirmed this node's leadership in time: a read
-			// is safe to retry, so ask for that.
+			// is safe to retry, so ask for that. (Asked before cancel,
+			// which would make every refusal look like this one.)
 			err = errBusy("no quorum confirmed the leader in time")
 		}
+		cancel()
 		return nil, nil, err
 	}
 	return rctx, cancel, nil
@@ -211,7 +212,7 @@ func (s *Store) QueryEntities(ctx context.Context, account, table string, q part
 // holds its key (it split since the router looked): the client retries,
 // and is routed to the range that does.
 func errRangeMoved(group uint64) error {
-	return errBusy(fmt.Sprintf("range group %d no longer holds the key: the table's range was split", group))
+	return errMoved(fmt.Sprintf("range group %d no longer holds the key: the table's range was split", group))
 }
 
 // GetTableACL implements server.Store.

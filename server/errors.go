@@ -112,6 +112,7 @@ func (rq *request) fail(err error) {
 	if !ok && rq.ctx.Err() == nil { // a cancelled request is logged by ServeHTTP
 		rq.s.log.Error("internal error", "request_id", rq.id, "method", rq.r.Method, "path", rq.r.URL.Path, "err", err)
 	}
+	svcerr.NoteRetry(rq.ctx, err)
 	var se *svcerr.Error
 	if errors.As(err, &se) {
 		if se.Detail != "" {
