@@ -37,7 +37,7 @@ const (
 // coordinator; the placement controller's switch (PlacementInterval < 0)
 // turns it off too. An idle (quiesced) group's lease goes first: while a
 // lease moves, its old holder refuses the writes it has not proposed yet
-// (503 ServerBusy: the clients retry), which an idle group has none of;
+// (503 ServerBusy, repeated by the front end), which an idle group has none of;
 // a busy group's goes only when no idle one can, and at most once every
 // busyLeaseElections election timeouts.
 func (n *Node) balanceLeases() {
@@ -80,9 +80,7 @@ func (n *Node) balanceLeases() {
 			if !idle {
 				n.live.busyLeaseAt = n.live.ticks
 			}
-			r.quiesced.Store(false)
-			r.rn.TransferLeader(to)
-			n.touch(r)
+			r.handOver(to)
 			n.live.leases[toNode]++ // until its next liveness message
 			n.log.Info("cluster: handing a lease over to spread them", "group", r.group, "to", toNode,
 				"held", n.live.held, "theirs", n.live.leases[toNode]-1)
@@ -133,11 +131,9 @@ func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to 
 	case n.calls <- func() {
 		// A quiesced group must tick again: the transfer times out by
 		// ticks, and the new leader's heartbeats follow.
-		r.quiesced.Store(false)
 		if id := memberOf(r.conf, to); id != 0 && slices.Contains(r.conf.GetVoters(), id) {
-			r.rn.TransferLeader(id)
+			r.handOver(id)
 		}
-		n.touch(r)
 	}:
 	case <-ctx.Done():
 		return g.ID, ctx.Err()
@@ -166,4 +162,65 @@ func (n *Node) groupLeader(id uint64) uint64 {
 		return r.leader.Load()
 	}
 	return 0
+}
+
+// A lease hand-over drains first: the leader takes no new write or read
+// (refused as moved: the node the client reached repeats it, and it
+// reaches the new leader), and asks raft to transfer its leadership only
+// once the writes it has in flight are applied, so that a hand-over no
+// client asked for leaves none of them with a write of unknown outcome.
+// Past one election timeout it transfers anyway, and raft gives the
+// transfer one more election timeout before the leader takes requests
+// again (a target that does not answer).
+type handover struct {
+	to   uint64 // the member the lease goes to; 0: none under way
+	at   uint64 // the node's tick count when it began
+	sent bool   // raft was asked to transfer
+}
+
+// handOver begins handing the replica's lease to member to.
+func (r *replica) handOver(to uint64) {
+	r.handover = handover{to: to, at: r.n.live.ticks}
+	r.handingOver.Store(true)
+	r.quiesced.Store(false) // the transfer times out by ticks
+	r.continueHandOver()
+	r.n.touch(r)
+}
+
+// continueHandOver, on the loop every tick of the replica, asks raft to
+// transfer once nothing is in flight, and ends a hand-over raft gave up.
+func (r *replica) continueHandOver() {
+	h := &r.handover
+	if h.to == 0 {
+		return
+	}
+	elapsed, timeout := r.n.live.ticks-h.at, uint64(r.n.cfg.ElectionTicks)
+	switch {
+	case !r.isLeader || elapsed > 2*timeout:
+		r.endHandOver()
+	case !h.sent && (r.waiters.empty() || elapsed >= timeout):
+		h.sent = true
+		r.rn.TransferLeader(h.to)
+		r.n.touch(r)
+	}
+}
+
+// endHandOver ends the hand-over under way, if any: the leadership moved,
+// or raft gave up.
+func (r *replica) endHandOver() {
+	r.handover = handover{}
+	r.handingOver.Store(false)
+}
+
+// refuseRequest refuses a request (a proposal or a read) this replica may
+// not take now: it is not the ready leader, or it is handing its lease
+// over.
+func (r *replica) refuseRequest() error {
+	switch {
+	case !r.ready.Load():
+		return errNotLeader(r.leader.Load())
+	case r.handingOver.Load():
+		return errMoved(fmt.Sprintf("the lease of group %d is being handed over", r.group))
+	}
+	return nil
 }

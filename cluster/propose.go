@@ -61,6 +61,13 @@ func (ws *waiters) done(id uint64, r result) {
 	}
 }
 
+// empty says whether no proposal of this node is in flight.
+func (ws *waiters) empty() bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return len(ws.m) == 0
+}
+
 func (ws *waiters) forget(w *waiter) {
 	ws.mu.Lock()
 	delete(ws.m, w.id)
@@ -83,8 +90,8 @@ func (ws *waiters) failAll(err error) {
 // this node loses track of (leadership lost, ctx ended after it was
 // handed to raft) is ambiguous: it may yet be applied.
 func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (result, error) {
-	if !r.ready.Load() {
-		return result{}, errNotLeader(r.leader.Load())
+	if err := r.refuseRequest(); err != nil {
+		return result{}, err
 	}
 	n := r.n
 	w := r.waiters.add(n.cfg.ID)
@@ -117,8 +124,8 @@ func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (
 // timestamps, in log order, above every timestamp stamped or applied, and
 // hand it to raft.
 func (r *replica) stampAndPropose(p *proposal) {
-	if !r.ready.Load() {
-		r.waiters.done(p.w.id, result{err: errNotLeader(r.leader.Load())})
+	if err := r.refuseRequest(); err != nil {
+		r.waiters.done(p.w.id, result{err: err})
 		return
 	}
 	if p.stamps > 0 {

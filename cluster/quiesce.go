@@ -204,6 +204,7 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 		} else if r.maybeQuiesce() {
 			continue
 		}
+		r.continueHandOver()
 		r.reconcile()
 		r.noteSilence()
 		for _, node := range unreachable {
@@ -271,7 +272,7 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 // keeps ticking and CheckQuorum can act; and every live voter must be
 // caught up, since once quiesced nothing brings a follower what it missed.
 func (r *replica) maybeQuiesce() bool {
-	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() || !r.settled() || r.splitDue() {
+	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() || !r.settled() || r.splitDue() || r.handover.to != 0 {
 		return false
 	}
 	st := r.rn.Status()

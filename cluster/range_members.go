@@ -377,8 +377,7 @@ func (r *replica) reconcile() {
 		}
 		if to != 0 {
 			r.members.transferAt = n.live.ticks
-			r.rn.TransferLeader(to)
-			n.touch(r)
+			r.handOver(to)
 			n.log.Info("cluster: handing a range group's lease over before leaving it", "node", n.cfg.ID, "group", r.group, "to", to)
 		}
 		return

@@ -25,8 +25,8 @@ type readIndex struct {
 // ReadIndex) and has applied everything committed before. Concurrent
 // reads share one round.
 func (r *replica) readBarrier(ctx context.Context) error {
-	if !r.ready.Load() {
-		return errNotLeader(r.leader.Load())
+	if err := r.refuseRequest(); err != nil {
+		return err
 	}
 	n := r.n
 	rw := &readWaiter{r: r, done: make(chan readIndex, 1)}

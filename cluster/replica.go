@@ -70,6 +70,10 @@ type replica struct {
 	tableless bool
 	// members is a range group's work on its membership (range_members.go).
 	members rangeMembers
+	// handover is a lease hand-over under way (lease.go); handingOver is
+	// set meanwhile, for the request goroutines.
+	handover    handover
+	handingOver atomic.Bool
 
 	// applied is the index of the last entry applied; appliedTS the
 	// newest commit timestamp among the commands applied. sinceSync is
@@ -201,6 +205,7 @@ func (r *replica) leadershipChanged(ss *raft.SoftState) {
 		r.readyAt = last
 		log.Info("cluster: elected leader", "node", r.n.cfg.ID, "group", r.group, "term", r.rn.BasicStatus().HardState.GetTerm(), "ready_at", r.readyAt)
 	case !r.isLeader && wasLeader:
+		r.endHandOver()
 		r.ready.Store(false)
 		r.waiters.failAll(errAmbiguous)
 		r.failReads(errNotLeader(lead))
