@@ -169,9 +169,9 @@ func (n *Node) groupLeader(id uint64) uint64 {
 // reaches the new leader), and asks raft to transfer its leadership only
 // once the writes it has in flight are applied, so that a hand-over no
 // client asked for leaves none of them with a write of unknown outcome.
-// Past one election timeout it transfers anyway, and raft gives the
-// transfer one more election timeout before the leader takes requests
-// again (a target that does not answer).
+// Past one election timeout it transfers anyway; the leader takes
+// requests again as soon as raft gives the transfer up (a target that
+// does not answer, within an election timeout).
 type handover struct {
 	to   uint64 // the member the lease goes to; 0: none under way
 	at   uint64 // the node's tick count when it began
@@ -198,6 +198,8 @@ func (r *replica) continueHandOver() {
 	switch {
 	case !r.isLeader || elapsed > 2*timeout:
 		r.endHandOver()
+	case h.sent && r.rn.BasicStatus().LeadTransferee == 0:
+		r.endHandOver() // raft gave the transfer up, or never took it (a target not a voter)
 	case !h.sent && (r.waiters.empty() || elapsed >= timeout):
 		h.sent = true
 		r.rn.TransferLeader(h.to)
