@@ -55,6 +55,7 @@ func (h *HTTP) serveRepeating(w http.ResponseWriter, r *http.Request, rest http.
 		hw := &heldWriter{w: w, header: http.Header{}, note: note}
 		h.serveOnce(hw, attempt, rest, 0)
 		if !hw.held {
+			hw.finish()
 			return
 		}
 		if time.Now().Add(wait).After(deadline) {
@@ -114,6 +115,11 @@ func (hw *heldWriter) WriteHeader(code int) {
 	if hw.passed || hw.held {
 		return
 	}
+	if code >= 100 && code < 200 { // informational: the answer is still to come
+		copyHeader(hw.w.Header(), hw.header)
+		hw.w.WriteHeader(code)
+		return
+	}
 	if code == http.StatusServiceUnavailable && (hw.note.Set() || hw.header.Get(retryHeader) != "") {
 		hw.held, hw.status = true, code
 		return
@@ -144,12 +150,23 @@ func (hw *heldWriter) Unwrap() http.ResponseWriter { return hw.w }
 
 func (hw *heldWriter) pass(code int) {
 	hw.header.Del(retryHeader)
-	dst := hw.w.Header()
-	for k, v := range hw.header {
-		dst[k] = v
-	}
+	copyHeader(hw.w.Header(), hw.header)
 	hw.w.WriteHeader(code)
 	hw.passed = true
+}
+
+// finish completes an answer whose handler wrote nothing: 200, as
+// net/http answers for a handler that returns without writing.
+func (hw *heldWriter) finish() {
+	if !hw.passed && !hw.held {
+		hw.pass(http.StatusOK)
+	}
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = v
+	}
 }
 
 // release sends the refusal held: its caller gave up repeating it.
