@@ -152,7 +152,9 @@ func TestPlacementBalancesOntoANewNode(t *testing.T) {
 		}
 	}
 	for _, tb := range tables {
-		g := c.tableGroup(tb)
+		// The leader's catalog is balanced; a follower may not have
+		// applied the last move yet.
+		g := c.agreedRanges(tb, 10*time.Second)[0].Group
 		c.waitMembers(g.ID, g.Voters, 20*time.Second)
 		if e, err := readVia(c, tb, "p", "r"); err != nil || entityN(t, e) != 1 {
 			t.Fatalf("%s after the balance: %+v, %v", tb, e, err)
