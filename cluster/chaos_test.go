@@ -131,7 +131,8 @@ const (
 	chaosSystem chaosMode = ""              // the system group, 3 nodes
 	chaosRanges chaosMode = "-range-groups" // a range group of its own, 3 nodes
 	// a range group on 3 of 4 nodes, which the faults also move: the
-	// table's voters are named anew now and then
+	// table's voters are named anew now and then, the table splits, and
+	// its ranges' leases are handed over
 	chaosMoves chaosMode = "-moves"
 )
 
@@ -237,7 +238,8 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 
 	// The fault injector: every few milliseconds, one change.
 	frng := rand.New(rand.NewPCG(seed, 0xfa17))
-	movesNamed := 0
+	movesNamed, handOvers, leasesAsked := 0, 0, 0
+	var transfers sync.WaitGroup
 	down := map[uint64]bool{}
 	for time.Since(start) < dur {
 		time.Sleep(time.Duration(20+frng.IntN(40)) * time.Millisecond)
@@ -259,13 +261,34 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 				}
 			}
 			nodesMu.Unlock()
-		case k == 5 && moves: // the table splits between its two partitions
+		case k == 5 && moves: // the table splits between its two partitions;
+			// once split, a range's leader hands its lease to another voter
 			nodesMu.Lock()
 			for _, tn := range c.nodes {
 				if tn.node.IsLeader() {
 					_ = tn.node.SplitTable(ctx, acct, "chaos", "q") // "pair" below, "r" above
 					break
 				}
+			}
+			handOvers++
+			for _, tn := range c.nodes {
+				ranges, err := tn.node.st().TableRanges(acct, "chaos")
+				if err != nil || len(ranges) < 2 {
+					continue
+				}
+				g := ranges[handOvers%len(ranges)].Group
+				if r := tn.node.group(g.ID); r == nil || !r.ready.Load() {
+					continue
+				}
+				to := g.Voters[(slices.Index(g.Voters, tn.id)+1)%len(g.Voters)]
+				transfers.Go(func() {
+					// Waits until the lease arrives: the injector goes on.
+					tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+					defer cancel()
+					_, _ = tn.node.TransferLease(tctx, acct, "chaos", g.Start, to)
+				})
+				leasesAsked++
+				break
 			}
 			nodesMu.Unlock()
 		case k <= 1: // lose power on a running node, if the others stay up
@@ -324,6 +347,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		default: // nothing: partitions last long enough to elect around them
 		}
 	}
+	transfers.Wait()
 	c.net.heal()
 	for _, tn := range c.nodes {
 		tn.paused.Store(false)
@@ -412,8 +436,8 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		st := tn.node.Status()
 		snaps, spanSnaps = snaps+st.SnapshotsInstalled, spanSnaps+st.SpanSnapshotsInstalled
 	}
-	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named; %d ranges",
-		seed, len(history), snaps, spanSnaps, movesNamed, len(spans))
+	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named; %d lease hand-overs asked; %d ranges",
+		seed, len(history), snaps, spanSnaps, movesNamed, leasesAsked, len(spans))
 }
 
 type stamped struct {

@@ -183,6 +183,9 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 			st := r.rn.BasicStatus()
 			if transport.NodeOf(st.Lead) == m.GetFrom() && st.GetTerm() == term && st.RaftState == raft.StateFollower && st.GetCommit() >= commit {
 				r.quiesced.Store(true)
+				// Nothing ticks it now: what raft has ready for it (the
+				// entries up to that commit, to apply) is done this turn.
+				n.touch(r)
 			}
 		}
 	}

@@ -13,22 +13,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
-	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 )
-
-// onceClient is an SDK table client through node i that never retries:
-// every refusal the node answers reaches the caller.
-func (c *procCluster) onceClient(i int, table string) *aztables.Client {
-	c.t.Helper()
-	conn := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=%s;TableEndpoint=http://%s/devstoreaccount1;",
-		"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==", c.restAddrs[i])
-	opts := &aztables.ClientOptions{ClientOptions: policy.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}}
-	svc, err := aztables.NewServiceClientFromConnectionString(conn, opts)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return svc.NewClient(table)
-}
 
 // TestClusterHidesMoves reads and writes through every node of a
 // three-node cluster with range groups, with clients that never retry,
@@ -60,7 +45,7 @@ func TestClusterHidesMoves(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := c.onceClient(g%3, "moving")
+			cl := c.clientWith(g%3, "moving", policy.RetryOptions{MaxRetries: -1}) // every refusal reaches the test
 			for i := 0; !stop.Load(); i++ {
 				pk := fmt.Sprintf("p%02d", (g*17+i)%100)
 				if g < 4 {

@@ -86,10 +86,17 @@ func (c *procCluster) start(i int, secret string) {
 // retrying as the SDK does by default (503s while a leader is elected).
 func (c *procCluster) client(i int, table string) *aztables.Client {
 	c.t.Helper()
+	return c.clientWith(i, table, policy.RetryOptions{
+		MaxRetries: 10, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second, TryTimeout: 15 * time.Second})
+}
+
+// clientWith is an SDK table client through node i that retries as retry
+// says.
+func (c *procCluster) clientWith(i int, table string, retry policy.RetryOptions) *aztables.Client {
+	c.t.Helper()
 	conn := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=%s;TableEndpoint=http://%s/devstoreaccount1;",
 		"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==", c.restAddrs[i])
-	opts := &aztables.ClientOptions{ClientOptions: policy.ClientOptions{Retry: policy.RetryOptions{
-		MaxRetries: 10, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second, TryTimeout: 15 * time.Second}}}
+	opts := &aztables.ClientOptions{ClientOptions: policy.ClientOptions{Retry: retry}}
 	svc, err := aztables.NewServiceClientFromConnectionString(conn, opts)
 	if err != nil {
 		c.t.Fatal(err)
