@@ -129,8 +129,6 @@ func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to 
 	}
 	select {
 	case n.calls <- func() {
-		// A quiesced group must tick again: the transfer times out by
-		// ticks, and the new leader's heartbeats follow.
 		if id := memberOf(r.conf, to); id != 0 && slices.Contains(r.conf.GetVoters(), id) {
 			r.handOver(id)
 		}
