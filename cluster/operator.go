@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -80,14 +81,10 @@ func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
 // ?account=&table=&to=&at=). A node holding no replica of the range's
 // group refuses with 503 and the address of one of its voters.
 func (h *HTTP) leaseHandler(w http.ResponseWriter, r *http.Request) {
-	if !h.verifyOperator(w, r, purposeLease) {
+	q, ok := h.operatorPost(w, r, purposeLease)
+	if !ok {
 		return
 	}
-	if r.Method != http.MethodPost {
-		http.Error(w, "POST", http.StatusMethodNotAllowed)
-		return
-	}
-	q := r.URL.Query()
 	to, err := strconv.ParseUint(q.Get("to"), 10, 64)
 	if err != nil || to == 0 || q.Get("table") == "" || q.Get("account") == "" {
 		http.Error(w, "account, table and to (a node id) are needed", http.StatusBadRequest)
@@ -131,14 +128,10 @@ func (h *HTTP) leaseHandler(w http.ResponseWriter, r *http.Request) {
 // ?account=&table=&voters=1,2,3&at=). A node that does not lead the
 // system group refuses with 503 and the leader's address.
 func (h *HTTP) placementHandler(w http.ResponseWriter, r *http.Request) {
-	if !h.verifyOperator(w, r, purposePlacement) {
+	q, ok := h.operatorPost(w, r, purposePlacement)
+	if !ok {
 		return
 	}
-	if r.Method != http.MethodPost {
-		http.Error(w, "POST", http.StatusMethodNotAllowed)
-		return
-	}
-	q := r.URL.Query()
 	var voters []uint64
 	for _, f := range strings.Split(q.Get("voters"), ",") {
 		v, err := strconv.ParseUint(f, 10, 64)
@@ -172,14 +165,10 @@ func (h *HTTP) placementHandler(w http.ResponseWriter, r *http.Request) {
 // ?account=&table=&at=). A node that does not lead the system group
 // refuses with 503 and the leader's address.
 func (h *HTTP) splitHandler(w http.ResponseWriter, r *http.Request) {
-	if !h.verifyOperator(w, r, purposePlacement) {
+	q, ok := h.operatorPost(w, r, purposePlacement)
+	if !ok {
 		return
 	}
-	if r.Method != http.MethodPost {
-		http.Error(w, "POST", http.StatusMethodNotAllowed)
-		return
-	}
-	q := r.URL.Query()
 	if q.Get("table") == "" || q.Get("account") == "" || q.Get("at") == "" {
 		http.Error(w, "account, table and at (a PartitionKey) are needed", http.StatusBadRequest)
 		return
@@ -211,6 +200,19 @@ func (h *HTTP) placementAnswer(w http.ResponseWriter, err error, body any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(body)
+}
+
+// operatorPost admits an operator's POST signed for purpose, and returns
+// its query; it answers 401 or 405 and reports false otherwise.
+func (h *HTTP) operatorPost(w http.ResponseWriter, r *http.Request, purpose string) (url.Values, bool) {
+	if !h.verifyOperator(w, r, purpose) {
+		return nil, false
+	}
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST", http.StatusMethodNotAllowed)
+		return nil, false
+	}
+	return r.URL.Query(), true
 }
 
 // verifyOperator checks the signature of an operator's request, which
