@@ -92,8 +92,9 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 	var res result
 	var refused error // an answer of the cluster's, not the store's
 	s := n.st()
-	rangeKind := c.Kind == command.KindApply || c.Kind == command.KindBatch || c.Kind == command.KindSplitGroup
-	if r.group != systemGroup && !rangeKind || r.group == systemGroup && c.Kind == command.KindSplitGroup {
+	spanKind := c.Kind == command.KindSplitGroup || c.Kind == command.KindFreezeGroup || c.Kind == command.KindMergeGroup
+	rangeKind := c.Kind == command.KindApply || c.Kind == command.KindBatch || spanKind
+	if r.group != systemGroup && !rangeKind || r.group == systemGroup && spanKind {
 		// The catalog is the system group's: a range group's log changes
 		// it nowhere, or the nodes outside the group would not agree; a
 		// span is a range group's own.
@@ -128,17 +129,17 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			n.hosts.add(hostChange{group: g.ID})
 		}
 	case command.KindDeleteTable:
-		ranges, _ := s.TableRanges(c.Account, c.Table)
+		groups := n.tableGroupIDs(s, c.Account, c.Table)
 		res.err = s.DeleteTable(ctx, c.Account, c.Table)
-		if res.err == nil && len(ranges) > 0 {
+		if res.err == nil && len(groups) > 0 {
 			// The drop durable before the groups' logs go: a restart
 			// that found the table again would host the groups, and
 			// replay them, from logs that are no longer there.
 			if err := s.SyncApplied(r.group, e.GetIndex()); err != nil {
 				return err
 			}
-			for _, tg := range ranges {
-				n.hosts.add(hostChange{group: tg.Group.ID, drop: true})
+			for _, g := range groups {
+				n.hosts.add(hostChange{group: g, drop: true})
 			}
 		}
 	case command.KindSplitRange:
@@ -147,8 +148,22 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			n.hosts.add(hostChange{group: c.Group, wake: true}) // its leader has a split to make
 			n.hosts.add(hostChange{group: e.GetIndex()})        // as for a table's creation
 		}
+	case command.KindMergeRange:
+		right, _ := s.TableRangeFor(c.Account, c.Table, c.Key)
+		res.err = s.MergeTableRange(ctx, c.Account, c.Table, c.Group, c.Key)
+		if res.err == nil {
+			// The right group's leader has a freeze to make, the left's a
+			// merge.
+			n.hosts.add(hostChange{group: right.Group.ID, wake: true})
+			n.hosts.add(hostChange{group: c.Group, wake: true})
+			n.dropOrphans()
+		}
 	case command.KindSplitGroup:
 		res.err = r.applySplit(ctx, s, c, e.GetIndex())
+	case command.KindFreezeGroup:
+		res.err = r.applyFreeze(ctx, s)
+	case command.KindMergeGroup:
+		res.err = r.applyMerge(ctx, s, c)
 	case command.KindSetRangeVoters:
 		res.err = s.SetGroupVoters(ctx, c.Account, c.Table, c.Group, c.Voters)
 		if res.err == nil {
@@ -230,6 +245,11 @@ func (r *replica) syncAndCompact() error {
 	// (which carries it), never from entry 1.
 	to := uint64(0)
 	canSnapshot := r.canSnapshot()
+	if frozen, err := r.n.st().GroupFrozen(r.group); err != nil || frozen {
+		// A frozen group sends no snapshot: its followers catch up from
+		// its log.
+		return err
+	}
 	if canSnapshot {
 		to = 1
 	}

@@ -57,6 +57,11 @@ type liveness struct {
 	// checks and removed are the membership questions and answers to
 	// send with the tick's liveness messages (range_members.go).
 	checks, removed memberNotes
+	// mergeChecks and frozenHere are the merge questions and answers to
+	// send likewise; frozen the groups each peer said its store holds
+	// frozen (range_merge.go).
+	mergeChecks, frozenHere memberNotes
+	frozen                  map[uint64]map[uint64]bool
 	// leases are the range-group leases each peer last said it holds,
 	// and held this node's own count as of the last tick (lease.go).
 	leases map[uint64]uint64
@@ -140,6 +145,12 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 		return
 	case msgMembersRemoved:
 		n.heardMembersRemoved(m)
+		return
+	case msgMergeCheck:
+		n.heardMergeCheck(m)
+		return
+	case msgFrozenHere:
+		n.heardFrozenHere(m)
 		return
 	}
 	if n.members.isRemoved(m.GetFrom()) {
@@ -275,7 +286,7 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 // keeps ticking and CheckQuorum can act; and every live voter must be
 // caught up, since once quiesced nothing brings a follower what it missed.
 func (r *replica) maybeQuiesce() bool {
-	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() || !r.settled() || r.splitDue() || r.handover.to != 0 {
+	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() || !r.settled() || r.spanWorkDue() || r.handover.to != 0 {
 		return false
 	}
 	st := r.rn.Status()

@@ -41,8 +41,11 @@ type hostChange struct {
 	// campaign starts its election at once.
 	boot     *groupBoot
 	campaign bool
-	// drop drops the group (its table was dropped).
-	drop bool
+	// drop drops the group (its table was dropped); merged drops it as
+	// merged into another group, which holds its span now; orphan drops
+	// a frozen group whose keys the catalog gives to a group not hosted
+	// here, with its data (range_merge.go).
+	drop, merged, orphan bool
 	// retire, when set, names this node's member of the group, which the
 	// group removed: it goes, and the group stays (range_members.go).
 	retire uint64
@@ -102,8 +105,18 @@ func (n *Node) applyHostChanges() error {
 			}
 			continue
 		}
-		if c.drop {
-			if err := n.dropGroup(c.group); err != nil {
+		if c.orphan {
+			if err := n.dropOrphan(c.group); err != nil {
+				return err
+			}
+			continue
+		}
+		if c.drop || c.merged {
+			drop := func() error { return n.dropGroup(c.group, errTableGone) }
+			if c.merged {
+				drop = func() error { return n.mergedAway(c.group) }
+			}
+			if err := drop(); err != nil {
 				return err
 			}
 			continue
@@ -138,22 +151,22 @@ func (r *replica) campaign() {
 	r.n.touch(r)
 }
 
-// dropGroup stops the node's replica of group (its table was dropped)
-// and deletes the group's raft log. Requests waiting on the replica are
-// told the table is gone.
-func (n *Node) dropGroup(group uint64) error {
+// dropGroup stops the node's replica of group (its table was dropped, or
+// it was merged into another) and deletes the group's raft log. Requests
+// waiting on the replica are answered why.
+func (n *Node) dropGroup(group uint64, why error) error {
 	r := n.replicas[group]
 	if r == nil {
 		// Not hosted: a member retired here leaves its tombstone.
 		return n.cfg.Log.DeleteGroup(group)
 	}
-	n.unhost(r, errTableGone)
+	n.unhost(r, why)
 	// After the group's entries still queued on the apply goroutine,
 	// which may compact its log.
 	if err := n.onApply(func() error { return n.cfg.Log.DeleteGroup(group) }); err != nil {
 		return fmt.Errorf("cluster: drop range group %d: %w", group, err)
 	}
-	n.log.Info("cluster: range group dropped with its table", "node", n.cfg.ID, "group", group)
+	n.log.Info("cluster: range group dropped", "node", n.cfg.ID, "group", group, "why", why)
 	return nil
 }
 
@@ -197,12 +210,25 @@ func (r *replica) wrongGroup(s *partition.Store, account, table, pk string) (ref
 }
 
 // hostTableGroups hosts, before the node runs, the members of range
-// groups its raft log holds, for the tables its store knows. A group the
-// node holds no member of is hosted when a message for one comes
-// (hostMember); one whose member here was retired keeps no data here,
-// which a crash in the middle of its retirement may have left.
+// groups its raft log holds, for the tables its store knows: the groups
+// its catalog names, and those it no longer does whose span the store
+// still holds (merged away, not yet taken by the group before them). A
+// group the node holds no member of is hosted when a message for one
+// comes (hostMember); one whose member here was retired keeps no data
+// here, which a crash in the middle of its retirement may have left,
+// unless it is frozen (its data is the merge's).
 func (n *Node) hostTableGroups() error {
-	for _, tg := range n.st().TableGroups() {
+	groups := n.st().TableGroups()
+	outside, err := n.st().OutsideCatalog()
+	if err != nil {
+		return err
+	}
+	for _, g := range outside {
+		if !g.Frozen || !n.cfg.Log.Group(g.Group).Replica().Removed {
+			groups = append(groups, partition.TableGroup{Account: g.Span.Account, Table: g.Span.Table, Group: partition.RangeGroup{ID: g.Group}})
+		}
+	}
+	for _, tg := range groups {
 		id := tg.Group.ID
 		st := n.cfg.Log.Group(id)
 		switch {
@@ -224,6 +250,7 @@ func (n *Node) hostTableGroups() error {
 			}
 		}
 	}
+	n.dropOrphans()
 	return nil
 }
 
@@ -339,13 +366,36 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", id, err)
 		}
 	}
+	// The groups merged away in the snapshot's catalog are the leader's
+	// own: emptied and forgotten, but for those hosted here, which are
+	// carried (their own span, frozen or not, until merged here).
+	outside, err := next.OutsideCatalog()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
+	}
+	for _, g := range outside {
+		if hosted[g.Group] {
+			continue
+		}
+		if _, err := next.IngestSpan(g.Group, g.Span, bytes.NewReader(partition.EmptySpanStream(g.Group, g.Span))); err != nil {
+			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", g.Group, err)
+		}
+		if err := next.ForgetGroup(g.Group); err != nil {
+			return nil, err
+		}
+	}
+	for id, ok := range hosted {
+		if _, named := next.GroupTable(id); ok && !named {
+			if sp, ok, err := old.GroupSpan(id); err == nil && ok {
+				if _, err := next.TableRangeFor(sp.Account, sp.Table, sp.LowPartitionKey); err == nil {
+					carry = append(carry, id)
+				}
+			}
+		}
+	}
 	for _, id := range carry {
 		delete(hosted, id)
-		sp, ok, err := old.GroupSpan(id)
-		if err == nil && ok {
-			err = copySpan(old, next, id, sp)
-		}
-		if err != nil {
+		if err := carrySpan(old, next, id); err != nil {
 			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", id, err)
 		}
 	}
@@ -356,6 +406,26 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		}
 	}
 	return changes, nil
+}
+
+// carrySpan makes store to hold group's span as store from does: its
+// entities, applied index and freeze.
+func carrySpan(from, to *partition.Store, group uint64) error {
+	sp, ok, err := from.GroupSpan(group)
+	if err != nil || !ok {
+		return err
+	}
+	if err := copySpan(from, to, group, sp); err != nil {
+		return err
+	}
+	if frozen, err := from.GroupFrozen(group); err != nil || !frozen {
+		return err
+	}
+	applied, err := from.AppliedIndex(group)
+	if err != nil {
+		return err
+	}
+	return to.FreezeGroupSpan(partition.WithStamp(context.Background(), partition.Stamp{Group: group, Index: applied}), group)
 }
 
 // copySpan replaces span sp of group in store to with from's.

@@ -56,6 +56,9 @@ type rangeMembers struct {
 	// removed learner never campaigns and keeps the leader it knew.
 	silent int
 	heard  bool
+	// mergeSince is the tick the leader found a merge to make
+	// (range_merge.go), 0 when it has none.
+	mergeSince uint64
 }
 
 // memberKey names a member of a group.
@@ -159,12 +162,18 @@ func (n *Node) retire(group, id uint64) error {
 		if err := n.cfg.Log.RemoveReplica(group, id); err != nil {
 			return fmt.Errorf("cluster: retire member %x of range group %d: %w", id, group, err)
 		}
+		if frozen, err := n.st().GroupFrozen(group); err != nil || frozen {
+			// Its data stays for the group that merges it, whose member
+			// here may take it (range_merge.go).
+			return err
+		}
 		return n.emptyGroupSpan(group, true)
 	})
 	if err != nil {
 		return err
 	}
 	n.log.Info("cluster: range group's member here was removed; retired", "node", n.cfg.ID, "group", group, "member", id)
+	n.dropOrphans() // the frozen groups it was to merge
 	return nil
 }
 
@@ -289,12 +298,12 @@ func (r *replica) reconcile() {
 	if r.group == systemGroup || r.tableless || !r.ready.Load() || r.rn.HasReady() {
 		return
 	}
-	settled, split := r.settled(), r.splitDue()
-	if settled && !split {
-		return
+	work, tg, sp := r.spanDue()
+	if work != spanMerge {
+		r.members.mergeSince = 0
 	}
-	want, ok := r.wantedVoters()
-	if !ok {
+	settled := r.settled()
+	if settled && work == spanSettled {
 		return
 	}
 	st := r.rn.Status()
@@ -304,9 +313,27 @@ func (r *replica) reconcile() {
 	if p := r.members.proposed; p.term == st.GetTerm() && p.index > st.Applied {
 		return // the last change is not applied yet: raft takes one at a time
 	}
-	if split && r.maybeSplit(st) || settled {
+	switch work {
+	case spanSplit:
+		if r.maybeSplit(st, tg) {
+			return
+		}
+	case spanFreeze:
+		r.maybeFreeze(st, sp)
+		return
+	case spanMerge:
+		if r.maybeMerge(st, sp) {
+			return
+		}
+	}
+	want, ok := r.wantedVoters()
+	if settled || !ok {
 		return
 	}
+	// While a merge waits, the group adds no member (one added now would
+	// not hold the group to merge) and removes its learners; it gets
+	// them back once merged, from a snapshot of the merged span.
+	merging := work == spanMerge
 	cs := r.conf
 	propose := func(t raftpb.ConfChangeType, id uint64, why string) {
 		last, err := r.rlog.LastIndex()
@@ -329,7 +356,7 @@ func (r *replica) reconcile() {
 	// was bootstrapped, not logged, so a new member must start from a
 	// snapshot, which carries it (the log drops entry 1 once applied).
 	for _, node := range want {
-		if memberOf(cs, node) != 0 {
+		if memberOf(cs, node) != 0 || merging {
 			continue
 		}
 		last, err := r.rlog.LastIndex()
@@ -343,8 +370,8 @@ func (r *replica) reconcile() {
 	// Promote a named node's learner once it has caught up.
 	allVoters := true
 	for _, id := range cs.GetLearners() {
-		if !slices.Contains(want, transport.NodeOf(id)) {
-			propose(raftpb.ConfChangeType_ConfChangeRemoveNode, id, "a learner of a node no longer named")
+		if !slices.Contains(want, transport.NodeOf(id)) || merging {
+			propose(raftpb.ConfChangeType_ConfChangeRemoveNode, id, "a learner of a node no longer named, or of a group merging")
 			return
 		}
 		allVoters = false
@@ -490,7 +517,8 @@ func memberPairs(ctx []byte, fn func(group, id uint64)) bool {
 // in this tick, one group-0 message per peer and kind.
 func (n *Node) sendMemberMessages() {
 	var out []*raftpb.Message
-	for kind, notes := range map[raftpb.MessageType]memberNotes{msgMemberCheck: n.live.checks, msgMembersRemoved: n.live.removed} {
+	for kind, notes := range map[raftpb.MessageType]memberNotes{msgMemberCheck: n.live.checks, msgMembersRemoved: n.live.removed,
+		msgMergeCheck: n.live.mergeChecks, msgFrozenHere: n.live.frozenHere} {
 		for node, keys := range notes {
 			var pairs []byte
 			for k := range keys {

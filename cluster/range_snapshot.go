@@ -86,8 +86,10 @@ func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
 	l := r.spans.latest
 	if l == nil || l.meta.GetIndex()+1 < first || l.meta.GetIndex() < confIndex || time.Since(l.made) > snapshotReuse {
 		sp, ok := n.groupSpan(r.group)
-		if !ok {
-			return nil, raft.ErrSnapshotTemporarilyUnavailable // its table is being dropped
+		if frozen, err := n.st().GroupFrozen(r.group); !ok || err != nil || frozen {
+			// Its table is being dropped; or it is frozen, to be merged:
+			// a snapshot would carry its data without the freeze.
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
 		ss, err := n.st().SnapshotSpan(r.group, sp)
 		if err != nil {
@@ -287,6 +289,9 @@ func (r *replica) installSpanSnapshot(meta *raftpb.SnapshotMetadata) error {
 	}
 	if n.afterSpanIngest != nil {
 		n.afterSpanIngest(r.group)
+	}
+	if err := n.forgetMergedInto(st.span); err != nil {
+		return err
 	}
 	if st.ts > r.appliedTS.Load() {
 		r.appliedTS.Store(st.ts)

@@ -49,14 +49,14 @@ func (n *Node) SplitTable(ctx context.Context, account, table, at string) error 
 }
 
 // maybeSplit proposes, on the ready leader of a range group with no
-// change in flight, the split of its span the catalog has recorded
-// (splitDue). It reports whether it proposed. The child
-// is the range that starts where the parent's now ends, and takes the
-// parent's configuration, which is settled (no change in flight: the
-// command carries it, so every replica starts the child alike).
-func (r *replica) maybeSplit(st raft.Status) bool {
+// change in flight, the split of its span that the catalog has recorded
+// (spanSplit): tg is the catalog's range that governs the span. It
+// reports whether it proposed. The child is the range that starts where
+// tg ends, and takes the group's configuration, which is settled (no
+// change in flight: the command carries it, so every replica starts the
+// child alike).
+func (r *replica) maybeSplit(st raft.Status, tg partition.TableGroup) bool {
 	n := r.n
-	tg, _ := n.st().GroupTable(r.group)
 	child, err := n.st().TableGroupFor(tg.Account, tg.Table, tg.End)
 	if err != nil || child.ID == 0 || child.Start != tg.End {
 		return false
@@ -126,18 +126,4 @@ func (n *Node) splitPending(group uint64) bool {
 		}
 	}
 	return false
-}
-
-// splitDue says whether the catalog has recorded a split of the range
-// group's range that its span has not made yet.
-func (r *replica) splitDue() bool {
-	if r.group == systemGroup || r.tableless {
-		return false
-	}
-	tg, ok := r.n.st().GroupTable(r.group)
-	if !ok || tg.End == "" {
-		return false
-	}
-	sp, ok, err := r.n.st().GroupSpan(r.group)
-	return err == nil && ok && (sp.HighPartitionKey == "" || sp.HighPartitionKey > tg.End)
 }

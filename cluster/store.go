@@ -200,7 +200,8 @@ func (s *Store) QueryEntities(ctx context.Context, account, table string, q part
 	defer cancel()
 	if r != s.n.replica && !r.tableless {
 		sp, ok, err := s.n.st().GroupSpan(r.group)
-		if err != nil || !ok || !sp.Contains(start) {
+		frozen, ferr := s.n.st().GroupFrozen(r.group)
+		if err != nil || ferr != nil || !ok || frozen || !sp.Contains(start) {
 			return partition.Continuation{}, errRangeMoved(r.group)
 		}
 		q.Within = &partition.PartitionRange{Low: sp.LowPartitionKey, High: sp.HighPartitionKey}
@@ -212,7 +213,7 @@ func (s *Store) QueryEntities(ctx context.Context, account, table string, q part
 // holds its key (it split since the router looked): the client retries,
 // and is routed to the range that does.
 func errRangeMoved(group uint64) error {
-	return errMoved(fmt.Sprintf("range group %d no longer holds the key: the table's range was split", group))
+	return errMoved(fmt.Sprintf("range group %d no longer holds the key: the table's range was split or merged", group))
 }
 
 // GetTableACL implements server.Store.

@@ -23,31 +23,51 @@ import (
 // replica of any other group has a record, from the split that started
 // it or from a snapshot.)
 
-// groupSpanVersion is the first byte of a span record.
-const groupSpanVersion = 1
+// The first byte of a span record: version 1, or version 2, which is
+// version 1 followed by a flags byte, written only for a frozen span so
+// that every other record reads as before.
+const (
+	groupSpanVersion        = 1
+	groupSpanFlaggedVersion = 2
+	groupSpanFrozen         = 1 // flag: the span takes no write (FreezeGroupSpan)
+)
 
 // groupSpan is a group's span, with its table's id.
 type groupSpan struct {
 	tableID uint64
 	span    Span
+	frozen  bool
 }
 
 // encodeGroupSpan encodes a span record: version | uvarint table id |
 // account | table name | low | high ("" for unbounded), each string as
-// uvarint length and bytes.
+// uvarint length and bytes | (version 2) flags.
 func encodeGroupSpan(g groupSpan) []byte {
-	v := binary.AppendUvarint([]byte{groupSpanVersion}, g.tableID)
+	version := byte(groupSpanVersion)
+	if g.frozen {
+		version = groupSpanFlaggedVersion
+	}
+	v := binary.AppendUvarint([]byte{version}, g.tableID)
 	for _, s := range []string{g.span.Account, g.span.Table, g.span.LowPartitionKey, g.span.HighPartitionKey} {
 		v = binary.AppendUvarint(v, uint64(len(s)))
 		v = append(v, s...)
+	}
+	if g.frozen {
+		v = append(v, groupSpanFrozen)
 	}
 	return v
 }
 
 func decodeGroupSpan(v []byte) (groupSpan, error) {
 	var g groupSpan
-	if len(v) == 0 || v[0] != groupSpanVersion {
+	if len(v) == 0 || v[0] != groupSpanVersion && v[0] != groupSpanFlaggedVersion {
 		return g, fmt.Errorf("partition: group span record: bad version: %w", lsm.ErrCorruption)
+	}
+	if v[0] == groupSpanFlaggedVersion {
+		if v[len(v)-1] != groupSpanFrozen {
+			return g, fmt.Errorf("partition: group span record: unknown flags %#x: %w", v[len(v)-1], lsm.ErrCorruption)
+		}
+		g.frozen, v = true, v[:len(v)-1]
 	}
 	id, n := binary.Uvarint(v[1:])
 	if n <= 0 || id == 0 {
@@ -120,7 +140,8 @@ func (s *Store) GroupSpan(group uint64) (sp Span, ok bool, err error) {
 // GroupHolds reports whether range group group's span is of table
 // account/name (the live table of that name, not one dropped before it),
 // and whether it holds PartitionKey pk of it: the same answers on every
-// replica at the same position of the group's log.
+// replica at the same position of the group's log. A frozen span holds
+// no key.
 func (s *Store) GroupHolds(group uint64, account, name, pk string) (table, key bool, err error) {
 	t, err := s.lookupTable(account, name)
 	if err != nil {
@@ -130,7 +151,7 @@ func (s *Store) GroupHolds(group uint64, account, name, pk string) (table, key b
 	if !ok || err != nil || g.tableID != t.id {
 		return false, false, err
 	}
-	return true, g.span.Contains(pk), nil
+	return true, !g.frozen && g.span.Contains(pk), nil
 }
 
 // SplitGroupSpan splits range group parent's span at PartitionKey at: the

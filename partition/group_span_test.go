@@ -117,8 +117,15 @@ func TestGroupSpans(t *testing.T) {
 // broken records: each is corruption.
 func TestGroupSpanRecordRefusesDamage(t *testing.T) {
 	good := groupSpan{tableID: 7, span: Span{Account: acct, Table: "T", LowPartitionKey: "a", HighPartitionKey: "b"}}
-	if g, err := decodeGroupSpan(encodeGroupSpan(good)); err != nil || g != good {
-		t.Fatalf("round trip: %+v %v", g, err)
+	frozen := good
+	frozen.frozen = true
+	for _, g := range []groupSpan{good, frozen} {
+		if got, err := decodeGroupSpan(encodeGroupSpan(g)); err != nil || got != g {
+			t.Fatalf("round trip: %+v %v", got, err)
+		}
+	}
+	if v := encodeGroupSpan(good); v[0] != 1 {
+		t.Fatalf("a span that is not frozen is recorded as version %d, want 1 (as before merges)", v[0])
 	}
 	with := func(f func(*groupSpan)) []byte {
 		g := good
@@ -128,6 +135,10 @@ func TestGroupSpanRecordRefusesDamage(t *testing.T) {
 	for name, v := range map[string][]byte{
 		"empty":          {},
 		"version 2":      {2, 1, 0, 0, 0, 0},
+		"version 3":      append([]byte{3}, encodeGroupSpan(frozen)[1:]...),
+		"unknown flag":   append(encodeGroupSpan(frozen)[:len(encodeGroupSpan(frozen))-1], 3),
+		"no flags":       append([]byte{2}, encodeGroupSpan(good)[1:]...),
+		"flags alone":    {2, 1},
 		"table id 0":     with(func(g *groupSpan) { g.tableID = 0 }),
 		"cut":            encodeGroupSpan(good)[:9],
 		"trailing bytes": append(encodeGroupSpan(good), 0),

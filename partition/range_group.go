@@ -168,6 +168,21 @@ func (s *Store) TableGroupFor(account, name, pk string) (RangeGroup, error) {
 	return gs[groupOf(gs, pk)], nil
 }
 
+// TableRangeFor returns the range of a live table that holds
+// PartitionKey pk, with its group; a table without range groups has
+// none (the zero TableGroup).
+func (s *Store) TableRangeFor(account, name, pk string) (TableGroup, error) {
+	t, err := s.lookupTable(account, name)
+	if err != nil {
+		return TableGroup{}, err
+	}
+	gs := t.rangeGroups()
+	if len(gs) == 0 {
+		return TableGroup{}, nil
+	}
+	return t.tableGroup(gs, groupOf(gs, pk)), nil
+}
+
 // TableRanges returns the range groups of a live table, by start.
 func (s *Store) TableRanges(account, name string) ([]TableGroup, error) {
 	t, err := s.lookupTable(account, name)

@@ -30,6 +30,9 @@ const (
 	KindSetRangeVoters                   // Table's range group Group is to have Voters
 	KindSplitRange                       // Table's range of group Group splits at Key: a new range, its group the entry's index
 	KindSplitGroup                       // in range group's log: split its span at Key, the rest to group Group with configuration Voters/Learners
+	KindMergeRange                       // Table's range of group Group takes the next range, which starts at Key
+	KindFreezeGroup                      // in range group's log: its span takes no more writes, to be merged
+	KindMergeGroup                       // in range group's log: take frozen group Group's span, which starts at Key
 )
 
 func (k Kind) String() string {
@@ -54,6 +57,12 @@ func (k Kind) String() string {
 		return "split-range"
 	case KindSplitGroup:
 		return "split-group"
+	case KindMergeRange:
+		return "merge-range"
+	case KindFreezeGroup:
+		return "freeze-group"
+	case KindMergeGroup:
+		return "merge-group"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -142,7 +151,7 @@ func (c *Command) Append(dst []byte) []byte {
 	case KindSetRangeVoters:
 		dst = binary.AppendUvarint(dst, c.Group)
 		dst = appendVoters(dst, c.Voters)
-	case KindSplitRange:
+	case KindSplitRange, KindMergeRange, KindMergeGroup:
 		dst = binary.AppendUvarint(dst, c.Group)
 		dst = appendString(dst, c.Key)
 	case KindSplitGroup:
@@ -199,7 +208,7 @@ func Decode(b []byte) (Command, error) {
 			op.Entity = e
 			c.Ops = append(c.Ops, op)
 		}
-	case KindCreateTable, KindDeleteTable:
+	case KindCreateTable, KindDeleteTable, KindFreezeGroup:
 	case KindSetACL:
 		n := r.count(maxACL, 6)
 		c.ACL = make([]partition.SignedIdentifier, 0, n)
@@ -213,10 +222,10 @@ func Decode(b []byte) (Command, error) {
 	case KindSetRangeVoters:
 		c.Group = r.rangeGroup()
 		c.Voters = r.voters()
-	case KindSplitRange, KindSplitGroup:
+	case KindSplitRange, KindSplitGroup, KindMergeRange, KindMergeGroup:
 		c.Group = r.rangeGroup()
 		if c.Key = r.string(); r.err == nil && c.Key == "" {
-			r.fail("a split at the empty PartitionKey")
+			r.fail("a %s at the empty PartitionKey", c.Kind)
 		}
 		if c.Kind == KindSplitGroup {
 			c.Voters = r.voters()

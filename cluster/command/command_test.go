@@ -47,6 +47,9 @@ func examples() []Command {
 		{Kind: KindSetRangeVoters, ID: 12, Account: "a", Table: "Ranged", Group: 1 << 33, Voters: []uint64{4, 1}},
 		{Kind: KindSplitRange, ID: 13, Account: "a", Table: "Ranged", Group: 7, Key: "m\x00"},
 		{Kind: KindSplitGroup, ID: 14, Account: "a", Table: "Ranged", Group: 9, Key: "m", Voters: []uint64{1, 2, 3 | 40<<32}, Learners: []uint64{}},
+		{Kind: KindMergeRange, ID: 16, Account: "a", Table: "Ranged", Group: 7, Key: "m"},
+		{Kind: KindFreezeGroup, ID: 17, Account: "a", Table: "Ranged"},
+		{Kind: KindMergeGroup, ID: 18, Account: "a", Table: "Ranged", Group: 9, Key: "m"},
 		{Kind: KindSplitGroup, ID: 15, Account: "a", Table: "Ranged", Group: 9, Key: "m", Voters: []uint64{1}, Learners: []uint64{2 | 7<<32}},
 	}
 }

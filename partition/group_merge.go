@@ -1,0 +1,176 @@
+package partition
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/tabuladb/tabula/lsm"
+)
+
+// A table's two neighbouring ranges merge in three steps of three logs
+// (docs/cluster.md, step 5). The system group's log gives the right
+// range's keys to the left range's group in the catalog
+// (MergeTableRange): routing sends them there from then on. The right
+// group's own log freezes its span (FreezeGroupSpan): from that position
+// on every replica of it refuses every write and read, and keeps its
+// data. The left group's own log then takes the frozen span into its own
+// (MergeGroupSpan), once every member of it holds the frozen span: the
+// entities stay where they are, only the records change.
+
+// MergeTableRange gives the range that follows range group group's in a
+// table, which must start at PartitionKey at, to group: that range's
+// descriptor goes, so routing sends its keys to group. A cluster's
+// system group applies it to record a merge; the groups' own logs carry
+// the merge of their spans (FreezeGroupSpan, MergeGroupSpan). A table
+// without that group is TableNotFound; a key that is not where the next
+// range starts is InvalidInput.
+func (s *Store) MergeTableRange(ctx context.Context, account, name string, group uint64, at string) error {
+	var gone uint64
+	err := s.editGroups(ctx, account, name, group, func(gs []RangeGroup, i int) ([]RangeGroup, error) {
+		if i+1 == len(gs) || gs[i+1].Start != at {
+			return nil, serviceErrorf(CodeInvalidInput, "The merge is not valid.", "(no range starts at %q after group %d's)", at, group)
+		}
+		gone = gs[i+1].ID
+		return slices.Delete(gs, i+1, i+2), nil
+	})
+	if err == nil {
+		s.groups.Delete(gone)
+	}
+	return err
+}
+
+// FreezeGroupSpan freezes range group group's span: it holds no key from
+// then on (GroupHolds), and its entities stay, for the group before it
+// to take (MergeGroupSpan). It is the apply of the freeze command in the
+// group's log (ctx's Stamp names it), and unlike other stamped writes it
+// is synced with its applied index: a merge is proposed once every
+// member of the group that takes the span says it holds it frozen, and
+// the frozen group's log may be gone from its other nodes by then. A
+// group without a span is TableNotFound; a frozen one stays frozen.
+func (s *Store) FreezeGroupSpan(ctx context.Context, group uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	g, ok, err := s.groupSpanOf(group)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return serviceError(CodeTableNotFound, msgTableNotFound)
+	}
+	g.frozen = true
+	b := s.db.NewBatch()
+	setGroupSpan(b, group, g)
+	s.writeOptions(ctx, b)
+	if err := s.db.Apply(b, s.syncWO); err != nil {
+		return fmt.Errorf("partition: freeze the span of group %d: %w", group, err)
+	}
+	s.spans.Store(group, g)
+	return nil
+}
+
+// GroupFrozen says whether range group group's span is frozen here.
+func (s *Store) GroupFrozen(group uint64) (bool, error) {
+	g, ok, err := s.groupSpanOf(group)
+	return ok && g.frozen, err
+}
+
+// MergeGroupSpan makes range group left's span take the frozen span of
+// group right, which starts at PartitionKey at, where left's ends: the
+// apply of the merge command in left's log (ctx's Stamp names it), in
+// the batch of left's applied index, synced, since the caller drops
+// right's raft log next. Right's span record and applied index go; no
+// entity moves. A right group that is not frozen here, not of left's
+// table, or does not start at at, is ErrMergeUnready, which a replica
+// must not go on from: it lacks the frozen group's data.
+func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l, ok, err := s.groupSpanOf(left)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return serviceError(CodeTableNotFound, msgTableNotFound)
+	case l.span.HighPartitionKey != at || l.frozen || right == left:
+		return serviceErrorf(CodeInvalidInput, "The merge is not valid.", "(group %d's span [%q, %q) does not end at %q)",
+			left, l.span.LowPartitionKey, l.span.HighPartitionKey, at)
+	}
+	r, ok, err := s.groupSpanOf(right)
+	switch {
+	case err != nil:
+		return err
+	case !ok || !r.frozen || r.tableID != l.tableID || r.span.LowPartitionKey != at:
+		return fmt.Errorf("%w: group %d, to be merged into group %d at %q, is not frozen here (%+v)", ErrMergeUnready, right, left, at, r)
+	}
+	l.span.HighPartitionKey = r.span.HighPartitionKey
+	b := s.db.NewBatch()
+	setGroupSpan(b, left, l)
+	b.Delete(groupMetaKey(metaGroupSpan, right))
+	b.Delete(groupMetaKey(metaGroupApplied, right))
+	s.writeOptions(ctx, b)
+	if err := s.db.Apply(b, s.syncWO); err != nil {
+		return fmt.Errorf("partition: merge group %d into group %d: %w", right, left, err)
+	}
+	s.spans.Store(left, l)
+	s.spans.Delete(right)
+	return nil
+}
+
+// ForgetGroup drops the span record and the applied index of a range
+// group whose span another group of this store holds now (a snapshot of
+// it brought the merged span), keeping every entity.
+func (s *Store) ForgetGroup(group uint64) error {
+	b := s.db.NewBatch()
+	b.Delete(groupMetaKey(metaGroupSpan, group))
+	b.Delete(groupMetaKey(metaGroupApplied, group))
+	if err := s.db.Apply(b, s.syncWO); err != nil {
+		return fmt.Errorf("partition: forget group %d: %w", group, err)
+	}
+	s.spans.Delete(group)
+	return nil
+}
+
+// ErrMergeUnready is wrapped by MergeGroupSpan's refusal of a group that
+// is not frozen here.
+var ErrMergeUnready = fmt.Errorf("partition: the group to merge is not frozen")
+
+// GroupSpanOf is a range group's span as this store records it.
+type GroupSpanOf struct {
+	Group  uint64
+	Span   Span
+	Frozen bool
+}
+
+// OutsideCatalog lists the range groups whose span this store records,
+// of a live table, that its catalog no longer names: merged away
+// (MergeTableRange), their span not taken yet by the group before them.
+// A group whose span a split gives it before the catalog names it is
+// listed too, until the system group's record of the split is applied.
+func (s *Store) OutsideCatalog() ([]GroupSpanOf, error) {
+	lo := groupMetaKey(metaGroupSpan, 0)
+	hi := []byte{nsMeta, metaGroupSpan + 1}
+	var out []GroupSpanOf
+	err := s.scan(lo, hi, func(k, v []byte) error {
+		if len(k) != len(lo) {
+			return fmt.Errorf("partition: span record key %x: %w", k, lsm.ErrCorruption)
+		}
+		group := binary.BigEndian.Uint64(k[2:])
+		g, err := decodeGroupSpan(v)
+		if err != nil {
+			return err
+		}
+		t, err := s.lookupTable(g.span.Account, g.span.Table)
+		if err != nil || t.id != g.tableID {
+			return nil // of a dropped table
+		}
+		if _, ok := s.GroupTable(group); !ok {
+			out = append(out, GroupSpanOf{Group: group, Span: g.span, Frozen: g.frozen})
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,116 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/tabuladb/tabula/odata"
+)
+
+// TestGroupMerge follows two ranges of a table through a merge: the
+// catalog gives the right range's keys to the left group at once; the
+// right group's span, frozen in its own log, refuses every key and keeps
+// its entities and applied index across a reopen; the left group takes
+// it only when frozen, in the batch of its own applied index; after
+// that the right group has no record left and every entity is read
+// where it was.
+func TestGroupMerge(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.s.CreateTableInGroup(ctx, acct, "Halves", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, pk := range []string{"a", "m", "z"} {
+		sctx := WithStamp(ctx, Stamp{Group: 5, Index: 10, Timestamp: odata.DateTime(1000)})
+		if _, err := e.s.Apply(sctx, acct, "Halves", Op{Kind: OpInsert, Entity: &odata.Entity{PartitionKey: pk, RowKey: "r"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.s.SplitTableRange(ctx, acct, "Halves", 5, "m", 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 11}), 5, 9, "m"); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, at := range map[string]string{"at the left range's start": "", "inside the right range": "n", "past it": "zz"} {
+		if err := e.s.MergeTableRange(ctx, acct, "Halves", 5, at); !IsCode(err, CodeInvalidInput) {
+			t.Errorf("a merge %s: %v, want InvalidInput", name, err)
+		}
+	}
+	if err := e.s.MergeTableRange(ctx, acct, "Halves", 9, "m"); !IsCode(err, CodeInvalidInput) {
+		t.Errorf("a merge of the last range: %v, want InvalidInput", err)
+	}
+	if err := e.s.MergeTableRange(ctx, acct, "Halves", 5, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := e.s.TableRanges(acct, "Halves"); err != nil || len(rs) != 1 || rs[0].Group.ID != 5 || rs[0].End != "" {
+		t.Fatalf("the catalog after the merge: %+v, %v; want group 5 alone", rs, err)
+	}
+	if g, err := e.s.TableGroupFor(acct, "Halves", "z"); err != nil || g.ID != 5 {
+		t.Fatalf("z is routed to group %d (%v), want 5", g.ID, err)
+	}
+	if _, holds, _ := e.s.GroupHolds(5, acct, "Halves", "z"); holds {
+		t.Fatal("the left group holds the right range's keys before its log merged them")
+	}
+	if _, holds, _ := e.s.GroupHolds(9, acct, "Halves", "z"); !holds {
+		t.Fatal("the right group stopped holding its keys before its log froze them")
+	}
+	out, err := e.s.OutsideCatalog()
+	if err != nil || len(out) != 1 || out[0].Group != 9 || out[0].Frozen || out[0].Span.LowPartitionKey != "m" {
+		t.Fatalf("OutsideCatalog = %+v, %v; want group 9, not frozen", out, err)
+	}
+	merge := WithStamp(ctx, Stamp{Group: 5, Index: 12})
+	if err := e.s.MergeGroupSpan(merge, 5, 9, "m"); !errors.Is(err, ErrMergeUnready) {
+		t.Fatalf("a merge of a group not frozen: %v, want ErrMergeUnready", err)
+	}
+
+	if err := e.s.FreezeGroupSpan(WithStamp(ctx, Stamp{Group: 9, Index: 20}), 9); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	if frozen, err := e.s.GroupFrozen(9); err != nil || !frozen {
+		t.Fatalf("group 9 after its freeze and a reopen: frozen %v, %v", frozen, err)
+	}
+	if a, err := e.s.AppliedIndex(9); err != nil || a != 20 {
+		t.Fatalf("group 9's applied index after its freeze: %d, %v; want 20", a, err)
+	}
+	if _, holds, _ := e.s.GroupHolds(9, acct, "Halves", "z"); holds {
+		t.Fatal("a frozen span holds its keys")
+	}
+	if out, err := e.s.OutsideCatalog(); err != nil || len(out) != 1 || !out[0].Frozen {
+		t.Fatalf("OutsideCatalog after the freeze = %+v, %v", out, err)
+	}
+	if err := e.s.MergeGroupSpan(merge, 5, 9, "n"); !IsCode(err, CodeInvalidInput) {
+		t.Fatalf("a merge where the left span does not end: %v, want InvalidInput", err)
+	}
+
+	if err := e.s.MergeGroupSpan(merge, 5, 9, "m"); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	if sp, ok, err := e.s.GroupSpan(5); err != nil || !ok || sp != (Span{Account: acct, Table: "Halves"}) {
+		t.Fatalf("the left span after the merge = %+v, %v, %v; want the whole table", sp, ok, err)
+	}
+	if _, ok, err := e.s.GroupSpan(9); ok || err != nil {
+		t.Fatalf("the right group still has a span after the merge: %v, %v", ok, err)
+	}
+	if a, err := e.s.AppliedIndex(5); err != nil || a != 12 {
+		t.Fatalf("the left group's applied index after the merge: %d, %v; want 12", a, err)
+	}
+	if a, err := e.s.AppliedIndex(9); err != nil || a != 0 {
+		t.Fatalf("the right group's applied index after the merge: %d, %v; want none", a, err)
+	}
+	if out, err := e.s.OutsideCatalog(); err != nil || len(out) != 0 {
+		t.Fatalf("OutsideCatalog after the merge = %+v, %v; want none", out, err)
+	}
+	for _, pk := range []string{"a", "m", "z"} {
+		if _, holds, _ := e.s.GroupHolds(5, acct, "Halves", pk); !holds {
+			t.Errorf("the merged group does not hold %q", pk)
+		}
+		if _, err := e.s.GetEntity(ctx, acct, "Halves", pk, "r"); err != nil {
+			t.Errorf("entity %q after the merge: %v", pk, err)
+		}
+	}
+}
