@@ -156,7 +156,9 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			// merge.
 			n.hosts.add(hostChange{group: right.Group.ID, wake: true})
 			n.hosts.add(hostChange{group: c.Group, wake: true})
-			n.dropOrphans()
+			if err := n.forgetRetired(right.Group.ID); err != nil {
+				return err
+			}
 		}
 	case command.KindSplitGroup:
 		res.err = r.applySplit(ctx, s, c, e.GetIndex())

@@ -238,7 +238,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 
 	// The fault injector: every few milliseconds, one change.
 	frng := rand.New(rand.NewPCG(seed, 0xfa17))
-	movesNamed, handOvers, leasesAsked := 0, 0, 0
+	movesNamed, handOvers, leasesAsked, merges := 0, 0, 0, 0
 	var transfers sync.WaitGroup
 	down := map[uint64]bool{}
 	for time.Since(start) < dur {
@@ -261,14 +261,30 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 				}
 			}
 			nodesMu.Unlock()
-		case k == 5 && moves: // the table splits between its two partitions;
-			// once split, a range's leader hands its lease to another voter
+		case k == 5 && moves: // the table splits between its two partitions, or
+			// merges back once split; a range's leader hands its lease to
+			// another voter
+			merge := frng.IntN(2) == 0
 			nodesMu.Lock()
 			for _, tn := range c.nodes {
-				if tn.node.IsLeader() {
-					_ = tn.node.SplitTable(ctx, acct, "chaos", "q") // "pair" below, "r" above
-					break
+				if !tn.node.IsLeader() {
+					continue
 				}
+				ranges, err := tn.node.st().TableRanges(acct, "chaos")
+				switch {
+				case err == nil && len(ranges) > 1 && merge && !sameNodes(ranges[0].Group.Voters, ranges[1].Group.Voters):
+					// The right range's group goes to the left's nodes first.
+					if tn.node.SetGroupVoters(ctx, ranges[1].Group.ID, ranges[0].Group.Voters) == nil {
+						movesNamed++
+					}
+				case err == nil && len(ranges) > 1 && merge:
+					if tn.node.MergeTable(ctx, acct, "chaos", "q") == nil {
+						merges++
+					}
+				default:
+					_ = tn.node.SplitTable(ctx, acct, "chaos", "q") // "pair" below, "r" above
+				}
+				break
 			}
 			handOvers++
 			for _, tn := range c.nodes {
@@ -377,7 +393,13 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 	// span holds, the other nodes nothing of it.
 	spans := []partition.TableGroup{{Account: acct, Table: "chaos", Group: partition.RangeGroup{Voters: c.peers}}}
 	if ranges {
-		spans = c.agreedRanges("chaos", 20*time.Second)
+		// Once the nodes agree on the ranges, each range's group makes
+		// its span match (a split or a merge in flight).
+		var starts []string
+		for _, tg := range c.agreedRanges("chaos", 20*time.Second) {
+			starts = append(starts, tg.Group.Start)
+		}
+		spans = c.waitSplit("chaos", starts, 30*time.Second)
 	}
 	var all string
 	for _, tg := range spans {
@@ -436,8 +458,8 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		st := tn.node.Status()
 		snaps, spanSnaps = snaps+st.SnapshotsInstalled, spanSnaps+st.SpanSnapshotsInstalled
 	}
-	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named; %d lease hand-overs asked; %d ranges",
-		seed, len(history), snaps, spanSnaps, movesNamed, leasesAsked, len(spans))
+	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named; %d lease hand-overs asked; %d merges; %d ranges",
+		seed, len(history), snaps, spanSnaps, movesNamed, leasesAsked, merges, len(spans))
 }
 
 type stamped struct {

@@ -88,6 +88,12 @@ type Config struct {
 	// restart or a short partition moves nothing.
 	PlacementInterval time.Duration
 	DeadAfter         time.Duration
+	// MergeAfter is how long two neighbouring ranges of a table stay
+	// cold (partition.Store.MergeThresholds) before the placement
+	// controller merges them; negative turns merges off. Default 10
+	// minutes: a range split by a burst of load stays split through a
+	// lull.
+	MergeAfter time.Duration
 	// RangeStats gathers every range's status from its leaseholder (the
 	// HTTP's RangeStats, over the network), for the placement controller
 	// to split range groups by their partitions; nil means the ranges
@@ -129,6 +135,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.DeadAfter <= 0 {
 		out.DeadAfter = 5 * time.Minute
+	}
+	if out.MergeAfter == 0 {
+		out.MergeAfter = 10 * time.Minute
 	}
 	return out
 }

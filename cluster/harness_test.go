@@ -225,7 +225,9 @@ type testCluster struct {
 	// placementInterval and deadAfter are the nodes' Config's (0: the
 	// defaults); splitBytes their stores' Options.SplitBytes.
 	placementInterval, deadAfter time.Duration
-	splitBytes                   int64
+	// mergeAfter is the nodes' Config.MergeAfter (0: the default).
+	mergeAfter time.Duration
+	splitBytes int64
 	// settle makes convergence wait for late commits (stable): for runs
 	// whose clients gave up on writes that may still commit.
 	settle bool
@@ -312,7 +314,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		SyncEvery: 50, LogRetention: 30, RequestTimeout: 300 * time.Millisecond,
 		Now: c.clock, SnapshotKeep: c.snapshotKeep, RangeGroups: c.rangeGroups,
 		Logger:            testLogger(),
-		PlacementInterval: c.placementInterval, DeadAfter: c.deadAfter,
+		PlacementInterval: c.placementInterval, DeadAfter: c.deadAfter, MergeAfter: c.mergeAfter,
 		RangeStats: c.net.rangeStats, StoreOptions: storeOpts,
 	})
 	if err != nil {

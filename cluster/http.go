@@ -41,6 +41,7 @@ const (
 	leasePath     = "/cluster/lease"
 	placementPath = "/cluster/placement"
 	splitPath     = "/cluster/split"
+	mergePath     = "/cluster/merge"
 )
 
 // Signature purposes (transport.Sign).
@@ -210,7 +211,8 @@ func (h *HTTP) Internal() http.Handler {
 	mux.HandleFunc(membersPath, h.membersHandler)
 	mux.HandleFunc(leasePath, h.leaseHandler)
 	mux.HandleFunc(placementPath, h.placementHandler)
-	mux.HandleFunc(splitPath, h.splitHandler)
+	mux.HandleFunc(splitPath, h.reshapeHandler(h.node.SplitTable))
+	mux.HandleFunc(mergePath, h.reshapeHandler(h.node.MergeTable))
 	mux.HandleFunc(snapshotPath, func(w http.ResponseWriter, r *http.Request) {
 		if _, err := transport.Verify(r, h.secret, purposeSnapshot, h.node.cfg.ID, h.now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)

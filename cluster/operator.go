@@ -161,23 +161,27 @@ func (h *HTTP) placementHandler(w http.ResponseWriter, r *http.Request) {
 	}{g.ID, voters})
 }
 
-// splitHandler splits a table's range at a PartitionKey (POST
-// ?account=&table=&at=). A node that does not lead the system group
+// reshapeHandler splits a table's range at a PartitionKey
+// (/cluster/split, reshape Node.SplitTable), or merges the range that
+// starts there into the one before it (/cluster/merge, Node.MergeTable):
+// POST ?account=&table=&at=. A node that does not lead the system group
 // refuses with 503 and the leader's address.
-func (h *HTTP) splitHandler(w http.ResponseWriter, r *http.Request) {
-	q, ok := h.operatorPost(w, r, purposePlacement)
-	if !ok {
-		return
+func (h *HTTP) reshapeHandler(reshape func(ctx context.Context, account, table, at string) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q, ok := h.operatorPost(w, r, purposePlacement)
+		if !ok {
+			return
+		}
+		if q.Get("table") == "" || q.Get("account") == "" || q.Get("at") == "" {
+			http.Error(w, "account, table and at (a PartitionKey) are needed", http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		h.placementAnswer(w, reshape(ctx, q.Get("account"), q.Get("table"), q.Get("at")), struct {
+			At string `json:"at"`
+		}{q.Get("at")})
 	}
-	if q.Get("table") == "" || q.Get("account") == "" || q.Get("at") == "" {
-		http.Error(w, "account, table and at (a PartitionKey) are needed", http.StatusBadRequest)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	defer cancel()
-	h.placementAnswer(w, h.node.SplitTable(ctx, q.Get("account"), q.Get("table"), q.Get("at")), struct {
-		At string `json:"at"`
-	}{q.Get("at")})
 }
 
 // placementAnswer answers a placement request: 404 for a table that is

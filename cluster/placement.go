@@ -93,6 +93,9 @@ type placement struct {
 	seen  map[uint64][]uint64
 	// rounds counts the rounds while this node leads.
 	rounds int
+	// coldSince is when each range (by its group) was first seen cold
+	// with the range before it, in the looks since.
+	coldSince map[uint64]time.Time
 }
 
 // runPlacement runs the controller until the node stops.
@@ -114,7 +117,7 @@ func (n *Node) runPlacement() {
 			continue
 		}
 		if p.lastAlive == nil {
-			p = placement{lastAlive: map[uint64]time.Time{}, named: map[uint64]time.Time{}, seen: map[uint64][]uint64{}}
+			p = placement{lastAlive: map[uint64]time.Time{}, named: map[uint64]time.Time{}, seen: map[uint64][]uint64{}, coldSince: map[uint64]time.Time{}}
 		}
 		p.round(n, time.Now())
 	}
@@ -193,7 +196,7 @@ func (p *placement) round(n *Node, now time.Time) {
 			named++
 		}
 	}
-	if named > 0 || p.split(n) || len(usable) < 2 {
+	if named > 0 || p.reshape(n, now, st.live) || len(usable) < 2 {
 		return
 	}
 	// Balance: one group from the fullest usable node to the emptiest.
@@ -244,13 +247,9 @@ func (p *placement) name(n *Node, tg partition.TableGroup, want []uint64, now ti
 // groups to split: each asks every node for its ranges.
 const splitEveryRounds = 5
 
-// split, every splitEveryRounds rounds, splits the range of one range
-// group whose leaseholder's store holds two or more range partitions in
-// it (the store splits its partitions past a size or a load: Options.
-// SplitBytes, SplitOpsPerSecond), at the partition boundary that halves
-// its bytes and load best, so a group follows its partitions. It reports
-// whether it split one.
-func (p *placement) split(n *Node) bool {
+// reshape, every splitEveryRounds rounds, splits or merges one range:
+// it reports whether it did.
+func (p *placement) reshape(n *Node, now time.Time, live map[uint64]bool) bool {
 	if p.rounds++; p.rounds%splitEveryRounds != 0 {
 		return false
 	}
@@ -260,6 +259,16 @@ func (p *placement) split(n *Node) bool {
 	if n.cfg.RangeStats != nil {
 		stats = n.cfg.RangeStats(ctx)
 	}
+	return p.split(ctx, n, stats) || p.merge(ctx, n, stats, now, live)
+}
+
+// split splits the range of one range group whose leaseholder's store
+// holds two or more range partitions in it (the store splits its
+// partitions past a size or a load: Options.SplitBytes,
+// SplitOpsPerSecond), at the partition boundary that halves its bytes
+// and load best, so a group follows its partitions. It reports whether
+// it split one.
+func (p *placement) split(ctx context.Context, n *Node, stats []RangeStatus) bool {
 	for _, rs := range stats {
 		if rs.Group == systemGroup || len(rs.Partitions) < 2 {
 			continue
@@ -296,4 +305,90 @@ func (p *placement) split(n *Node) bool {
 // one number: bytes, plus a megabyte per operation a second.
 func weight(ri partition.RangeInfo) float64 {
 	return float64(ri.Bytes) + (ri.ReadsPerSecond+ri.WritesPerSecond)*(1<<20)
+}
+
+// merge works toward the merge of one range into the range before it,
+// once the two have stayed cold together for MergeAfter (as the stores
+// merge their own partitions: partition.Store.MergeThresholds): it names
+// the left group's voters for the right group, and once both groups'
+// members are there, all live, records the merge. It reports whether it
+// did either.
+func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now time.Time, live map[uint64]bool) bool {
+	if n.cfg.MergeAfter < 0 {
+		return false
+	}
+	coldOps, mergeBytes := n.st().MergeThresholds()
+	type rangeKey struct{ account, table, start string }
+	byStart := map[rangeKey]RangeStatus{}
+	for _, rs := range stats {
+		if rs.Group != systemGroup {
+			byStart[rangeKey{rs.Account, rs.Table, rs.StartPartitionKey}] = rs
+		}
+	}
+	cold := map[uint64]bool{}
+	defer func() {
+		for g := range p.coldSince {
+			if !cold[g] {
+				delete(p.coldSince, g) // warm again, or gone
+			}
+		}
+	}()
+	for _, right := range stats {
+		if right.Group == systemGroup || right.StartPartitionKey == "" {
+			continue
+		}
+		left, ok := byStart[rangeKey{right.Account, right.Table, n.rangeBefore(right)}]
+		if !ok || left.EndPartitionKey != right.StartPartitionKey ||
+			left.ReadsPerSecond+left.WritesPerSecond >= coldOps || right.ReadsPerSecond+right.WritesPerSecond >= coldOps ||
+			left.Bytes+right.Bytes >= mergeBytes {
+			continue
+		}
+		cold[right.Group] = true
+		if p.coldSince[right.Group].IsZero() {
+			p.coldSince[right.Group] = now
+		}
+		if now.Sub(p.coldSince[right.Group]) < n.cfg.MergeAfter {
+			continue
+		}
+		if !sameNodes(left.Replicas, right.Replicas) {
+			tg, ok := n.st().GroupTable(right.Group)
+			return ok && p.name(n, tg, slices.Clone(left.Replicas), now, "merge into the range before it")
+		}
+		allLive := true
+		for _, v := range left.Replicas {
+			allLive = allLive && (v == n.cfg.ID || live[v])
+		}
+		if !allLive || !sameNodes(left.Members, left.Replicas) || !sameNodes(right.Members, right.Replicas) ||
+			len(left.Learners)+len(right.Learners) > 0 {
+			continue // the members are still moving, or a node is away
+		}
+		if err := n.MergeTable(ctx, right.Account, right.Table, right.StartPartitionKey); err != nil {
+			n.log.Warn("cluster: placement: merging a range failed", "group", right.Group, "table", right.Table, "err", err)
+			continue
+		}
+		delete(p.coldSince, right.Group)
+		n.log.Info("cluster: placement: a cold range merged into the one before it", "group", right.Group, "into", left.Group,
+			"table", right.Table, "at", right.StartPartitionKey, "bytes", left.Bytes+right.Bytes)
+		return true
+	}
+	return false
+}
+
+// rangeBefore returns where the range before a range starts, as this
+// node's catalog has it ("" when none is known).
+func (n *Node) rangeBefore(rs RangeStatus) string {
+	ranges, err := n.st().TableRanges(rs.Account, rs.Table)
+	if err != nil {
+		return ""
+	}
+	i := slices.IndexFunc(ranges, func(tg partition.TableGroup) bool { return tg.Group.Start == rs.StartPartitionKey })
+	if i <= 0 {
+		return ""
+	}
+	return ranges[i-1].Group.Start
+}
+
+// sameNodes says whether two lists hold the same nodes.
+func sameNodes(a, b []uint64) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }

@@ -58,10 +58,15 @@ type liveness struct {
 	// send with the tick's liveness messages (range_members.go).
 	checks, removed memberNotes
 	// mergeChecks and frozenHere are the merge questions and answers to
-	// send likewise; frozen the groups each peer said its store holds
-	// frozen (range_merge.go).
-	mergeChecks, frozenHere memberNotes
-	frozen                  map[uint64]map[uint64]bool
+	// send likewise, merged the answers to questions about orphans;
+	// frozen the groups each peer said its store holds frozen
+	// (range_merge.go).
+	mergeChecks, frozenHere, merged memberNotes
+	frozen                          map[uint64]map[uint64]bool
+	// mergeHints are the frozen groups followers said they hold next to
+	// a group this node leads: by that group, the frozen one and the
+	// tick of the last word.
+	mergeHints map[uint64]mergeHint
 	// leases are the range-group leases each peer last said it holds,
 	// and held this node's own count as of the last tick (lease.go).
 	leases map[uint64]uint64
@@ -151,6 +156,12 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 		return
 	case msgFrozenHere:
 		n.heardFrozenHere(m)
+		return
+	case msgMergedCheck:
+		n.heardMergedCheck(m)
+		return
+	case msgMerged:
+		n.heardMerged(m)
 		return
 	}
 	if n.members.isRemoved(m.GetFrom()) {
@@ -243,6 +254,9 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 				r.campaign()
 			}
 		}
+	}
+	if every := uint64(n.checkEveryTicks()); n.live.ticks%every == 0 && (n.st().HasFrozen() || n.live.ticks%(10*every) == 0) {
+		n.noteMerges()
 	}
 	n.sendMemberMessages()
 }

@@ -43,8 +43,8 @@ type hostChange struct {
 	campaign bool
 	// drop drops the group (its table was dropped); merged drops it as
 	// merged into another group, which holds its span now; orphan drops
-	// a frozen group whose keys the catalog gives to a group not hosted
-	// here, with its data (range_merge.go).
+	// a group merged where its keys went, to a group not hosted here,
+	// with its data (range_merge.go).
 	drop, merged, orphan bool
 	// retire, when set, names this node's member of the group, which the
 	// group removed: it goes, and the group stays (range_members.go).
@@ -250,7 +250,6 @@ func (n *Node) hostTableGroups() error {
 			}
 		}
 	}
-	n.dropOrphans()
 	return nil
 }
 

@@ -167,13 +167,18 @@ func (n *Node) retire(group, id uint64) error {
 			// here may take it (range_merge.go).
 			return err
 		}
-		return n.emptyGroupSpan(group, true)
+		if err := n.emptyGroupSpan(group, true); err != nil {
+			return err
+		}
+		if _, named := n.st().GroupTable(group); !named && n.applied.Load() >= group {
+			return n.forgetRetired(group) // merged away: no member of it comes back
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
 	n.log.Info("cluster: range group's member here was removed; retired", "node", n.cfg.ID, "group", group, "member", id)
-	n.dropOrphans() // the frozen groups it was to merge
 	return nil
 }
 
@@ -295,6 +300,9 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 // addition will have.
 func (r *replica) reconcile() {
 	n := r.n
+	if !r.ready.Load() {
+		r.members.mergeSince = 0 // a leader counts its patience from its own first look
+	}
 	if r.group == systemGroup || r.tableless || !r.ready.Load() || r.rn.HasReady() {
 		return
 	}
@@ -518,7 +526,7 @@ func memberPairs(ctx []byte, fn func(group, id uint64)) bool {
 func (n *Node) sendMemberMessages() {
 	var out []*raftpb.Message
 	for kind, notes := range map[raftpb.MessageType]memberNotes{msgMemberCheck: n.live.checks, msgMembersRemoved: n.live.removed,
-		msgMergeCheck: n.live.mergeChecks, msgFrozenHere: n.live.frozenHere} {
+		msgMergeCheck: n.live.mergeChecks, msgFrozenHere: n.live.frozenHere, msgMerged: n.live.merged} {
 		for node, keys := range notes {
 			var pairs []byte
 			for k := range keys {

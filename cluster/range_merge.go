@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -92,15 +93,27 @@ func (r *replica) spanDue() (spanWork, partition.TableGroup, partition.Span) {
 		return spanFreeze, tg, sp
 	case sp.HighPartitionKey != "" && (tg.End == "" || sp.HighPartitionKey < tg.End):
 		return spanMerge, tg, sp
+	case sp.HighPartitionKey != "" && sp.HighPartitionKey == tg.End && (st.HasFrozen() || r.n.mergeHint(r.group) != 0) && r.unbornAfter(tg, sp):
+		// The catalog split the range again where the group it merged
+		// starts, before the merge was made: the new range's group never
+		// started (this group's log would start it, as it splits), so
+		// this group merges the frozen one and then splits.
+		return spanMerge, tg, sp
 	}
 	return spanSettled, tg, sp
 }
 
-// splitDue says whether the catalog has recorded a split of the range
-// group's range that its span has not made yet.
-func (r *replica) splitDue() bool {
-	w, _, _ := r.spanDue()
-	return w == spanSplit
+// unbornAfter says whether the catalog's range after tg has a group that
+// no log here has started, while a group whose span starts where sp ends
+// is frozen: in this store, or a follower's (a merge hint).
+func (r *replica) unbornAfter(tg partition.TableGroup, sp partition.Span) bool {
+	n := r.n
+	next, err := n.st().TableRangeFor(tg.Account, tg.Table, tg.End)
+	if err != nil || next.Group.ID == 0 || next.Group.Start != tg.End || n.group(next.Group.ID) != nil || n.st().SpanRecorded(next.Group.ID) {
+		return false
+	}
+	_, frozen := n.groupAfter(sp)
+	return frozen || n.mergeHint(r.group) != 0
 }
 
 // maybeFreeze proposes, on the ready leader of a group the catalog no
@@ -146,8 +159,12 @@ func (r *replica) maybeMerge(st raft.Status, sp partition.Span) bool {
 		r.members.mergeSince = n.live.ticks
 	}
 	right, frozen := n.groupAfter(sp)
-	if len(r.conf.GetLearners()) > 0 {
-		return false // learners to remove first (reconcile)
+	here := right != 0
+	if !here {
+		right = n.mergeHint(r.group) // a follower holds it
+	}
+	if right == 0 || len(r.conf.GetLearners()) > 0 {
+		return false // not frozen anywhere known yet; or learners to remove first (reconcile)
 	}
 	var missing, holding []uint64
 	for _, id := range r.conf.GetVoters() {
@@ -167,9 +184,10 @@ func (r *replica) maybeMerge(st raft.Status, sp partition.Span) bool {
 	}
 	patient := n.live.ticks-r.members.mergeSince < uint64(mergePatience*n.cfg.ElectionTicks)
 	if !frozen {
-		// This node's store does not hold the group to merge frozen
-		// (yet): past patience, the lease goes to a voter whose does.
-		if !patient && len(holding) > 0 && r.members.transferAt != n.live.ticks {
+		// This node's store does not hold the group to merge frozen: the
+		// lease goes to a voter whose does, at once if this one holds
+		// nothing of it, past patience if its own may still freeze.
+		if (!here || !patient) && len(holding) > 0 && r.members.transferAt != n.live.ticks {
 			r.members.transferAt, r.members.mergeSince = n.live.ticks, n.live.ticks
 			r.handOver(holding[0])
 			n.log.Warn("cluster: handing the lease over to a member that holds the group to merge", "node", n.cfg.ID, "group", r.group, "to", holding[0])
@@ -224,7 +242,6 @@ func (r *replica) applyFreeze(ctx context.Context, s *partition.Store) error {
 		return err
 	}
 	r.n.log.Info("cluster: range group frozen, to be merged", "node", r.n.cfg.ID, "group", r.group)
-	r.n.dropOrphans()
 	return nil
 }
 
@@ -250,12 +267,97 @@ func (r *replica) applyMerge(ctx context.Context, s *partition.Store, c command.
 // Group-0 messages about merges (docs/transport.md): a leader with a
 // frozen group to merge asks its voters' nodes whether their stores hold
 // it frozen (msgMergeCheck), and a node answers with those it does
-// (msgFrozenHere); the Context of both is (uvarint group, uvarint 0)
-// pairs, as the membership messages'.
+// (msgFrozenHere); a node with an orphan asks whether it was merged
+// (msgMergedCheck), and a node that merged it says so (msgMerged). The
+// Context of each is (uvarint group, uvarint group) pairs, as the
+// membership messages': the frozen group, and 0 or the group it is next
+// to.
 const (
-	msgMergeCheck = raftpb.MessageType_MsgTransferLeader
-	msgFrozenHere = raftpb.MessageType_MsgTimeoutNow
+	msgMergeCheck  = raftpb.MessageType_MsgTransferLeader
+	msgFrozenHere  = raftpb.MessageType_MsgTimeoutNow
+	msgMergedCheck = raftpb.MessageType_MsgSnapStatus
+	msgMerged      = raftpb.MessageType_MsgUnreachable
 )
+
+// appendOrphan appends an orphan to a msgMergedCheck's Context: uvarint
+// group, then the account, the table and the span's first PartitionKey,
+// each as uvarint length and bytes.
+func appendOrphan(dst []byte, group uint64, sp partition.Span) []byte {
+	dst = binary.AppendUvarint(dst, group)
+	for _, s := range []string{sp.Account, sp.Table, sp.LowPartitionKey} {
+		dst = binary.AppendUvarint(dst, uint64(len(s)))
+		dst = append(dst, s...)
+	}
+	return dst
+}
+
+// orphans decodes a msgMergedCheck's Context; false if it is malformed.
+func orphans(ctx []byte, fn func(group uint64, sp partition.Span)) bool {
+	for len(ctx) > 0 {
+		g, k := binary.Uvarint(ctx)
+		if k <= 0 {
+			return false
+		}
+		ctx = ctx[k:]
+		var sp partition.Span
+		for _, dst := range []*string{&sp.Account, &sp.Table, &sp.LowPartitionKey} {
+			l, k := binary.Uvarint(ctx)
+			if k <= 0 || l > uint64(len(ctx)-k) {
+				return false
+			}
+			*dst, ctx = string(ctx[k:k+int(l)]), ctx[k+int(l):]
+		}
+		fn(g, sp)
+	}
+	return true
+}
+
+// heardMergedCheck answers a peer's question about its orphans: those
+// this node merged, and those whose keys a group this node leads holds,
+// with its span settled (so the data the orphan keeps is needed nowhere).
+func (n *Node) heardMergedCheck(m *raftpb.Message) {
+	ok := orphans(m.GetContext(), func(group uint64, sp partition.Span) {
+		if n.holdsMerged(group, sp) {
+			n.live.merged.add(m.GetFrom(), group, 0)
+		}
+	})
+	if !ok {
+		n.log.Warn("cluster: a malformed merge question is ignored", "node", n.cfg.ID, "from", m.GetFrom())
+	}
+}
+
+// holdsMerged says whether group, merged away with a span that starts at
+// sp's key, was merged here, or its keys are held by a group this node
+// leads, ready, whose span is settled. It runs on the loop.
+func (n *Node) holdsMerged(group uint64, sp partition.Span) bool {
+	st := n.st()
+	if _, merged, err := st.MergedInto(group); err == nil && merged {
+		return true
+	}
+	if _, named := st.GroupTable(group); named || n.applied.Load() < group {
+		return false
+	}
+	tg, err := st.TableRangeFor(sp.Account, sp.Table, sp.LowPartitionKey)
+	if err != nil || tg.Group.ID == 0 || tg.Group.ID == group {
+		return false
+	}
+	r := n.replicas[tg.Group.ID]
+	if r == nil || !r.ready.Load() {
+		return false
+	}
+	w, _, own := r.spanDue()
+	return w == spanSettled && own.Contains(sp.LowPartitionKey)
+}
+
+// heardMerged drops the orphans a peer says it merged.
+func (n *Node) heardMerged(m *raftpb.Message) {
+	ok := memberPairs(m.GetContext(), func(group, _ uint64) {
+		n.hosts.add(hostChange{group: group, orphan: true})
+	})
+	if !ok {
+		n.log.Warn("cluster: a malformed merge answer is ignored", "node", n.cfg.ID, "from", m.GetFrom())
+	}
+}
 
 // heardMergeCheck answers a peer's question about frozen groups.
 func (n *Node) heardMergeCheck(m *raftpb.Message) {
@@ -270,14 +372,20 @@ func (n *Node) heardMergeCheck(m *raftpb.Message) {
 }
 
 // heardFrozenHere records a peer's word that its store holds groups
-// frozen: for good, since a frozen span stays frozen until merged.
+// frozen: for good, since a frozen span stays frozen until merged. A pair
+// that names a group this node leads, unasked, is a merge hint: the
+// peer's replica of that group ends where the frozen one starts.
 func (n *Node) heardFrozenHere(m *raftpb.Message) {
 	from := m.GetFrom()
-	ok := memberPairs(m.GetContext(), func(group, _ uint64) {
+	ok := memberPairs(m.GetContext(), func(group, into uint64) {
 		if n.live.frozen[from] == nil {
 			n.live.frozen[from] = map[uint64]bool{}
 		}
 		n.live.frozen[from][group] = true
+		if r := n.replicas[into]; into != 0 && r != nil {
+			n.live.mergeHints[into] = mergeHint{group: group, at: n.live.ticks}
+			r.quiesced.Store(false)
+		}
 	})
 	if !ok {
 		n.log.Warn("cluster: a malformed merge answer is ignored", "node", n.cfg.ID, "from", from)
@@ -292,15 +400,22 @@ func (n *Node) mergedAway(group uint64) error {
 	for _, groups := range n.live.frozen {
 		delete(groups, group)
 	}
+	for into, h := range n.live.mergeHints {
+		if h.group == group {
+			delete(n.live.mergeHints, into)
+		}
+	}
 	return n.dropGroup(group, errMoved(fmt.Sprintf("range group %d was merged into the range before it", group)))
 }
 
 // MergeTable merges the range of a table that starts at PartitionKey at
 // into the range before it, from the system group's ready leader, which
 // records the merge (the groups' logs then merge their spans). Both
-// ranges' groups should have their voters on the same nodes first
-// (SetGroupVoters): the merge waits until every member of the left group
-// holds the right one. A key where no range starts is ErrBadPlacement.
+// ranges' groups must have their members on the same nodes, as their
+// leaseholders report them, all voters (SetGroupVoters moves them): the
+// left group takes the right one's data where it is. A key where no
+// range starts, and ranges whose members are elsewhere, are
+// ErrBadPlacement.
 func (n *Node) MergeTable(ctx context.Context, account, table, at string) error {
 	ranges, err := n.st().TableRanges(account, table)
 	if err != nil {
@@ -314,6 +429,9 @@ func (n *Node) MergeTable(ctx context.Context, account, table, at string) error 
 		return fmt.Errorf("%w: no range of table %s starts at %q", ErrBadPlacement, table, at)
 	case i == 0:
 		return fmt.Errorf("%w: the first range of table %s has none before it to merge into", ErrBadPlacement, table)
+	}
+	if err := n.mergeable(ctx, ranges[i-1], ranges[i]); err != nil {
+		return err
 	}
 	_, err = n.Store().write(ctx, &command.Command{Kind: command.KindMergeRange, Account: account, Table: table, Group: ranges[i-1].Group.ID, Key: at}, 0)
 	return err
@@ -365,46 +483,34 @@ func (n *Node) forgetMergedInto(sp partition.Span) error {
 	return nil
 }
 
-// A frozen group's replica on a node that does not host the group its
-// keys go to (an orphan: the group's members were not all on the merging
-// group's nodes, or the merging group removed this node's member while
-// it waited) holds data no group of the node will take: a member of the
-// merging group added here later starts from a snapshot. The node drops
-// it, data and all, once it finds it frozen: as it applies the freeze or
-// the catalog's merge, as its member of the merging group retires, and
-// when it starts.
+// A replica of a group merged away on a node that does not host the
+// group its keys go to (an orphan: the merging group removed this node's
+// member while it waited, or the replica lagged behind the freeze while
+// its group was dropped elsewhere) holds data no group of the node will
+// take: a member of the merging group added here later starts from a
+// snapshot. Once a node of the merging group says the merge is made
+// there (msgMergedCheck, msgMerged), the node drops it, data and all;
+// not before, since until then its copy may be the one the merge is to
+// take.
 
-// dropOrphans queues the drop of the node's orphan frozen groups. It
-// runs where the store may be read: on the apply goroutine, or the loop.
-func (n *Node) dropOrphans() {
-	outside, err := n.st().OutsideCatalog()
-	if err != nil {
-		return
-	}
-	for _, g := range outside {
-		if g.Frozen && n.orphan(g) {
-			n.hosts.add(hostChange{group: g.Group, orphan: true})
-		}
-	}
-}
-
-// orphan says whether a frozen group's keys go, in the catalog, to a
-// group this node does not host.
+// orphan says whether a group merged away in the catalog has its keys
+// go to a group this node does not host.
 func (n *Node) orphan(g partition.GroupSpanOf) bool {
 	tg, err := n.st().TableRangeFor(g.Span.Account, g.Span.Table, g.Span.LowPartitionKey)
 	return err == nil && tg.Group.ID != 0 && tg.Group.ID != g.Group && n.group(tg.Group.ID) == nil
 }
 
-// dropOrphan drops an orphan frozen group, checked again on the loop
-// (which hosts groups): its replica, its raft log, its data and records.
+// dropOrphan drops an orphan that a node says was merged, checked again
+// on the loop (which hosts groups): its replica, its raft log, its data
+// and records.
 func (n *Node) dropOrphan(group uint64) error {
 	outside, err := n.st().OutsideCatalog()
 	if err != nil {
 		return err
 	}
 	i := slices.IndexFunc(outside, func(g partition.GroupSpanOf) bool { return g.Group == group })
-	if i < 0 || !outside[i].Frozen || !n.orphan(outside[i]) {
-		return nil
+	if i < 0 || n.applied.Load() < group || !n.orphan(outside[i]) {
+		return nil // merged here meanwhile, or its group came here
 	}
 	if r := n.replicas[group]; r != nil {
 		n.unhost(r, errMoved(fmt.Sprintf("range group %d was merged into the range before it", group)))
@@ -421,6 +527,123 @@ func (n *Node) dropOrphan(group uint64) error {
 	if err != nil {
 		return fmt.Errorf("cluster: drop orphan range group %d: %w", group, err)
 	}
-	n.log.Info("cluster: frozen range group dropped: the group that merges it is not here", "node", n.cfg.ID, "group", group)
+	n.log.Info("cluster: merged range group dropped: the group that merged it is not here", "node", n.cfg.ID, "group", group)
+	return nil
+}
+
+// mergeHint is a follower's word that it holds a frozen group next to a
+// group this node leads.
+type mergeHint struct {
+	group, at uint64
+}
+
+// mergeHint returns the frozen group a follower said lately that it holds
+// next to group (0 if none): hints older than two rounds of them are
+// stale.
+func (n *Node) mergeHint(group uint64) uint64 {
+	h, ok := n.live.mergeHints[group]
+	if !ok || n.live.ticks-h.at > 2*uint64(n.checkEveryTicks()) {
+		return 0
+	}
+	return h.group
+}
+
+// noteMerges tells the leaders of the groups this node hosts that end
+// where a frozen group it holds starts: a leader that does not hold the
+// frozen group itself learns of it so (merge hints), and hands its lease
+// to a member that does. For an orphan (a group merged away in the
+// catalog, frozen here or left behind before its freeze, whose keys go
+// to a group not hosted here), it asks the nodes the catalog names for
+// that group whether they merged it. It runs on the loop, every
+// checkEveryTicks ticks while the store holds a frozen group, ten times
+// less often otherwise.
+func (n *Node) noteMerges() {
+	outside, err := n.st().OutsideCatalog()
+	if err != nil {
+		return
+	}
+	asks := map[uint64][]byte{}
+	defer func() {
+		var out []*raftpb.Message
+		for node, ctx := range asks {
+			out = append(out, &raftpb.Message{Type: msgMergedCheck.Enum(), From: proto.Uint64(n.cfg.ID), To: proto.Uint64(node), Context: ctx})
+		}
+		if len(out) > 0 {
+			n.sendGroup(0, out)
+		}
+	}()
+	for _, g := range outside {
+		if n.applied.Load() < g.Group {
+			continue // a split's child the catalog here has not recorded yet
+		}
+		if tg, err := n.st().TableRangeFor(g.Span.Account, g.Span.Table, g.Span.LowPartitionKey); err == nil && n.orphan(g) {
+			for _, v := range tg.Group.Voters {
+				if v != n.cfg.ID {
+					asks[v] = appendOrphan(asks[v], g.Group, g.Span)
+				}
+			}
+		}
+		if !g.Frozen {
+			continue
+		}
+		for _, r := range n.replicaList {
+			sp, ok := n.groupSpan(r.group)
+			lead := transport.NodeOf(r.leader.Load())
+			if r.group != systemGroup && ok && sp.HighPartitionKey == g.Span.LowPartitionKey && sp.Account == g.Span.Account &&
+				strings.EqualFold(sp.Table, g.Span.Table) && lead != 0 && lead != n.cfg.ID {
+				n.live.frozenHere.add(lead, g.Group, r.group)
+			}
+		}
+	}
+}
+
+// forgetRetired drops what a node keeps of a group merged away whose
+// member here was retired before it froze: the tombstone in its raft
+// log (the group adds no member again once the catalog merged it, so
+// no raft id of it can come back) and its emptied span record. It runs
+// on the apply goroutine.
+func (n *Node) forgetRetired(group uint64) error {
+	if n.group(group) != nil || !n.cfg.Log.Group(group).Replica().Removed {
+		return nil
+	}
+	if frozen, err := n.st().GroupFrozen(group); err != nil || frozen {
+		return err // its data is the merge's (or an orphan's, dropped as such)
+	}
+	if err := n.cfg.Log.DeleteGroup(group); err != nil {
+		return fmt.Errorf("cluster: forget retired range group %d: %w", group, err)
+	}
+	if !n.st().SpanRecorded(group) {
+		return nil
+	}
+	return n.st().ForgetGroup(group)
+}
+
+// mergeable checks, from their leaseholders' reports, that two ranges'
+// groups have their members on the same nodes, all voters, as their
+// descriptors name them.
+func (n *Node) mergeable(ctx context.Context, left, right partition.TableGroup) error {
+	stats := n.ranges(ctx)
+	if n.cfg.RangeStats != nil {
+		stats = n.cfg.RangeStats(ctx)
+	}
+	report := func(g uint64) (RangeStatus, bool) {
+		i := slices.IndexFunc(stats, func(rs RangeStatus) bool { return rs.Group == g })
+		if i < 0 {
+			return RangeStatus{}, false
+		}
+		return stats[i], true
+	}
+	l, lok := report(left.Group.ID)
+	r, rok := report(right.Group.ID)
+	switch {
+	case !lok || !rok:
+		return fmt.Errorf("%w: no leaseholder reports range group %d or %d: ask again", ErrBadPlacement, left.Group.ID, right.Group.ID)
+	case !sameNodes(left.Group.Voters, right.Group.Voters):
+		return fmt.Errorf("%w: range group %d is named on nodes %v, the range before it on %v: move it there first",
+			ErrBadPlacement, right.Group.ID, right.Group.Voters, left.Group.Voters)
+	case !sameNodes(l.Members, left.Group.Voters) || !sameNodes(r.Members, right.Group.Voters) || len(l.Learners)+len(r.Learners) > 0:
+		return fmt.Errorf("%w: the members of range groups %d (%v) and %d (%v) are still moving to nodes %v: ask again",
+			ErrBadPlacement, left.Group.ID, l.Members, right.Group.ID, r.Members, left.Group.Voters)
+	}
 	return nil
 }

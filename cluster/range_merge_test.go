@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -27,10 +28,20 @@ func (c *testCluster) mergeVia(table, at string) {
 // the merged group is neither hosted nor logged on any node.
 func (c *testCluster) waitMerged(table string, starts []string, merged uint64, timeout time.Duration) []partition.TableGroup {
 	c.t.Helper()
+	return c.waitMergedOn(table, starts, merged, nil, timeout)
+}
+
+// waitMergedOn is waitMerged for the group's log on nodes (every
+// running one when nil).
+func (c *testCluster) waitMergedOn(table string, starts []string, merged uint64, nodes []uint64, timeout time.Duration) []partition.TableGroup {
+	c.t.Helper()
 	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
 		ranges, ok := c.splitDone(table, starts)
 		var left []uint64
 		for _, tn := range c.nodes {
+			if nodes != nil && !slices.Contains(nodes, tn.id) {
+				continue
+			}
 			if tn.node.group(merged) != nil || !tn.rlog.Group(merged).Empty() {
 				left = append(left, tn.id)
 			}
@@ -49,11 +60,11 @@ func (c *testCluster) waitMerged(table string, starts []string, merged uint64, t
 // right range's keys to the left group, the right group freezes, and the
 // left one takes its span; the right group's raft log is gone from every
 // node, every write acknowledged is read where it was, and a query walks
-// the merged range. Then a range whose group is on other nodes than the
-// left one's: the left group's member that does not hold the frozen
-// group is removed, the merge goes on without it, and the member comes
-// back with the merged span from a snapshot; the node outside the left
-// group drops its frozen member of the right one, data and all. A
+// the merged range. A range whose group is named on other nodes than
+// the left one's is not merged. Back on the left group's nodes, one of
+// them down, it is: the left group removes that member after its
+// patience, merges without it, and gets it back from a snapshot of the
+// merged span, the node dropping what it kept of the right group. A
 // restart of the whole cluster keeps it all.
 func TestRangeGroupMerges(t *testing.T) {
 	c := &testCluster{t: t, net: newSimNet(71), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
@@ -119,7 +130,7 @@ func TestRangeGroupMerges(t *testing.T) {
 	check("after the first merge")
 	c.convergeMembers(left.ID, left.Voters, 10*time.Second)
 
-	// A range whose group moves to the node the left group lacks.
+	// A range whose group is named elsewhere is not merged.
 	c.splitVia("pairs", "p30")
 	ranges = c.waitSplit("pairs", []string{"", "p30"}, 20*time.Second)
 	right = ranges[1].Group.ID
@@ -132,31 +143,40 @@ func TestRangeGroupMerges(t *testing.T) {
 	ld := c.groupLeader(left.ID, 10*time.Second)
 	for _, v := range left.Voters {
 		if v != ld.id {
-			gone = v // the left group's member without the right group
+			gone = v // the left group's member that will be away
 		}
 	}
-	moved := []uint64{outside}
-	for _, v := range left.Voters {
-		if v != gone {
-			moved = append(moved, v)
-		}
+	elsewhere := []uint64{outside, ld.id, gone}
+	c.setVotersOf(right, elsewhere)
+	c.waitMembers(right, elsewhere, 20*time.Second)
+	if err := c.leader(10*time.Second).node.MergeTable(context.Background(), acct, "pairs", "p30"); !errors.Is(err, ErrBadPlacement) {
+		t.Fatalf("a merge of a range whose group is elsewhere: %v, want ErrBadPlacement", err)
 	}
-	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
-		return struct{}{}, s.n.SetGroupVoters(context.Background(), right, moved)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitMembers(right, moved, 20*time.Second)
+	// Back on the left group's nodes, it merges while one of them is
+	// down: the left group removes that member, merges without it, and
+	// gets it back from a snapshot of the merged span.
+	c.setVotersOf(right, left.Voters)
+	c.waitMembers(right, left.Voters, 20*time.Second)
 	write("p35", 35)
 	write("p05", 5)
+	disk := c.nodes[gone].fs
+	c.stop(gone)
 	c.mergeVia("pairs", "p30")
-	// The node outside the left group drops its frozen member of the
-	// right one, and its data: no group of it takes them.
-	ranges = c.waitMerged("pairs", []string{""}, right, 30*time.Second)
-	c.waitRetiredSpan(outside, right, partition.Span{Account: acct, Table: "pairs", LowPartitionKey: "p30"}, 10*time.Second)
-	c.waitMembers(left.ID, left.Voters, 20*time.Second)
+	running := func() []uint64 {
+		var ids []uint64
+		for id := range c.nodes {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	c.waitMergedOn("pairs", []string{""}, right, running(), 30*time.Second)
 	write("p36", 36)
+	c.start(gone, disk)
+	ranges = c.waitMerged("pairs", []string{""}, right, 30*time.Second)
+	c.waitMembers(left.ID, left.Voters, 20*time.Second)
+	write("p37", 37)
 	check("after a merge without one member")
+	c.convergeMembers(left.ID, left.Voters, 10*time.Second)
 	if sp, ok, err := c.nodes[gone].node.st().GroupSpan(left.ID); err != nil || !ok || sp != ranges[0].Span() {
 		t.Fatalf("node %d, back in the left group, holds its span as %+v, %v, %v; want %+v", gone, sp, ok, err, ranges[0].Span())
 	}
@@ -165,4 +185,89 @@ func TestRangeGroupMerges(t *testing.T) {
 	c.waitSplit("pairs", []string{""}, 20*time.Second)
 	write("p25", 2500)
 	check("after a restart")
+}
+
+// TestPlacementMergesColdRanges leaves a table's two ranges cold, the
+// right one's group on other nodes than the left one's: the placement
+// controller names the left group's nodes for the right group, waits
+// for its members to move, and merges the ranges; every entity stays,
+// and nothing of the right group stays anywhere.
+func TestPlacementMergesColdRanges(t *testing.T) {
+	c := &testCluster{t: t, net: newSimNet(73), nodes: map[uint64]*testNode{}, rangeGroups: true,
+		placementInterval: 20 * time.Millisecond, deadAfter: time.Minute, mergeAfter: 300 * time.Millisecond}
+	c.startAll(4)
+	createVia(c, "cold")
+	for i := range 20 {
+		upsertVia(c, "cold", fmt.Sprintf("p%02d", i), "r", i)
+	}
+	left := c.tableGroup("cold")
+	c.splitVia("cold", "p10")
+	right := c.waitSplit("cold", []string{"", "p10"}, 20*time.Second)[1].Group
+	var outside uint64
+	for _, id := range c.peers {
+		if !left.Has(id) {
+			outside = id
+		}
+	}
+	moved := []uint64{outside, left.Voters[0], left.Voters[1]}
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.n.SetGroupVoters(context.Background(), right.ID, moved)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ranges := c.waitMerged("cold", []string{""}, right.ID, 30*time.Second)
+	if ranges[0].Group.ID != left.ID {
+		t.Fatalf("the merged range: %+v; want group %d", ranges[0], left.ID)
+	}
+	// The balance may move the groups meanwhile: the nodes the merged
+	// group is not on hold nothing of the table.
+	merged := c.waitMembers(left.ID, ranges[0].Group.Voters, 20*time.Second).node.group(left.ID).voterNodes()
+	for _, id := range c.peers {
+		if !slices.Contains(merged, id) {
+			c.waitRetired(id, left.ID, "cold", 10*time.Second)
+		}
+	}
+	for i := range 20 {
+		if e, err := readVia(c, "cold", fmt.Sprintf("p%02d", i), "r"); err != nil || entityN(t, e) != i {
+			t.Fatalf("p%02d after the merge: %+v, %v", i, e, err)
+		}
+	}
+}
+
+// setVotersOf names the voters of range group g.
+func (c *testCluster) setVotersOf(g uint64, voters []uint64) {
+	c.t.Helper()
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.n.SetGroupVoters(context.Background(), g, voters)
+	}); err != nil {
+		c.t.Fatalf("set the voters of group %d to %v: %v", g, voters, err)
+	}
+}
+
+// TestOrphanQuestionDecodes round-trips the Context of a question about
+// orphans and refuses a cut or overlong one without reading past it.
+func TestOrphanQuestionDecodes(t *testing.T) {
+	in := []partition.Span{{Account: "a", Table: "T", LowPartitionKey: "q"}, {Account: acct, Table: "other", LowPartitionKey: "\x00é"}}
+	var ctx []byte
+	for i, sp := range in {
+		ctx = appendOrphan(ctx, uint64(7+i), sp)
+	}
+	var got []partition.Span
+	if !orphans(ctx, func(group uint64, sp partition.Span) {
+		if group != uint64(7+len(got)) {
+			t.Errorf("orphan %d: group %d", len(got), group)
+		}
+		got = append(got, sp)
+	}) || !slices.Equal(got, in) {
+		t.Fatalf("decoded %+v, want %+v", got, in)
+	}
+	for cut := 1; cut < len(ctx); cut++ {
+		n := 0
+		if orphans(ctx[:cut], func(uint64, partition.Span) { n++ }) && n != 1 {
+			t.Errorf("a Context cut at %d of %d decoded as whole (%d orphans)", cut, len(ctx), n)
+		}
+	}
+	if orphans([]byte{7, 200, 1, 'a'}, func(uint64, partition.Span) {}) {
+		t.Error("a length past the end decoded")
+	}
 }

@@ -3,6 +3,7 @@ package partition
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -23,14 +24,20 @@ import (
 // table, which must start at PartitionKey at, to group: that range's
 // descriptor goes, so routing sends its keys to group. A cluster's
 // system group applies it to record a merge; the groups' own logs carry
-// the merge of their spans (FreezeGroupSpan, MergeGroupSpan). A table
+// the merge of their spans (FreezeGroupSpan, MergeGroupSpan), which
+// needs the right group's data on the left group's nodes. A table
 // without that group is TableNotFound; a key that is not where the next
-// range starts is InvalidInput.
+// range starts, or two ranges whose descriptors name different nodes, is
+// InvalidInput.
 func (s *Store) MergeTableRange(ctx context.Context, account, name string, group uint64, at string) error {
 	var gone uint64
 	err := s.editGroups(ctx, account, name, group, func(gs []RangeGroup, i int) ([]RangeGroup, error) {
 		if i+1 == len(gs) || gs[i+1].Start != at {
 			return nil, serviceErrorf(CodeInvalidInput, "The merge is not valid.", "(no range starts at %q after group %d's)", at, group)
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(gs[i].Voters)), slices.Sorted(slices.Values(gs[i+1].Voters))) {
+			return nil, serviceErrorf(CodeInvalidInput, "The merge is not valid.", "(group %d is named on nodes %v, group %d on %v)",
+				group, gs[i].Voters, gs[i+1].ID, gs[i+1].Voters)
 		}
 		gone = gs[i+1].ID
 		return slices.Delete(gs, i+1, i+2), nil
@@ -68,7 +75,7 @@ func (s *Store) FreezeGroupSpan(ctx context.Context, group uint64) error {
 		return fmt.Errorf("partition: freeze the span of group %d: %w", group, err)
 	}
 	s.spans.Store(group, g)
-	return nil
+	return s.countFrozen()
 }
 
 // GroupFrozen says whether range group group's span is frozen here.
@@ -81,8 +88,8 @@ func (s *Store) GroupFrozen(group uint64) (bool, error) {
 // group right, which starts at PartitionKey at, where left's ends: the
 // apply of the merge command in left's log (ctx's Stamp names it), in
 // the batch of left's applied index, synced, since the caller drops
-// right's raft log next. Right's span record and applied index go; no
-// entity moves. A right group that is not frozen here, not of left's
+// right's raft log next. Right's span record and applied index go, and
+// a record that left took right stays (MergedInto); no entity moves. A right group that is not frozen here, not of left's
 // table, or does not start at at, is ErrMergeUnready, which a replica
 // must not go on from: it lacks the frozen group's data.
 func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at string) error {
@@ -111,13 +118,29 @@ func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at strin
 	setGroupSpan(b, left, l)
 	b.Delete(groupMetaKey(metaGroupSpan, right))
 	b.Delete(groupMetaKey(metaGroupApplied, right))
+	b.Set(groupMetaKey(metaMerged, right), appendUint64(nil, left))
 	s.writeOptions(ctx, b)
 	if err := s.db.Apply(b, s.syncWO); err != nil {
 		return fmt.Errorf("partition: merge group %d into group %d: %w", right, left, err)
 	}
 	s.spans.Store(left, l)
 	s.spans.Delete(right)
-	return nil
+	return s.countFrozen()
+}
+
+// MergedInto returns the group that took merged group group's span on
+// this store (ok false if none did here).
+func (s *Store) MergedInto(group uint64) (into uint64, ok bool, err error) {
+	v, err := s.db.Get(groupMetaKey(metaMerged, group))
+	switch {
+	case errors.Is(err, lsm.ErrNotFound):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("partition: read the merge of group %d: %w", group, err)
+	case len(v) != 8:
+		return 0, false, fmt.Errorf("partition: merge record of group %d: %d bytes: %w", group, len(v), lsm.ErrCorruption)
+	}
+	return binary.BigEndian.Uint64(v), true, nil
 }
 
 // ForgetGroup drops the span record and the applied index of a range
@@ -131,7 +154,7 @@ func (s *Store) ForgetGroup(group uint64) error {
 		return fmt.Errorf("partition: forget group %d: %w", group, err)
 	}
 	s.spans.Delete(group)
-	return nil
+	return s.countFrozen()
 }
 
 // ErrMergeUnready is wrapped by MergeGroupSpan's refusal of a group that
@@ -145,24 +168,64 @@ type GroupSpanOf struct {
 	Frozen bool
 }
 
+// SpanRecorded says whether range group group's span is recorded here:
+// a group started by a split, or given a snapshot; not a range the
+// catalog names that no log here has started.
+func (s *Store) SpanRecorded(group uint64) bool {
+	if _, ok := s.spans.Load(group); ok {
+		return true
+	}
+	_, err := s.db.Get(groupMetaKey(metaGroupSpan, group))
+	return err == nil
+}
+
+// MergeThresholds returns when two neighbouring ranges are cold enough to
+// merge, as the store merges its own range partitions: below this many
+// reads and writes a second each, and together smaller than this many
+// bytes (Options.SplitOpsPerSecond/10, Options.MergeBytes).
+func (s *Store) MergeThresholds() (opsPerSecond float64, bytes int64) {
+	return s.opts.SplitOpsPerSecond / 10, s.opts.MergeBytes
+}
+
+// HasFrozen says whether the store holds a frozen span.
+func (s *Store) HasFrozen() bool { return s.frozenSpans.Load() > 0 }
+
+// countFrozen counts the frozen span records again.
+func (s *Store) countFrozen() error {
+	var n int64
+	err := s.scanGroupSpans(func(_ uint64, g groupSpan) error {
+		if g.frozen {
+			n++
+		}
+		return nil
+	})
+	s.frozenSpans.Store(n)
+	return err
+}
+
+// scanGroupSpans hands fn every span record, by group.
+func (s *Store) scanGroupSpans(fn func(group uint64, g groupSpan) error) error {
+	lo := groupMetaKey(metaGroupSpan, 0)
+	return s.scan(lo, []byte{nsMeta, metaGroupSpan + 1}, func(k, v []byte) error {
+		if len(k) != len(lo) {
+			return fmt.Errorf("partition: span record key %x: %w", k, lsm.ErrCorruption)
+		}
+		g, err := decodeGroupSpan(v)
+		if err != nil {
+			return err
+		}
+		return fn(binary.BigEndian.Uint64(k[2:]), g)
+	})
+}
+
 // OutsideCatalog lists the range groups whose span this store records,
 // of a live table, that its catalog no longer names: merged away
 // (MergeTableRange), their span not taken yet by the group before them.
 // A group whose span a split gives it before the catalog names it is
 // listed too, until the system group's record of the split is applied.
 func (s *Store) OutsideCatalog() ([]GroupSpanOf, error) {
-	lo := groupMetaKey(metaGroupSpan, 0)
-	hi := []byte{nsMeta, metaGroupSpan + 1}
 	var out []GroupSpanOf
-	err := s.scan(lo, hi, func(k, v []byte) error {
-		if len(k) != len(lo) {
-			return fmt.Errorf("partition: span record key %x: %w", k, lsm.ErrCorruption)
-		}
-		group := binary.BigEndian.Uint64(k[2:])
-		g, err := decodeGroupSpan(v)
-		if err != nil {
-			return err
-		}
+	err := s.scanGroupSpans(func(group uint64, g groupSpan) error {
 		t, err := s.lookupTable(g.span.Account, g.span.Table)
 		if err != nil || t.id != g.tableID {
 			return nil // of a dropped table

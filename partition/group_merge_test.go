@@ -42,6 +42,15 @@ func TestGroupMerge(t *testing.T) {
 	if err := e.s.MergeTableRange(ctx, acct, "Halves", 9, "m"); !IsCode(err, CodeInvalidInput) {
 		t.Errorf("a merge of the last range: %v, want InvalidInput", err)
 	}
+	if err := e.s.SetGroupVoters(ctx, acct, "Halves", 9, []uint64{2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.MergeTableRange(ctx, acct, "Halves", 5, "m"); !IsCode(err, CodeInvalidInput) {
+		t.Errorf("a merge of ranges named on different nodes: %v, want InvalidInput", err)
+	}
+	if err := e.s.SetGroupVoters(ctx, acct, "Halves", 9, []uint64{1}); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.s.MergeTableRange(ctx, acct, "Halves", 5, "m"); err != nil {
 		t.Fatal(err)
 	}

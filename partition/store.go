@@ -80,6 +80,10 @@ type Store struct {
 	groups  sync.Map
 	spans   sync.Map
 	deleted atomic.Pointer[map[uint64]struct{}]
+	// frozenSpans counts the frozen span records, counted again whenever
+	// one may have changed (group_merge.go): a cluster looks for frozen
+	// groups only when there are some.
+	frozenSpans atomic.Int64
 
 	// Maintenance state, owned by maintain (maintMu keeps a test's manual
 	// ticks from overlapping the goroutine's).
@@ -146,6 +150,9 @@ func open(dir string, opts *Options, tune tuning) (*Store, error) {
 		// Before anything is served: a span ingest cut by a crash after
 		// its stream checked out is finished, so no read sees half of it.
 		err = s.finishSpanIngests()
+	}
+	if err == nil {
+		err = s.countFrozen()
 	}
 	if err != nil {
 		return nil, errors.Join(err, db.Close())

@@ -52,6 +52,7 @@ type clusterFlags struct {
 	logKeep, syncEvery     uint64
 	rangeGroups            bool
 	deadAfter, placeEvery  time.Duration
+	mergeAfter             time.Duration
 }
 
 func (cf *clusterFlags) register(fs *flag.FlagSet) {
@@ -62,6 +63,7 @@ func (cf *clusterFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&cf.syncEvery, "raft-sync-every", 4096, "cluster mode: commands applied between syncs of the store, after which the raft log below them may go")
 	fs.BoolVar(&cf.rangeGroups, "range-groups", false, "cluster mode, experimental: give every table created while this node leads a raft group of its own on up to three nodes, instead of replicating its entities in the one system group (docs/cluster.md)")
 	fs.DurationVar(&cf.deadAfter, "dead-after", 5*time.Minute, "cluster mode: how long a node goes unheard before the system group's leader moves its range groups' members to other nodes")
+	fs.DurationVar(&cf.mergeAfter, "merge-after", 10*time.Minute, "cluster mode: how long two neighbouring ranges stay cold before the placement controller merges them (negative: never)")
 	fs.DurationVar(&cf.placeEvery, "placement-interval", time.Second, "cluster mode: how often the system group's leader looks for range groups to move (dead or draining nodes, groups short of three, an uneven spread); 0 turns it off")
 	fs.Var(&cf.routes, "peer", "cluster mode: reach node ID at ADDR instead of its --join address (ID=ADDR, repeatable): through a proxy, a tunnel, or a test's cuttable link")
 }
@@ -352,7 +354,7 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 	node, err = cluster.NewNode(cluster.Config{ID: self, Peers: slices.Sorted(maps.Keys(plan.founders)), Join: joining,
 		Members: members, Store: store, DataDir: plan.dir,
 		Log: rlog, Transport: c.tr, Logger: log, OnReady: onReady, LogRetention: cf.logKeep, SyncEvery: cf.syncEvery,
-		RangeGroups: cf.rangeGroups, DeadAfter: cf.deadAfter, PlacementInterval: placementInterval(cf.placeEvery),
+		RangeGroups: cf.rangeGroups, DeadAfter: cf.deadAfter, MergeAfter: cf.mergeAfter, PlacementInterval: placementInterval(cf.placeEvery),
 		OnMember: func(id uint64, addr string) {
 			if addr != "" && id != self {
 				c.tr.SetPeer(id, plan.route(id, addr))
@@ -472,7 +474,9 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 		case "move":
 			return moveTable(args[1:], stdout, stderr)
 		case "split":
-			return splitTable(args[1:], stdout, stderr)
+			return reshapeTable("split", args[1:], stdout, stderr)
+		case "merge":
+			return reshapeTable("merge", args[1:], stdout, stderr)
 		}
 	}
 	if len(args) == 0 || args[0] != "status" {
@@ -480,7 +484,8 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
        tabula cluster decommission --node HOST:PORT --id N [--drain-timeout D] [--cluster-secret S]
        tabula cluster transfer-lease --node HOST:PORT --table NAME --to N [--at PARTITIONKEY] [--account A] [--cluster-secret S]
        tabula cluster move --node HOST:PORT --table NAME --voters N,N,N [--at PARTITIONKEY] [--account A] [--cluster-secret S]
-       tabula cluster split --node HOST:PORT --table NAME --at PARTITIONKEY [--account A] [--cluster-secret S]`)
+       tabula cluster split --node HOST:PORT --table NAME --at PARTITIONKEY [--account A] [--cluster-secret S]
+       tabula cluster merge --node HOST:PORT --table NAME --at PARTITIONKEY [--account A] [--cluster-secret S]`)
 		return 2
 	}
 	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
@@ -731,37 +736,47 @@ func moveTable(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// splitTable splits the range of a table that holds a PartitionKey at
-// it: the keys from it on get a range, and a range group, of their own,
-// on the same nodes. It waits until a leaseholder reports that range.
-func splitTable(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("cluster split", "usage: tabula cluster split --node HOST:PORT --table NAME --at PARTITIONKEY [--account A] [--cluster-secret S]", stderr)
+// reshapeTable splits the range of a table that holds a PartitionKey at
+// it (kind "split": the keys from it on get a range, and a range group,
+// of their own, on the same nodes), or merges the range that starts
+// there into the one before it (kind "merge"). It waits until the
+// leaseholders report the new ranges.
+func reshapeTable(kind string, args []string, stdout, stderr io.Writer) int {
+	usage := "usage: tabula cluster " + kind + " --node HOST:PORT --table NAME --at PARTITIONKEY [--account A] [--cluster-secret S]"
+	fs := newFlags("cluster "+kind, usage, stderr)
 	nodeAddr := fs.String("node", "", "the internal address of any node")
-	table := fs.String("table", "", "the table whose range splits")
+	table := fs.String("table", "", "the table whose range "+kind+"s")
 	account := fs.String("account", auth.DevAccountName, "the table's account")
-	at := fs.String("at", "", "the PartitionKey the new range starts at")
-	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the new range's group")
+	at := fs.String("at", "", "the PartitionKey the range to "+kind+" starts at")
+	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the leaseholders to report it")
 	secretFlag := fs.String("cluster-secret", "", "the cluster secret (default $"+secretEnv+")")
 	if !parseArgs(fs, args, 0) {
 		return 2
 	}
 	secret := operatorSecret(*secretFlag)
 	if *nodeAddr == "" || *table == "" || *at == "" || len(secret) == 0 {
-		fmt.Fprintln(stderr, "tabula cluster split: --node, --table, --at and the cluster secret are needed")
+		fmt.Fprintf(stderr, "tabula cluster %s: --node, --table, --at and the cluster secret are needed\n", kind)
 		return 2
 	}
 	q := url.Values{"account": {*account}, "table": {*table}, "at": {*at}}
-	if _, err := askCluster(http.MethodPost, *nodeAddr, "/cluster/split?"+q.Encode(), "placement", secret); err != nil {
-		fmt.Fprintf(stderr, "tabula cluster split: %v\n", err)
+	if _, err := askCluster(http.MethodPost, *nodeAddr, "/cluster/"+kind+"?"+q.Encode(), "placement", secret); err != nil {
+		fmt.Fprintf(stderr, "tabula cluster %s: %v\n", kind, err)
 		return 1
 	}
 	for deadline := time.Now().Add(*timeout); ; time.Sleep(250 * time.Millisecond) {
-		if r, ok := tableRangeAt(*nodeAddr, *account, *table, *at, secret); ok {
+		switch r, ok := tableRangeAt(*nodeAddr, *account, *table, *at, secret); {
+		case kind == "split" && ok:
 			fmt.Fprintf(stdout, "%s/%s splits at %q: range group %d on nodes %s\n", *account, *table, *at, r.Group, nodeList(r.Members))
 			return 0
+		case kind == "merge" && !ok:
+			if r, ok := tableRangeHolding(*nodeAddr, *account, *table, *at, secret); ok {
+				fmt.Fprintf(stdout, "%s/%s merges at %q: range group %d on nodes %s holds [%q, %q)\n", *account, *table, *at, r.Group,
+					nodeList(r.Members), r.StartPartitionKey, r.EndPartitionKey)
+				return 0
+			}
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(stderr, "tabula cluster split: no leaseholder reports a range of %s at %q after %v\n", *table, *at, *timeout)
+			fmt.Fprintf(stderr, "tabula cluster %s: the leaseholders do not report the %s of %s at %q after %v\n", kind, kind, *table, *at, *timeout)
 			return 1
 		}
 	}
@@ -778,6 +793,15 @@ func groupRange(addr string, group uint64, secret []byte) (cluster.RangeStatus, 
 func tableRangeAt(addr, account, table, start string, secret []byte) (cluster.RangeStatus, bool) {
 	return findRange(addr, secret, func(r cluster.RangeStatus) bool {
 		return r.Account == account && strings.EqualFold(r.Table, table) && r.StartPartitionKey == start
+	})
+}
+
+// tableRangeHolding returns the range of a table that holds PartitionKey
+// pk, as its leaseholder reports it.
+func tableRangeHolding(addr, account, table, pk string, secret []byte) (cluster.RangeStatus, bool) {
+	return findRange(addr, secret, func(r cluster.RangeStatus) bool {
+		return r.Account == account && strings.EqualFold(r.Table, table) && r.StartPartitionKey <= pk &&
+			(r.EndPartitionKey == "" || pk < r.EndPartitionKey)
 	})
 }
 

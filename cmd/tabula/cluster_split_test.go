@@ -19,8 +19,9 @@ import (
 // reads every entity through every node, its pager following the
 // continuation at the ranges' boundary; inserts, point reads and a batch
 // reach the range that holds their key through any node; `cluster
-// status` lists both ranges; and the new range's leaseholder killed with
-// SIGKILL under writes loses nothing acknowledged.
+// status` lists both ranges; the new range's leaseholder killed with
+// SIGKILL under writes loses nothing acknowledged; and `tabula cluster
+// merge` under writes gives the range back, nothing lost.
 func TestClusterSplits(t *testing.T) {
 	c := startProcCluster(t, 3, "--range-groups", "--placement-interval", "0")
 	ctx := context.Background()
@@ -164,4 +165,30 @@ func TestClusterSplits(t *testing.T) {
 	}
 	c.start(victim, testSecret)
 	check("after the new range's leaseholder was killed")
+
+	// `cluster merge` gives the range back to the first one's group,
+	// under writes through every node.
+	out.Reset()
+	done := make(chan int)
+	go func() {
+		done <- run([]string{"cluster", "merge", "--node", c.nodeAddrs[victim], "--table", "halves", "--at", "p30",
+			"--cluster-secret", testSecret}, &out, &errOut)
+	}()
+	for i := range 20 {
+		upsert(i%3, fmt.Sprintf("p%02d", 59-i), 300+i)
+	}
+	if code := <-done; code != 0 || !strings.Contains(out.String(), `merges at "p30"`) {
+		t.Fatalf("cluster merge: %d %s %s", code, out.String(), errOut.String())
+	}
+	for i := range 20 {
+		upsert(i%3, fmt.Sprintf("p%02d", 40+i), 400+i)
+	}
+	check("after the merge")
+	out.Reset()
+	if code := run([]string{"cluster", "status", "--node", c.nodeAddrs[0], "--cluster-secret", testSecret}, &out, &errOut); code != 0 {
+		t.Fatalf("cluster status: %d %s", code, errOut.String())
+	}
+	if strings.Count(out.String(), "devstoreaccount1/halves") != 1 {
+		t.Fatalf("cluster status does not list one range after the merge:\n%s", out.String())
+	}
 }

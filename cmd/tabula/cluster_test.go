@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -26,14 +27,24 @@ import (
 const testSecret = "a-cluster-secret-for-tests"
 
 // freeAddrs returns n loopback addresses nothing listens on now.
+//
+// The ports are drawn below Linux's ephemeral range (32768 and up), which
+// a listener on port 0 and every outgoing connection draw from: the
+// processes bind them after this closes its listeners, and a port of that
+// range could be taken meanwhile by a test running in parallel (it
+// happened: "address already in use"). Below it, only another draw like
+// this one could take it.
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var out []string
 	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(out) < n; tries++ {
+		if tries == 1000 {
+			t.Fatal("no free port below the ephemeral range in 1000 draws")
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
 		if err != nil {
-			t.Fatal(err)
+			continue // taken
 		}
 		lns = append(lns, ln)
 		out = append(out, ln.Addr().String())
