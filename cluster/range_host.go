@@ -338,7 +338,9 @@ func (n *Node) awaitTableGroup(ctx context.Context, account, table string) {
 // its leader's first message comes, which brings it a span snapshot. It
 // returns the host changes to make once the store is switched: the
 // groups hosted whose table the snapshot no longer has (dropped while
-// the node was behind).
+// the node was behind). Groups the snapshot's catalog merged away are
+// carried too if hosted here, or frozen here (their data is the merge's);
+// the leader's own records of such groups are dropped.
 // It runs on the apply goroutine, so no range group applies meanwhile,
 // and before the switch, so a crash leaves the old store in use.
 func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error) {
@@ -383,12 +385,30 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 			return nil, err
 		}
 	}
+	// The groups the snapshot's catalog no longer names whose span this
+	// node holds are carried too: those hosted, and the frozen ones
+	// (a member retired after the freeze keeps its data for the merge).
+	oldOutside, err := old.OutsideCatalog()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
+	}
+	candidates := map[uint64]bool{}
 	for id, ok := range hosted {
-		if _, named := next.GroupTable(id); ok && !named {
-			if sp, ok, err := old.GroupSpan(id); err == nil && ok {
-				if _, err := next.TableRangeFor(sp.Account, sp.Table, sp.LowPartitionKey); err == nil {
-					carry = append(carry, id)
-				}
+		candidates[id] = ok
+	}
+	for _, g := range oldOutside {
+		candidates[g.Group] = candidates[g.Group] || g.Frozen
+	}
+	for id, ok := range candidates {
+		if _, named := next.GroupTable(id); named || !ok || slices.Contains(carry, id) {
+			continue
+		}
+		// Of the same table: its first range's group is the index of
+		// its creation, which came before the group's (not a table of
+		// the name created again).
+		if sp, ok, err := old.GroupSpan(id); err == nil && ok {
+			if rs, err := next.TableRanges(sp.Account, sp.Table); err == nil && len(rs) > 0 && rs[0].Group.ID <= id {
+				carry = append(carry, id)
 			}
 		}
 	}

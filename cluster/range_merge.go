@@ -313,11 +313,13 @@ func orphans(ctx []byte, fn func(group uint64, sp partition.Span)) bool {
 }
 
 // heardMergedCheck answers a peer's question about its orphans: those
-// this node merged, and those whose keys a group this node leads holds,
-// with its span settled (so the data the orphan keeps is needed nowhere).
+// whose keys a group this node leads holds, with its span settled, and
+// of which the peer is no member (so the data the orphan keeps is needed
+// nowhere: the merge is applied here, and a member the group adds the
+// peer as later starts from a snapshot at or past its addition).
 func (n *Node) heardMergedCheck(m *raftpb.Message) {
 	ok := orphans(m.GetContext(), func(group uint64, sp partition.Span) {
-		if n.holdsMerged(group, sp) {
+		if n.holdsMerged(group, sp, m.GetFrom()) {
 			n.live.merged.add(m.GetFrom(), group, 0)
 		}
 	})
@@ -327,13 +329,10 @@ func (n *Node) heardMergedCheck(m *raftpb.Message) {
 }
 
 // holdsMerged says whether group, merged away with a span that starts at
-// sp's key, was merged here, or its keys are held by a group this node
-// leads, ready, whose span is settled. It runs on the loop.
-func (n *Node) holdsMerged(group uint64, sp partition.Span) bool {
+// sp's key, has its keys held by a group this node leads, ready, whose
+// span is settled, and of which node is no member. It runs on the loop.
+func (n *Node) holdsMerged(group uint64, sp partition.Span, node uint64) bool {
 	st := n.st()
-	if _, merged, err := st.MergedInto(group); err == nil && merged {
-		return true
-	}
 	if _, named := st.GroupTable(group); named || n.applied.Load() < group {
 		return false
 	}
@@ -342,7 +341,7 @@ func (n *Node) holdsMerged(group uint64, sp partition.Span) bool {
 		return false
 	}
 	r := n.replicas[tg.Group.ID]
-	if r == nil || !r.ready.Load() {
+	if r == nil || !r.ready.Load() || memberOf(r.conf, node) != 0 {
 		return false
 	}
 	w, _, own := r.spanDue()
@@ -487,11 +486,11 @@ func (n *Node) forgetMergedInto(sp partition.Span) error {
 // group its keys go to (an orphan: the merging group removed this node's
 // member while it waited, or the replica lagged behind the freeze while
 // its group was dropped elsewhere) holds data no group of the node will
-// take: a member of the merging group added here later starts from a
-// snapshot. Once a node of the merging group says the merge is made
-// there (msgMergedCheck, msgMerged), the node drops it, data and all;
-// not before, since until then its copy may be the one the merge is to
-// take.
+// take. Once that group's leader says it has made the merge and counts
+// no member on this node (msgMergedCheck, msgMerged), the node drops it,
+// data and all: a member the group adds here later starts from a
+// snapshot at or past its addition, so past the merge. Not before: until
+// then its copy may be the one the merge takes.
 
 // orphan says whether a group merged away in the catalog has its keys
 // go to a group this node does not host.

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // mergeVia merges the range of table that starts at at into the one
@@ -269,5 +271,60 @@ func TestOrphanQuestionDecodes(t *testing.T) {
 	}
 	if orphans([]byte{7, 200, 1, 'a'}, func(uint64, partition.Span) {}) {
 		t.Error("a length past the end decoded")
+	}
+}
+
+// TestCarryKeepsFrozenGroups switches a node's store to a system
+// snapshot taken where a merge is under way: a group the snapshot's
+// catalog merged away, which this node holds frozen but no longer hosts
+// (its member retired after the freeze), keeps this node's data, applied
+// index and freeze in the new store, for the merge to take; the leader's
+// own unfrozen copy of it does not win.
+func TestCarryKeepsFrozenGroups(t *testing.T) {
+	ctx := context.Background()
+	open := func(keys ...string) *partition.Store {
+		t.Helper()
+		s, err := OpenStore("/node", &partition.Options{LSM: lsm.Options{FS: vfs.NewMem()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if _, err := s.CreateTableInGroup(ctx, acct, "tee", partition.RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, pk := range keys {
+			if _, err := s.Apply(partition.WithStamp(ctx, partition.Stamp{Group: 5, Index: 10, Timestamp: 1000}), acct, "tee",
+				partition.Op{Kind: partition.OpInsert, Entity: ent(pk, "r", 1)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.SplitTableRange(ctx, acct, "tee", 5, "m", 9); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SplitGroupSpan(partition.WithStamp(ctx, partition.Stamp{Group: 5, Index: 11}), 5, 9, "m"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.MergeTableRange(ctx, acct, "tee", 5, "m"); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	old, next := open("a", "m", "z"), open("a")
+	if err := old.FreezeGroupSpan(partition.WithStamp(ctx, partition.Stamp{Group: 9, Index: 20}), 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&Node{}).carryRangeGroups(old, next); err != nil {
+		t.Fatal(err)
+	}
+	if frozen, err := next.GroupFrozen(9); err != nil || !frozen {
+		t.Fatalf("group 9 in the new store: frozen %v, %v", frozen, err)
+	}
+	if a, err := next.AppliedIndex(9); err != nil || a != 20 {
+		t.Fatalf("group 9's applied index in the new store: %d, %v; want 20", a, err)
+	}
+	for _, pk := range []string{"m", "z"} {
+		if _, err := next.GetEntity(ctx, acct, "tee", pk, "r"); err != nil {
+			t.Errorf("%s, of the frozen group, is not in the new store: %v", pk, err)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package partition
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -88,8 +87,8 @@ func (s *Store) GroupFrozen(group uint64) (bool, error) {
 // group right, which starts at PartitionKey at, where left's ends: the
 // apply of the merge command in left's log (ctx's Stamp names it), in
 // the batch of left's applied index, synced, since the caller drops
-// right's raft log next. Right's span record and applied index go, and
-// a record that left took right stays (MergedInto); no entity moves. A right group that is not frozen here, not of left's
+// right's raft log next. Right's span record and applied index go; no
+// entity moves. A right group that is not frozen here, not of left's
 // table, or does not start at at, is ErrMergeUnready, which a replica
 // must not go on from: it lacks the frozen group's data.
 func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at string) error {
@@ -118,7 +117,6 @@ func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at strin
 	setGroupSpan(b, left, l)
 	b.Delete(groupMetaKey(metaGroupSpan, right))
 	b.Delete(groupMetaKey(metaGroupApplied, right))
-	b.Set(groupMetaKey(metaMerged, right), appendUint64(nil, left))
 	s.writeOptions(ctx, b)
 	if err := s.db.Apply(b, s.syncWO); err != nil {
 		return fmt.Errorf("partition: merge group %d into group %d: %w", right, left, err)
@@ -126,21 +124,6 @@ func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at strin
 	s.spans.Store(left, l)
 	s.spans.Delete(right)
 	return s.countFrozen()
-}
-
-// MergedInto returns the group that took merged group group's span on
-// this store (ok false if none did here).
-func (s *Store) MergedInto(group uint64) (into uint64, ok bool, err error) {
-	v, err := s.db.Get(groupMetaKey(metaMerged, group))
-	switch {
-	case errors.Is(err, lsm.ErrNotFound):
-		return 0, false, nil
-	case err != nil:
-		return 0, false, fmt.Errorf("partition: read the merge of group %d: %w", group, err)
-	case len(v) != 8:
-		return 0, false, fmt.Errorf("partition: merge record of group %d: %d bytes: %w", group, len(v), lsm.ErrCorruption)
-	}
-	return binary.BigEndian.Uint64(v), true, nil
 }
 
 // ForgetGroup drops the span record and the applied index of a range

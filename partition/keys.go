@@ -42,9 +42,6 @@ const (
 	// metaGroupSpan | group -> the PartitionKeys that raft group holds of
 	// its table, as its own log last set them (group_span.go).
 	metaGroupSpan = 0x08
-	// metaMerged | group -> 8-byte big-endian id of the range group that
-	// took that merged group's span (group_merge.go).
-	metaMerged = 0x09
 )
 
 // legacyAppliedGroup is the group whose applied index a store written
