@@ -25,9 +25,14 @@ func TestLateRangeEntryStaysOutOfARecreatedTable(t *testing.T) {
 	g := c.tableGroup("late")
 	c.groupLeader(g.ID, 10*time.Second)
 	node := c.nodes[2].node
+	// A voter hosts the group as it applies the table's creation, which
+	// may come after the group has its leader.
 	old := node.group(g.ID)
-	if old == nil {
-		t.Fatal("node 2 hosts no replica")
+	for deadline := time.Now().Add(10 * time.Second); old == nil; old = node.group(g.ID) {
+		if time.Now().After(deadline) {
+			t.Fatal("node 2 hosts no replica")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
 		return struct{}{}, s.DeleteTable(context.Background(), acct, "late")
