@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -180,4 +181,33 @@ func BenchmarkFillSync(b *testing.B) {
 			wg.Wait()
 		})
 	}
+}
+
+// BenchmarkYCSBA is YCSB workload A on a filled DB: half gets, half
+// unsynced sets of existing keys, Zipf-distributed, from four goroutines
+// per core (as the engine suite's ycsba runs four on two cores).
+func BenchmarkYCSBA(b *testing.B) {
+	db := filledDB(b, benchKeys)
+	defer db.Close()
+	var seed atomic.Uint64
+	b.SetParallelism(2)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(7, seed.Add(1)))
+		zipf := rand.NewZipf(rng, 1.1, 1, benchKeys-1)
+		val := benchValue(rng)
+		wo := &WriteOptions{}
+		var key []byte
+		for pb.Next() {
+			key = benchKey(key, zipf.Uint64())
+			if rng.IntN(2) == 0 {
+				if _, err := db.Get(key); err != nil {
+					b.Fatal(err)
+				}
+			} else if err := db.Set(key, val, wo); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
