@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -93,7 +92,7 @@ func (r *replica) spanDue() (spanWork, partition.TableGroup, partition.Span) {
 		return spanFreeze, tg, sp
 	case sp.HighPartitionKey != "" && (tg.End == "" || sp.HighPartitionKey < tg.End):
 		return spanMerge, tg, sp
-	case sp.HighPartitionKey != "" && sp.HighPartitionKey == tg.End && (st.HasFrozen() || r.n.mergeHint(r.group) != 0) && r.unbornAfter(tg, sp):
+	case sp.HighPartitionKey != "" && sp.HighPartitionKey == tg.End && (st.HasFrozen() || r.n.hintedMerge(r.group) != 0) && r.unbornAfter(tg, sp):
 		// The catalog split the range again where the group it merged
 		// starts, before the merge was made: the new range's group never
 		// started (this group's log would start it, as it splits), so
@@ -113,7 +112,7 @@ func (r *replica) unbornAfter(tg partition.TableGroup, sp partition.Span) bool {
 		return false
 	}
 	_, frozen := n.groupAfter(sp)
-	return frozen || n.mergeHint(r.group) != 0
+	return frozen || n.hintedMerge(r.group) != 0
 }
 
 // maybeFreeze proposes, on the ready leader of a group the catalog no
@@ -161,7 +160,7 @@ func (r *replica) maybeMerge(st raft.Status, sp partition.Span) bool {
 	right, frozen := n.groupAfter(sp)
 	here := right != 0
 	if !here {
-		right = n.mergeHint(r.group) // a follower holds it
+		right = n.hintedMerge(r.group) // a follower holds it
 	}
 	if right == 0 || len(r.conf.GetLearners()) > 0 {
 		return false // not frozen anywhere known yet; or learners to remove first (reconcile)
@@ -264,149 +263,6 @@ func (r *replica) applyMerge(ctx context.Context, s *partition.Store, c command.
 	return nil
 }
 
-// Group-0 messages about merges (docs/transport.md): a leader with a
-// frozen group to merge asks its voters' nodes whether their stores hold
-// it frozen (msgMergeCheck), and a node answers with those it does
-// (msgFrozenHere); a node with an orphan asks whether it was merged
-// (msgMergedCheck), and a node that merged it says so (msgMerged). The
-// Context of each is (uvarint group, uvarint group) pairs, as the
-// membership messages': the frozen group, and 0 or the group it is next
-// to.
-const (
-	msgMergeCheck  = raftpb.MessageType_MsgTransferLeader
-	msgFrozenHere  = raftpb.MessageType_MsgTimeoutNow
-	msgMergedCheck = raftpb.MessageType_MsgSnapStatus
-	msgMerged      = raftpb.MessageType_MsgUnreachable
-)
-
-// appendOrphan appends an orphan to a msgMergedCheck's Context: uvarint
-// group, then the account, the table and the span's first PartitionKey,
-// each as uvarint length and bytes.
-func appendOrphan(dst []byte, group uint64, sp partition.Span) []byte {
-	dst = binary.AppendUvarint(dst, group)
-	for _, s := range []string{sp.Account, sp.Table, sp.LowPartitionKey} {
-		dst = binary.AppendUvarint(dst, uint64(len(s)))
-		dst = append(dst, s...)
-	}
-	return dst
-}
-
-// orphans decodes a msgMergedCheck's Context; false if it is malformed.
-func orphans(ctx []byte, fn func(group uint64, sp partition.Span)) bool {
-	for len(ctx) > 0 {
-		g, k := binary.Uvarint(ctx)
-		if k <= 0 {
-			return false
-		}
-		ctx = ctx[k:]
-		var sp partition.Span
-		for _, dst := range []*string{&sp.Account, &sp.Table, &sp.LowPartitionKey} {
-			l, k := binary.Uvarint(ctx)
-			if k <= 0 || l > uint64(len(ctx)-k) {
-				return false
-			}
-			*dst, ctx = string(ctx[k:k+int(l)]), ctx[k+int(l):]
-		}
-		fn(g, sp)
-	}
-	return true
-}
-
-// heardMergedCheck answers a peer's question about its orphans: those
-// whose keys a group this node leads holds, with its span settled, and
-// of which the peer is no member (so the data the orphan keeps is needed
-// nowhere: the merge is applied here, and a member the group adds the
-// peer as later starts from a snapshot at or past its addition).
-func (n *Node) heardMergedCheck(m *raftpb.Message) {
-	ok := orphans(m.GetContext(), func(group uint64, sp partition.Span) {
-		if n.holdsMerged(group, sp, m.GetFrom()) {
-			n.live.merged.add(m.GetFrom(), group, 0)
-		}
-	})
-	if !ok {
-		n.log.Warn("cluster: a malformed merge question is ignored", "node", n.cfg.ID, "from", m.GetFrom())
-	}
-}
-
-// holdsMerged says whether group, merged away with a span that starts at
-// sp's key, has its keys held by a group this node leads, ready, whose
-// span is settled, and of which node is no member. It runs on the loop.
-func (n *Node) holdsMerged(group uint64, sp partition.Span, node uint64) bool {
-	st := n.st()
-	if _, named := st.GroupTable(group); named || n.applied.Load() < group {
-		return false
-	}
-	tg, err := st.TableRangeFor(sp.Account, sp.Table, sp.LowPartitionKey)
-	if err != nil || tg.Group.ID == 0 || tg.Group.ID == group {
-		return false
-	}
-	r := n.replicas[tg.Group.ID]
-	if r == nil || !r.ready.Load() || memberOf(r.conf, node) != 0 {
-		return false
-	}
-	w, _, own := r.spanDue()
-	return w == spanSettled && own.Contains(sp.LowPartitionKey)
-}
-
-// heardMerged drops the orphans a peer says it merged.
-func (n *Node) heardMerged(m *raftpb.Message) {
-	ok := memberPairs(m.GetContext(), func(group, _ uint64) {
-		n.hosts.add(hostChange{group: group, orphan: true})
-	})
-	if !ok {
-		n.log.Warn("cluster: a malformed merge answer is ignored", "node", n.cfg.ID, "from", m.GetFrom())
-	}
-}
-
-// heardMergeCheck answers a peer's question about frozen groups.
-func (n *Node) heardMergeCheck(m *raftpb.Message) {
-	ok := memberPairs(m.GetContext(), func(group, _ uint64) {
-		if frozen, err := n.st().GroupFrozen(group); err == nil && frozen {
-			n.live.frozenHere.add(m.GetFrom(), group, 0)
-		}
-	})
-	if !ok {
-		n.log.Warn("cluster: a malformed merge question is ignored", "node", n.cfg.ID, "from", m.GetFrom())
-	}
-}
-
-// heardFrozenHere records a peer's word that its store holds groups
-// frozen: for good, since a frozen span stays frozen until merged. A pair
-// that names a group this node leads, unasked, is a merge hint: the
-// peer's replica of that group ends where the frozen one starts.
-func (n *Node) heardFrozenHere(m *raftpb.Message) {
-	from := m.GetFrom()
-	ok := memberPairs(m.GetContext(), func(group, into uint64) {
-		if n.live.frozen[from] == nil {
-			n.live.frozen[from] = map[uint64]bool{}
-		}
-		n.live.frozen[from][group] = true
-		if r := n.replicas[into]; into != 0 && r != nil {
-			n.live.mergeHints[into] = mergeHint{group: group, at: n.live.ticks}
-			r.quiesced.Store(false)
-		}
-	})
-	if !ok {
-		n.log.Warn("cluster: a malformed merge answer is ignored", "node", n.cfg.ID, "from", from)
-	}
-}
-
-// mergedAway ends the node's replica of a group merged into another (the
-// store dropped its records): its raft log goes, and the requests
-// waiting on it are told to ask again (they are routed to the group that
-// holds the keys now). It runs on the loop.
-func (n *Node) mergedAway(group uint64) error {
-	for _, groups := range n.live.frozen {
-		delete(groups, group)
-	}
-	for into, h := range n.live.mergeHints {
-		if h.group == group {
-			delete(n.live.mergeHints, into)
-		}
-	}
-	return n.dropGroup(group, errMoved(fmt.Sprintf("range group %d was merged into the range before it", group)))
-}
-
 // MergeTable merges the range of a table that starts at PartitionKey at
 // into the range before it, from the system group's ready leader, which
 // records the merge (the groups' logs then merge their spans). Both
@@ -457,164 +313,6 @@ func (n *Node) tableGroupIDs(s *partition.Store, account, table string) []uint64
 func (r *replica) spanWorkDue() bool {
 	w, _, _ := r.spanDue()
 	return w != spanSettled
-}
-
-// forgetMergedInto drops the groups the catalog no longer names whose
-// span sp, just ingested from a snapshot, holds: merged where the
-// snapshot was taken while this node's replica of the group that took
-// them was not a member (it was removed while it did not hold them
-// frozen, and added back), or lagged. Their records go, and their raft
-// logs, or the tombstones of members retired here. It runs on the apply
-// goroutine.
-func (n *Node) forgetMergedInto(sp partition.Span) error {
-	outside, err := n.st().OutsideCatalog()
-	if err != nil {
-		return err
-	}
-	for _, g := range outside {
-		if g.Span.Account == sp.Account && strings.EqualFold(g.Span.Table, sp.Table) && sp.Contains(g.Span.LowPartitionKey) {
-			if err := n.st().ForgetGroup(g.Group); err != nil {
-				return err
-			}
-			n.hosts.add(hostChange{group: g.Group, merged: true})
-		}
-	}
-	return nil
-}
-
-// A replica of a group merged away on a node that does not host the
-// group its keys go to (an orphan: the merging group removed this node's
-// member while it waited, or the replica lagged behind the freeze while
-// its group was dropped elsewhere) holds data no group of the node will
-// take. Once that group's leader says it has made the merge and counts
-// no member on this node (msgMergedCheck, msgMerged), the node drops it,
-// data and all: a member the group adds here later starts from a
-// snapshot at or past its addition, so past the merge. Not before: until
-// then its copy may be the one the merge takes.
-
-// orphan says whether a group merged away in the catalog has its keys
-// go to a group this node does not host.
-func (n *Node) orphan(g partition.GroupSpanOf) bool {
-	tg, err := n.st().TableRangeFor(g.Span.Account, g.Span.Table, g.Span.LowPartitionKey)
-	return err == nil && tg.Group.ID != 0 && tg.Group.ID != g.Group && n.group(tg.Group.ID) == nil
-}
-
-// dropOrphan drops an orphan that a node says was merged, checked again
-// on the loop (which hosts groups): its replica, its raft log, its data
-// and records.
-func (n *Node) dropOrphan(group uint64) error {
-	outside, err := n.st().OutsideCatalog()
-	if err != nil {
-		return err
-	}
-	i := slices.IndexFunc(outside, func(g partition.GroupSpanOf) bool { return g.Group == group })
-	if i < 0 || n.applied.Load() < group || !n.orphan(outside[i]) {
-		return nil // merged here meanwhile, or its group came here
-	}
-	if r := n.replicas[group]; r != nil {
-		n.unhost(r, errMoved(fmt.Sprintf("range group %d was merged into the range before it", group)))
-	}
-	err = n.onApply(func() error {
-		if err := n.cfg.Log.DeleteGroup(group); err != nil {
-			return err
-		}
-		if err := n.emptyGroupSpan(group, true); err != nil {
-			return err
-		}
-		return n.st().ForgetGroup(group)
-	})
-	if err != nil {
-		return fmt.Errorf("cluster: drop orphan range group %d: %w", group, err)
-	}
-	n.log.Info("cluster: merged range group dropped: the group that merged it is not here", "node", n.cfg.ID, "group", group)
-	return nil
-}
-
-// mergeHint is a follower's word that it holds a frozen group next to a
-// group this node leads.
-type mergeHint struct {
-	group, at uint64
-}
-
-// mergeHint returns the frozen group a follower said lately that it holds
-// next to group (0 if none): hints older than two rounds of them are
-// stale.
-func (n *Node) mergeHint(group uint64) uint64 {
-	h, ok := n.live.mergeHints[group]
-	if !ok || n.live.ticks-h.at > 2*uint64(n.checkEveryTicks()) {
-		return 0
-	}
-	return h.group
-}
-
-// noteMerges tells the leaders of the groups this node hosts that end
-// where a frozen group it holds starts: a leader that does not hold the
-// frozen group itself learns of it so (merge hints), and hands its lease
-// to a member that does. For an orphan (a group merged away in the
-// catalog, frozen here or left behind before its freeze, whose keys go
-// to a group not hosted here), it asks the nodes the catalog names for
-// that group whether they merged it. It runs on the loop, every
-// checkEveryTicks ticks while the store holds a frozen group, ten times
-// less often otherwise.
-func (n *Node) noteMerges() {
-	outside, err := n.st().OutsideCatalog()
-	if err != nil {
-		return
-	}
-	asks := map[uint64][]byte{}
-	defer func() {
-		var out []*raftpb.Message
-		for node, ctx := range asks {
-			out = append(out, &raftpb.Message{Type: msgMergedCheck.Enum(), From: proto.Uint64(n.cfg.ID), To: proto.Uint64(node), Context: ctx})
-		}
-		if len(out) > 0 {
-			n.sendGroup(0, out)
-		}
-	}()
-	for _, g := range outside {
-		if n.applied.Load() < g.Group {
-			continue // a split's child the catalog here has not recorded yet
-		}
-		if tg, err := n.st().TableRangeFor(g.Span.Account, g.Span.Table, g.Span.LowPartitionKey); err == nil && n.orphan(g) {
-			for _, v := range tg.Group.Voters {
-				if v != n.cfg.ID {
-					asks[v] = appendOrphan(asks[v], g.Group, g.Span)
-				}
-			}
-		}
-		if !g.Frozen {
-			continue
-		}
-		for _, r := range n.replicaList {
-			sp, ok := n.groupSpan(r.group)
-			lead := transport.NodeOf(r.leader.Load())
-			if r.group != systemGroup && ok && sp.HighPartitionKey == g.Span.LowPartitionKey && sp.Account == g.Span.Account &&
-				strings.EqualFold(sp.Table, g.Span.Table) && lead != 0 && lead != n.cfg.ID {
-				n.live.frozenHere.add(lead, g.Group, r.group)
-			}
-		}
-	}
-}
-
-// forgetRetired drops what a node keeps of a group merged away whose
-// member here was retired before it froze: the tombstone in its raft
-// log (the group adds no member again once the catalog merged it, so
-// no raft id of it can come back) and its emptied span record. It runs
-// on the apply goroutine.
-func (n *Node) forgetRetired(group uint64) error {
-	if n.group(group) != nil || !n.cfg.Log.Group(group).Replica().Removed {
-		return nil
-	}
-	if frozen, err := n.st().GroupFrozen(group); err != nil || frozen {
-		return err // its data is the merge's (or an orphan's, dropped as such)
-	}
-	if err := n.cfg.Log.DeleteGroup(group); err != nil {
-		return fmt.Errorf("cluster: forget retired range group %d: %w", group, err)
-	}
-	if !n.st().SpanRecorded(group) {
-		return nil
-	}
-	return n.st().ForgetGroup(group)
 }
 
 // mergeable checks, from their leaseholders' reports, that two ranges'
