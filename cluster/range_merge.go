@@ -17,8 +17,9 @@ import (
 )
 
 // Two neighbouring ranges of a table merge in three logs (docs/cluster.md,
-// step 5), the right one's group (B) into the left one's (A), once the
-// placement controller has put B's members on A's nodes:
+// step 5), the right one's group (B) into the left one's (A), once B's
+// members are on A's nodes (MergeTable checks; the placement controller
+// moves them there first):
 //
 //  1. the system group records the merge (kind 11, merge-range): the
 //     catalog gives B's keys to A, so routing sends them there; A's span
@@ -41,7 +42,9 @@ import (
 // merged span from a snapshot when the group adds it back), so a merge
 // never waits on a dead node. A frozen group sends no snapshot (one
 // would carry its data without the freeze): it freezes only once its
-// live voters are caught up, and no longer compacts its log.
+// live voters are caught up, and no longer compacts its log. What the
+// nodes say to each other about merges, and how a node lets go of what a
+// merge leaves behind, is in range_merge_messages.go.
 
 // spanWork is what a range group's leader has to do to its span, where
 // the catalog and the span disagree.
