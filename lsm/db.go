@@ -191,7 +191,27 @@ func (db *DB) Get(key []byte) ([]byte, error) {
 	// number is in the loaded state.
 	rs := db.loadReadState()
 	defer rs.unref()
-	return db.get(rs, key, base.SeqNum(db.visibleSeq.Load()))
+	return db.getCopy(rs, key, base.SeqNum(db.visibleSeq.Load()))
+}
+
+// GetFunc calls fn with the newest value of key, or returns ErrNotFound,
+// as Get does, without copying it: the value aliases the engine's memory
+// (a memtable's arena, which a later memtable may reuse, or a cached
+// block), so fn must not keep it, or anything of it, past its return,
+// nor change it. It saves Get's allocation and copy on a read whose
+// caller decodes the value at once.
+func (db *DB) GetFunc(key []byte, fn func(value []byte)) error {
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	rs := db.loadReadState() // held while fn runs: the arena stays this memtable's
+	defer rs.unref()
+	v, err := db.get(rs, key, base.SeqNum(db.visibleSeq.Load()))
+	if err != nil {
+		return err
+	}
+	fn(v)
+	return nil
 }
 
 // GetApplied is Get at the newest assigned sequence number instead of the
@@ -227,7 +247,7 @@ func (db *DB) GetApplied(key []byte) ([]byte, error) {
 	// logSeq, loaded after, is at least its sequence number.
 	rs := db.loadReadState()
 	defer rs.unref()
-	return db.get(rs, key, base.SeqNum(db.commit.logSeq.Load()))
+	return db.getCopy(rs, key, base.SeqNum(db.commit.logSeq.Load()))
 }
 
 // WaitVisible waits until the batch a PendingCommit.Seq names, and so
@@ -249,6 +269,8 @@ func (db *DB) WaitVisible(seq uint64) error {
 	return db.waitVisibleLocked(base.SeqNum(seq))
 }
 
+// get returns key's newest value at or below seq in rs, aliasing where it
+// was found: valid while rs is held.
 func (db *DB) get(rs *readState, key []byte, seq base.SeqNum) ([]byte, error) {
 	if v, kind, ok := rs.mem.Get(key, seq); ok {
 		return foundValue(v, kind)
@@ -287,6 +309,15 @@ func (db *DB) get(rs *readState, key []byte, seq base.SeqNum) ([]byte, error) {
 	return nil, ErrNotFound
 }
 
+// getCopy is get with a copy of the value, which outlives rs.
+func (db *DB) getCopy(rs *readState, key []byte, seq base.SeqNum) ([]byte, error) {
+	v, err := db.get(rs, key, seq)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(v), nil
+}
+
 func (db *DB) tableGet(f *fileMetadata, key []byte, seq base.SeqNum) ([]byte, base.Kind, bool, error) {
 	r, e, err := db.tableCache.acquire(f)
 	if err != nil {
@@ -297,11 +328,14 @@ func (db *DB) tableGet(f *fileMetadata, key []byte, seq base.SeqNum) ([]byte, ba
 	return v, kind, ok, err
 }
 
+// foundValue returns the value found, aliasing where it was found (the
+// caller copies it if it is to outlive the read state), or ErrNotFound
+// for a deletion.
 func foundValue(v []byte, kind base.Kind) ([]byte, error) {
 	if kind == base.KindDelete {
 		return nil, ErrNotFound
 	}
-	return slices.Clone(v), nil
+	return v, nil
 }
 
 // Err returns the error that stopped writes, or nil while the DB takes

@@ -441,3 +441,54 @@ func TestRunsOnMemFS(t *testing.T) {
 		t.Fatalf("Describe = %+v, %v", d, err)
 	}
 }
+
+// TestGetFunc reads values in place, from a memtable and from a table,
+// as Get reads them; a deleted or missing key is ErrNotFound. Get,
+// GetApplied and a snapshot's Get still return copies: changing one
+// changes nothing the next read sees.
+func TestGetFunc(t *testing.T) {
+	db := openTestDB(t, t.TempDir(), smallOptions())
+	for i := range 50 {
+		if err := db.Set(fmt.Appendf(nil, "k%02d", i), fmt.Appendf(nil, "value %d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Delete([]byte("k07"), nil); err != nil {
+		t.Fatal(err)
+	}
+	check := func(where string) {
+		t.Helper()
+		for _, i := range []int{0, 25, 49} {
+			var got string
+			if err := db.GetFunc(fmt.Appendf(nil, "k%02d", i), func(v []byte) { got = string(v) }); err != nil || got != fmt.Sprintf("value %d", i) {
+				t.Fatalf("%s: GetFunc(k%02d) = %q, %v", where, i, got, err)
+			}
+		}
+		for _, k := range []string{"k07", "k99"} {
+			if err := db.GetFunc([]byte(k), func([]byte) { t.Fatalf("%s: GetFunc(%s) called fn", where, k) }); err != ErrNotFound {
+				t.Fatalf("%s: GetFunc(%s) = %v, want ErrNotFound", where, k, err)
+			}
+		}
+		snap := db.NewSnapshot()
+		defer snap.Close()
+		for name, get := range map[string]func([]byte) ([]byte, error){"Get": db.Get, "GetApplied": db.GetApplied, "Snapshot.Get": snap.Get} {
+			v, err := get([]byte("k25"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(v, "XXXXX")
+			if again, _ := get([]byte("k25")); string(again) != "value 25" {
+				t.Fatalf("%s: %s returned the engine's memory, not a copy: now %q", where, name, again)
+			}
+		}
+	}
+	check("in the memtable")
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check("in a table")
+	db.Close()
+	if err := db.GetFunc([]byte("k00"), func([]byte) {}); err != ErrClosed {
+		t.Fatalf("GetFunc on a closed DB: %v", err)
+	}
+}

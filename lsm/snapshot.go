@@ -47,7 +47,7 @@ func (s *Snapshot) Get(key []byte) ([]byte, error) {
 	}
 	rs := s.db.loadReadState()
 	defer rs.unref()
-	return s.db.get(rs, key, s.seq)
+	return s.db.getCopy(rs, key, s.seq)
 }
 
 // NewIter returns an iterator over the snapshot. It must be closed.

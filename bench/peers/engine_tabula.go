@@ -49,16 +49,14 @@ func (e *tabulaEngine) Delete(key []byte, sync bool) error {
 	return e.db.Delete(key, e.wo(sync))
 }
 
+// Get reads in place (GetFunc), as the peers' adapters do: Pebble's Get
+// returns the value aliasing its memory until the closer is closed.
 func (e *tabulaEngine) Get(key []byte, fn func([]byte)) (bool, error) {
-	v, err := e.db.Get(key)
+	err := e.db.GetFunc(key, fn)
 	if errors.Is(err, lsm.ErrNotFound) {
 		return false, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	fn(v)
-	return true, nil
+	return err == nil, err
 }
 
 func (e *tabulaEngine) NewBatch() Batch {
