@@ -520,3 +520,25 @@ func testLogger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// inBackground runs step(0), step(1), ... on a goroutine until the stop
+// it returns is called, which waits for the step under way to end. A
+// step must not call t.Fatal (not the test's goroutine).
+func inBackground(step func(i int)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			step(i)
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

@@ -255,11 +255,17 @@ func (p *placement) reshape(n *Node, now time.Time, live map[uint64]bool) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 	defer cancel()
-	stats := n.ranges(ctx)
-	if n.cfg.RangeStats != nil {
-		stats = n.cfg.RangeStats(ctx)
-	}
+	stats := n.rangeStats(ctx)
 	return p.split(ctx, n, stats) || p.merge(ctx, n, stats, now, live)
+}
+
+// rangeStats gathers every range's status from its leaseholder
+// (Config.RangeStats), or the ranges this node leads without it.
+func (n *Node) rangeStats(ctx context.Context) []RangeStatus {
+	if n.cfg.RangeStats != nil {
+		return n.cfg.RangeStats(ctx)
+	}
+	return n.ranges(ctx)
 }
 
 // split splits the range of one range group whose leaseholder's store
@@ -318,11 +324,11 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 		return false
 	}
 	coldOps, mergeBytes := n.st().MergeThresholds()
-	type rangeKey struct{ account, table, start string }
-	byStart := map[rangeKey]RangeStatus{}
+	type rangeKey struct{ account, table, end string }
+	byEnd := map[rangeKey]RangeStatus{} // a range, by where it ends
 	for _, rs := range stats {
-		if rs.Group != systemGroup {
-			byStart[rangeKey{rs.Account, rs.Table, rs.StartPartitionKey}] = rs
+		if rs.Group != systemGroup && rs.EndPartitionKey != "" {
+			byEnd[rangeKey{rs.Account, rs.Table, rs.EndPartitionKey}] = rs
 		}
 	}
 	cold := map[uint64]bool{}
@@ -337,9 +343,8 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 		if right.Group == systemGroup || right.StartPartitionKey == "" {
 			continue
 		}
-		left, ok := byStart[rangeKey{right.Account, right.Table, n.rangeBefore(right)}]
-		if !ok || left.EndPartitionKey != right.StartPartitionKey ||
-			left.ReadsPerSecond+left.WritesPerSecond >= coldOps || right.ReadsPerSecond+right.WritesPerSecond >= coldOps ||
+		left, ok := byEnd[rangeKey{right.Account, right.Table, right.StartPartitionKey}]
+		if !ok || left.ReadsPerSecond+left.WritesPerSecond >= coldOps || right.ReadsPerSecond+right.WritesPerSecond >= coldOps ||
 			left.Bytes+right.Bytes >= mergeBytes {
 			continue
 		}
@@ -358,11 +363,10 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 		for _, v := range left.Replicas {
 			allLive = allLive && (v == n.cfg.ID || live[v])
 		}
-		if !allLive || !sameNodes(left.Members, left.Replicas) || !sameNodes(right.Members, right.Replicas) ||
-			len(left.Learners)+len(right.Learners) > 0 {
+		if !allLive || !left.settled() || !right.settled() {
 			continue // the members are still moving, or a node is away
 		}
-		if err := n.MergeTable(ctx, right.Account, right.Table, right.StartPartitionKey); err != nil {
+		if err := n.mergeTable(ctx, right.Account, right.Table, right.StartPartitionKey, stats); err != nil {
 			n.log.Warn("cluster: placement: merging a range failed", "group", right.Group, "table", right.Table, "err", err)
 			continue
 		}
@@ -374,18 +378,10 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 	return false
 }
 
-// rangeBefore returns where the range before a range starts, as this
-// node's catalog has it ("" when none is known).
-func (n *Node) rangeBefore(rs RangeStatus) string {
-	ranges, err := n.st().TableRanges(rs.Account, rs.Table)
-	if err != nil {
-		return ""
-	}
-	i := slices.IndexFunc(ranges, func(tg partition.TableGroup) bool { return tg.Group.Start == rs.StartPartitionKey })
-	if i <= 0 {
-		return ""
-	}
-	return ranges[i-1].Group.Start
+// settled says whether a range's group has its members where its
+// descriptor names them, all voters.
+func (rs RangeStatus) settled() bool {
+	return sameNodes(rs.Members, rs.Replicas) && len(rs.Learners) == 0
 }
 
 // sameNodes says whether two lists hold the same nodes.

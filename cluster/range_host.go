@@ -93,47 +93,41 @@ func (q *hostQueue) take() []hostChange {
 // is a voter the group counts on.
 func (n *Node) applyHostChanges() error {
 	for _, c := range n.hosts.take() {
+		var err error
 		switch r := n.replicas[c.group]; {
 		case c.retire != 0:
-			if err := n.retire(c.group, c.retire); err != nil {
-				return err
-			}
-			continue
+			err = n.retire(c.group, c.retire)
 		case c.wake:
 			if r != nil {
 				r.quiesced.Store(false)
 			}
-			continue
+		case c.orphan:
+			err = n.dropOrphan(c.group)
+		case c.merged:
+			err = n.mergedAway(c.group)
+		case c.drop:
+			err = n.dropGroup(c.group, errTableGone)
+		case r == nil:
+			err = n.startHosting(c)
 		}
-		if c.orphan {
-			if err := n.dropOrphan(c.group); err != nil {
-				return err
-			}
-			continue
-		}
-		if c.drop || c.merged {
-			drop := func() error { return n.dropGroup(c.group, errTableGone) }
-			if c.merged {
-				drop = func() error { return n.mergedAway(c.group) }
-			}
-			if err := drop(); err != nil {
-				return err
-			}
-			continue
-		}
-		if n.replicas[c.group] != nil {
-			continue
-		}
-		if err := n.hostGroup(c.group, c.boot); err != nil {
+		if err != nil {
 			return err
 		}
-		// The node that proposed the table or the split starts the
-		// group's election, so the first writes need not wait for an
-		// election timeout.
-		if r := n.replicas[c.group]; r != nil && c.campaign {
-			r.campaignLeft = campaignTicks
-			r.campaign()
-		}
+	}
+	return nil
+}
+
+// startHosting hosts the group of a host change that starts one.
+func (n *Node) startHosting(c hostChange) error {
+	if err := n.hostGroup(c.group, c.boot); err != nil {
+		return err
+	}
+	// The node that proposed the table or the split starts the group's
+	// election, so the first writes need not wait for an election
+	// timeout.
+	if r := n.replicas[c.group]; r != nil && c.campaign {
+		r.campaignLeft = campaignTicks
+		r.campaign()
 	}
 	return nil
 }

@@ -112,26 +112,15 @@ func TestRangeGroupMembersMove(t *testing.T) {
 	// Writes go on while the members move.
 	var acked sync.Map
 	var n atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			rk := fmt.Sprintf("r%04d", i)
-			if _, err := retryAny(c, func(s *Store) (partition.StoredEntity, error) {
-				return s.Apply(context.Background(), acct, "moving", opUpsert("p", rk, i))
-			}); err == nil {
-				acked.Store(rk, i)
-				n.Add(1)
-			}
+	stop := inBackground(func(i int) {
+		rk := fmt.Sprintf("r%04d", i)
+		if _, err := retryAny(c, func(s *Store) (partition.StoredEntity, error) {
+			return s.Apply(context.Background(), acct, "moving", opUpsert("p", rk, i))
+		}); err == nil {
+			acked.Store(rk, i)
+			n.Add(1)
 		}
-	}()
+	})
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
@@ -180,8 +169,7 @@ func TestRangeGroupMembersMove(t *testing.T) {
 	}
 	before = n.Load()
 	waitFor("writes after the second move", func() bool { return n.Load() > before+20 })
-	close(stop)
-	wg.Wait()
+	stop()
 
 	check := func(when string) {
 		t.Helper()

@@ -275,6 +275,12 @@ func (r *replica) applyMerge(ctx context.Context, s *partition.Store, c command.
 // range starts, and ranges whose members are elsewhere, are
 // ErrBadPlacement.
 func (n *Node) MergeTable(ctx context.Context, account, table, at string) error {
+	return n.mergeTable(ctx, account, table, at, nil)
+}
+
+// mergeTable is MergeTable, checking the members against stats, the
+// leaseholders' reports, gathered anew when nil.
+func (n *Node) mergeTable(ctx context.Context, account, table, at string, stats []RangeStatus) error {
 	ranges, err := n.st().TableRanges(account, table)
 	if err != nil {
 		return err
@@ -288,7 +294,10 @@ func (n *Node) MergeTable(ctx context.Context, account, table, at string) error 
 	case i == 0:
 		return fmt.Errorf("%w: the first range of table %s has none before it to merge into", ErrBadPlacement, table)
 	}
-	if err := n.mergeable(ctx, ranges[i-1], ranges[i]); err != nil {
+	if stats == nil {
+		stats = n.rangeStats(ctx)
+	}
+	if err := mergeable(stats, ranges[i-1], ranges[i]); err != nil {
 		return err
 	}
 	_, err = n.Store().write(ctx, &command.Command{Kind: command.KindMergeRange, Account: account, Table: table, Group: ranges[i-1].Group.ID, Key: at}, 0)
@@ -318,14 +327,10 @@ func (r *replica) spanWorkDue() bool {
 	return w != spanSettled
 }
 
-// mergeable checks, from their leaseholders' reports, that two ranges'
-// groups have their members on the same nodes, all voters, as their
-// descriptors name them.
-func (n *Node) mergeable(ctx context.Context, left, right partition.TableGroup) error {
-	stats := n.ranges(ctx)
-	if n.cfg.RangeStats != nil {
-		stats = n.cfg.RangeStats(ctx)
-	}
+// mergeable checks, from their leaseholders' reports (stats), that two
+// ranges' groups have their members on the same nodes, all voters, as
+// their descriptors name them.
+func mergeable(stats []RangeStatus, left, right partition.TableGroup) error {
 	report := func(g uint64) (RangeStatus, bool) {
 		i := slices.IndexFunc(stats, func(rs RangeStatus) bool { return rs.Group == g })
 		if i < 0 {
@@ -341,7 +346,7 @@ func (n *Node) mergeable(ctx context.Context, left, right partition.TableGroup) 
 	case !sameNodes(left.Group.Voters, right.Group.Voters):
 		return fmt.Errorf("%w: range group %d is named on nodes %v, the range before it on %v: move it there first",
 			ErrBadPlacement, right.Group.ID, right.Group.Voters, left.Group.Voters)
-	case !sameNodes(l.Members, left.Group.Voters) || !sameNodes(r.Members, right.Group.Voters) || len(l.Learners)+len(r.Learners) > 0:
+	case !sameNodes(l.Replicas, left.Group.Voters) || !sameNodes(r.Replicas, right.Group.Voters) || !l.settled() || !r.settled():
 		return fmt.Errorf("%w: the members of range groups %d (%v) and %d (%v) are still moving to nodes %v: ask again",
 			ErrBadPlacement, left.Group.ID, l.Members, right.Group.ID, r.Members, left.Group.Voters)
 	}

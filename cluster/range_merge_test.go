@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,25 +93,27 @@ func TestRangeGroupMerges(t *testing.T) {
 		write(fmt.Sprintf("p%02d", i), 100+i)
 	}
 
-	// Writes to both halves go on through the merge.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			write(fmt.Sprintf("p%02d", (i*7)%40), 1000+i)
+	// Writes to both halves go on through the merge; every one must be
+	// acknowledged.
+	var failed atomic.Value
+	stop := inBackground(func(i int) {
+		pk, n := fmt.Sprintf("p%02d", (i*7)%40), 1000+i
+		if _, err := retryAny(c, func(s *Store) (partition.StoredEntity, error) {
+			return s.Apply(context.Background(), acct, "pairs", opUpsert(pk, "r", n))
+		}); err != nil {
+			failed.CompareAndSwap(nil, fmt.Sprintf("upsert %s during the merge: %v", pk, err))
+			return
 		}
-	}()
+		mu.Lock()
+		want[pk] = n
+		mu.Unlock()
+	})
 	c.mergeVia("pairs", "p20")
 	ranges = c.waitMerged("pairs", []string{""}, right, 20*time.Second)
-	close(stop)
-	wg.Wait()
+	stop()
+	if f := failed.Load(); f != nil {
+		t.Fatal(f)
+	}
 	if ranges[0].Group.ID != left.ID {
 		t.Fatalf("the merged range's group is %d, want the left one's, %d", ranges[0].Group.ID, left.ID)
 	}

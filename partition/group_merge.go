@@ -69,7 +69,7 @@ func (s *Store) FreezeGroupSpan(ctx context.Context, group uint64) error {
 	g.frozen = true
 	b := s.db.NewBatch()
 	setGroupSpan(b, group, g)
-	s.writeOptions(ctx, b)
+	recordStamp(ctx, b)
 	if err := s.db.Apply(b, s.syncWO); err != nil {
 		return fmt.Errorf("partition: freeze the span of group %d: %w", group, err)
 	}
@@ -117,7 +117,7 @@ func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at strin
 	setGroupSpan(b, left, l)
 	b.Delete(groupMetaKey(metaGroupSpan, right))
 	b.Delete(groupMetaKey(metaGroupApplied, right))
-	s.writeOptions(ctx, b)
+	recordStamp(ctx, b)
 	if err := s.db.Apply(b, s.syncWO); err != nil {
 		return fmt.Errorf("partition: merge group %d into group %d: %w", right, left, err)
 	}

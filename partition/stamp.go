@@ -51,12 +51,20 @@ var unsyncedWO = &lsm.WriteOptions{Sync: false}
 // writeOptions returns how a write under ctx is committed: synced, or,
 // stamped, unsynced and recording its log index in b.
 func (s *Store) writeOptions(ctx context.Context, b *lsm.Batch) *lsm.WriteOptions {
-	st, ok := stampOf(ctx)
-	if !ok {
+	if !recordStamp(ctx, b) {
 		return s.syncWO
 	}
-	b.Set(groupMetaKey(metaGroupApplied, st.Group), appendUint64(nil, st.Index))
 	return unsyncedWO
+}
+
+// recordStamp adds to b the applied index of ctx's Stamp, if it has one,
+// and reports whether it did.
+func recordStamp(ctx context.Context, b *lsm.Batch) bool {
+	st, ok := stampOf(ctx)
+	if ok {
+		b.Set(groupMetaKey(metaGroupApplied, st.Group), appendUint64(nil, st.Index))
+	}
+	return ok
 }
 
 // commitTimestamps returns the first of n commit timestamps for a write
