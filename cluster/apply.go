@@ -147,10 +147,6 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 		if res.err == nil {
 			n.hosts.add(hostChange{group: c.Group, wake: true}) // its leader has a split to make
 			n.hosts.add(hostChange{group: e.GetIndex()})        // as for a table's creation
-			// A child its parent's log started here before this node's
-			// catalog named it may have quiesced with nothing to move:
-			// it has its descriptor now.
-			n.hosts.add(hostChange{group: e.GetIndex(), wake: true})
 		}
 	case command.KindMergeRange:
 		right, _ := s.TableRangeFor(c.Account, c.Table, c.Key)

@@ -36,9 +36,9 @@ const campaignTicks = 20
 type hostChange struct {
 	group uint64
 	// A change with none of drop, retire and wake starts hosting the
-	// group: from its raft log if it has one, else bootstrapped as boot
-	// says (a new table's group, a split's child; nil: not hosted).
-	// campaign starts its election at once.
+	// group, or wakes it if hosted already: from its raft log if it has
+	// one, else bootstrapped as boot says (a new table's group, a split's
+	// child; nil: not hosted). campaign starts its election at once.
 	boot     *groupBoot
 	campaign bool
 	// drop drops the group (its table was dropped); merged drops it as
@@ -97,17 +97,19 @@ func (n *Node) applyHostChanges() error {
 		switch r := n.replicas[c.group]; {
 		case c.retire != 0:
 			err = n.retire(c.group, c.retire)
-		case c.wake:
-			if r != nil {
-				r.quiesced.Store(false)
-			}
 		case c.orphan:
 			err = n.dropOrphan(c.group)
 		case c.merged:
 			err = n.mergedAway(c.group)
 		case c.drop:
 			err = n.dropGroup(c.group, errTableGone)
-		case r == nil:
+		case r != nil:
+			// A change to start a group hosted already wakes it, as wake
+			// does: its catalog entry changed (a split's child that its
+			// parent's log started here before the catalog named it may
+			// have quiesced with nothing to move).
+			r.quiesced.Store(false)
+		case !c.wake:
 			err = n.startHosting(c)
 		}
 		if err != nil {
