@@ -159,6 +159,15 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			if err := n.forgetRetired(right.Group.ID); err != nil {
 				return err
 			}
+			// This node's replica of the left group may hold the right
+			// one's keys already, from a snapshot made past the merge
+			// while its catalog lagged (forgetMergedInto found the right
+			// group still named then).
+			if sp, ok := n.groupSpan(c.Group); ok && n.group(c.Group) != nil {
+				if err := n.forgetMergedInto(sp); err != nil {
+					return err
+				}
+			}
 		}
 	case command.KindSplitGroup:
 		res.err = r.applySplit(ctx, s, c, e.GetIndex())

@@ -41,19 +41,23 @@ func (c *testCluster) waitMergedOn(table string, starts []string, merged uint64,
 	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
 		ranges, ok := c.splitDone(table, starts)
 		var left []uint64
+		var state string
 		for _, tn := range c.nodes {
 			if nodes != nil && !slices.Contains(nodes, tn.id) {
 				continue
 			}
-			if tn.node.group(merged) != nil || !tn.rlog.Group(merged).Empty() {
+			if st := tn.rlog.Group(merged); tn.node.group(merged) != nil || !st.Empty() {
 				left = append(left, tn.id)
+				first, _ := st.FirstIndex()
+				last, _ := st.LastIndex()
+				state += fmt.Sprintf("; node %d: hosted %v, log [%d, %d], record %+v", tn.id, tn.node.group(merged) != nil, first, last, st.Replica())
 			}
 		}
 		if ok && len(left) == 0 {
 			return ranges
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("table %s did not merge to %q in %v: ranges %v; group %d still on %v", table, starts, timeout, ranges, merged, left)
+			c.t.Fatalf("table %s did not merge to %q in %v: ranges %v; group %d still on %v%s", table, starts, timeout, ranges, merged, left, state)
 		}
 	}
 }
