@@ -160,8 +160,12 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 	if srv.Serving() {
 		t.Fatal("Serving before Serve")
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	// Start registers the server before it returns: a readiness check
+	// asked once the start message is out must not find it unready.
+	served := srv.Start(ln)
+	if !srv.Serving() {
+		t.Fatal("not Serving once Start returned")
+	}
 	fillTable(t, store, "long", 32_000)
 
 	armed.Store(true)

@@ -212,6 +212,30 @@ func (s *Server) Accounts() *auth.Accounts { return s.accounts.Load() }
 // with the server, over TLS when Options.TLSConfig is set. It returns
 // http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	hs, conns, err := s.register(ln)
+	if err != nil {
+		return err
+	}
+	return serveHTTP(hs, conns)
+}
+
+// Start is Serve in the background: the server reports Serving when Start
+// returns (so a readiness check asked after a start message was printed
+// says ready), and the channel receives what Serve would have returned.
+func (s *Server) Start(ln net.Listener) <-chan error {
+	done := make(chan error, 1)
+	hs, conns, err := s.register(ln)
+	if err != nil {
+		done <- err
+		return done
+	}
+	go func() { done <- serveHTTP(hs, conns) }()
+	return done
+}
+
+// register makes the http.Server that serves ln and records it, so
+// Shutdown finds it.
+func (s *Server) register(ln net.Listener) (*http.Server, net.Listener, error) {
 	var h http.Handler = s
 	if s.opts.Front != nil {
 		h = s.opts.Front(s)
@@ -232,24 +256,26 @@ func (s *Server) Serve(ln net.Listener) error {
 		hs.TLSConfig = s.opts.TLSConfig.Clone()
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.httpServer != nil {
-		s.mu.Unlock()
-		return errors.New("server: Serve called twice")
+		return nil, nil, errors.New("server: Serve called twice")
 	}
 	if s.shuttingDown {
 		// Shutdown came first (it found nothing to stop): serve nothing,
 		// as net/http's Serve does after its Shutdown.
-		s.mu.Unlock()
 		ln.Close()
-		return http.ErrServerClosed
+		return nil, nil, http.ErrServerClosed
 	}
 	s.httpServer = hs
 	s.conns = newLimitListener(ln, s.opts.MaxConns, s.log)
-	s.mu.Unlock()
+	return hs, s.conns, nil
+}
+
+func serveHTTP(hs *http.Server, conns net.Listener) error {
 	if hs.TLSConfig != nil {
-		return hs.ServeTLS(s.conns, "", "")
+		return hs.ServeTLS(conns, "", "")
 	}
-	return hs.Serve(s.conns)
+	return hs.Serve(conns)
 }
 
 // ConnStats counts a server's client connections.

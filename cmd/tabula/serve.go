@@ -209,8 +209,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	defer stopReload()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	served := srv.Start(ln)
 
 	scheme := "http"
 	if tlsConfig != nil {
