@@ -77,6 +77,9 @@ type Node struct {
 	proposes chan *proposal
 	reads    chan *readWaiter
 	applyCh  chan applyItem
+	// readRounds counts the ReadIndex rounds asked of raft (the reads a
+	// lease did not answer, and the lease's renewals).
+	readRounds atomic.Uint64
 
 	hosts  hostQueue                  // range groups to start or drop
 	status atomic.Pointer[nodeStatus] // see snapshotStatus
@@ -111,7 +114,8 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
-	if len(cs.GetVoters()) == 0 && raft.IsEmptyHardState(hs) && !c.Join {
+	fresh := len(cs.GetVoters()) == 0 && raft.IsEmptyHardState(hs) // see replica.voteAfter
+	if fresh && !c.Join {
 		if len(c.Peers) == 0 {
 			return nil, errors.New("cluster: a new group needs its peers")
 		}
@@ -174,6 +178,9 @@ func NewNode(cfg Config) (*Node, error) {
 	gs.snapshot = n.leaderSnapshot
 	if n.replica, err = newReplica(n, systemGroup, c.ID, st, gs, applied); err != nil {
 		return nil, err
+	}
+	if !fresh {
+		n.replica.voteAfter = uint64(c.ElectionTicks)
 	}
 	n.replicas[systemGroup] = n.replica
 	n.replicaList = append(n.replicaList, n.replica)

@@ -143,8 +143,10 @@ func TestFailover(t *testing.T) {
 
 // TestDeposedLeaderServesNoStaleRead: a leader whose process stalls while
 // cut off from the others still believes it leads after they have elected
-// another and written through it. A read it answers then would be stale;
-// the ReadIndex round, which needs a quorum, makes it refuse instead.
+// another and written through it. A read it answers then would be stale.
+// It read just before the stall, so it held a read lease; the others
+// waited an election timeout before electing another, past the lease's
+// end, and the ReadIndex round, which needs a quorum, makes it refuse.
 func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 	c := newTestCluster(t, 3, 4)
 	ctx := context.Background()
@@ -154,6 +156,9 @@ func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := s.Apply(ctx, acct, "stale", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", "k", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetEntity(ctx, acct, "stale", "p", "k"); err != nil {
 		t.Fatal(err)
 	}
 	ld := c.stallAndCutOff(old)
@@ -169,6 +174,39 @@ func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 	}
 	if code := codeOf(err); code != "ServerBusy" {
 		t.Fatalf("the deposed leader's refusal: %v", err)
+	}
+}
+
+// TestLeaseReads: a leader confirmed by a quorum answers the reads that
+// follow by itself, with no round to its followers, for most of an
+// election timeout; a read then sees every write acknowledged before it.
+func TestLeaseReads(t *testing.T) {
+	c := newTestCluster(t, 3, 6)
+	ctx := context.Background()
+	ld := c.leader(10 * time.Second)
+	s := ld.node.Store()
+	if _, err := s.CreateTable(ctx, acct, "leased"); err != nil {
+		t.Fatal(err)
+	}
+	const reads = 200
+	before := ld.node.readRounds.Load()
+	for i := range reads {
+		w, err := s.Apply(ctx, acct, "leased", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", "k", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := s.GetEntity(ctx, acct, "leased", "p", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Timestamp != w.Timestamp {
+			t.Fatalf("read %d: timestamp %d, the write before it %d", i, e.Timestamp, w.Timestamp)
+		}
+	}
+	// One round starts the lease, and the reads renew it before it ends:
+	// a round per read would be 200.
+	if rounds := ld.node.readRounds.Load() - before; rounds > reads/4 {
+		t.Fatalf("%d read rounds for %d reads", rounds, reads)
 	}
 }
 

@@ -47,7 +47,8 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 	if rec.Removed {
 		return nil
 	}
-	if st.Empty() {
+	fresh := st.Empty() // see replica.voteAfter
+	if fresh {
 		if boot == nil {
 			return nil
 		}
@@ -102,6 +103,9 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 		return err
 	}
 	gs.snapshot = r.leaderSpanSnapshot
+	if !fresh {
+		r.voteAfter = n.live.ticks + uint64(n.cfg.ElectionTicks)
+	}
 	r.members.seen = max(applied, st.Replica().ConfIndex)
 	n.replicasMu.Lock()
 	n.replicas[id] = r

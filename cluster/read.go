@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"slices"
+	"time"
 
 	"go.etcd.io/raft/v3"
 )
@@ -62,12 +63,12 @@ func (n *Node) requestReads(reads []*readWaiter) {
 			j++
 		}
 		r.requestRead(reads[i:j:j])
-		n.touch(r)
 		i = j
 	}
 }
 
-// requestRead asks raft for one read index for a batch of reads.
+// requestRead answers a batch of reads from the leader's lease if it
+// holds one, and otherwise asks raft for one read index for the batch.
 func (r *replica) requestRead(batch []*readWaiter) {
 	if !r.ready.Load() {
 		for _, rw := range batch {
@@ -75,18 +76,44 @@ func (r *replica) requestRead(batch []*readWaiter) {
 		}
 		return
 	}
-	r.quiesced.Store(false)
-	r.readSeq++
-	key := binary.BigEndian.AppendUint64(nil, r.readSeq)
-	r.readsByCtx[string(key)] = batch
-	r.rn.ReadIndex(key)
+	now := time.Now()
+	if r.lease.holds(r, now) {
+		commit := r.rn.BasicStatus().HardState.GetCommit()
+		for _, rw := range batch {
+			rw.done <- readIndex{index: commit}
+		}
+		if !r.lease.renewing && r.lease.until.Sub(now) < r.n.leaseDuration()/2 {
+			r.lease.renewing = true
+			r.startReadRound(nil, now)
+		}
+		return
+	}
+	r.startReadRound(batch, now)
 }
 
-// readDone hands a confirmed read index to its batch.
+// startReadRound asks raft for a read index for batch (none: a round that
+// only renews the lease), which readDone hands over.
+func (r *replica) startReadRound(batch []*readWaiter, now time.Time) {
+	r.quiesced.Store(false)
+	r.readSeq++
+	r.n.readRounds.Add(1)
+	key := binary.BigEndian.AppendUint64(nil, r.readSeq)
+	r.readsByCtx[string(key)] = readRound{batch: batch, began: now, beganTick: r.n.live.ticks,
+		term: r.rn.BasicStatus().HardState.GetTerm()}
+	r.rn.ReadIndex(key)
+	r.n.touch(r)
+}
+
+// readDone hands a confirmed read index to its batch, and extends the
+// lease: a quorum heard from this leader after the round began.
 func (r *replica) readDone(rs raft.ReadState) {
-	batch := r.readsByCtx[string(rs.RequestCtx)]
+	round, ok := r.readsByCtx[string(rs.RequestCtx)]
+	if !ok {
+		return
+	}
 	delete(r.readsByCtx, string(rs.RequestCtx))
-	for _, rw := range batch {
+	r.lease.granted(r, round)
+	for _, rw := range round.batch {
 		rw.done <- readIndex{index: rs.Index}
 	}
 }
@@ -94,10 +121,95 @@ func (r *replica) readDone(rs raft.ReadState) {
 // failReads ends the reads waiting for an index, when leadership is lost:
 // raft drops their requests.
 func (r *replica) failReads(err error) {
-	for k, batch := range r.readsByCtx {
-		for _, rw := range batch {
+	r.lease = readLease{}
+	for k, round := range r.readsByCtx {
+		for _, rw := range round.batch {
 			rw.done <- readIndex{err: err}
 		}
 		delete(r.readsByCtx, k)
 	}
+}
+
+// readRound is a ReadIndex request in flight: the reads waiting for it,
+// and when (in the node's wall clock and ticks) and in which term it
+// began.
+type readRound struct {
+	batch     []*readWaiter
+	began     time.Time
+	beganTick uint64
+	term      uint64
+}
+
+// readLease lets a leader answer reads at its commit index with no round
+// to its followers, for a while after a quorum last confirmed it.
+//
+// Why it is safe: a follower that hears from its leader refuses to vote
+// for another candidate for an election timeout of its own ticks after
+// (raft's CheckQuorum), and calls no election of its own before then. A
+// read round that began at time t and completed means a quorum heard from
+// this leader after t, so no other leader can be elected before t plus
+// an election timeout: ElectionTicks ticks, the first of which may come
+// at once. The lease ends two ticks short of that, measured both on the
+// monotonic wall clock (a leader whose loop stalled must not count its
+// missing ticks as time not passed) and in the node's ticks (a test's
+// clock may run faster than the wall's). Three things would break the
+// followers' side, and are kept from it: a leadership transfer, whose
+// target campaigns at once (a leader hands its lease over only after
+// dropping its lease, and no lease holds while raft has a transfer under
+// way); a follower that restarted and so forgot its leader (a replica
+// that had state before it started neither votes nor stands for election
+// on this node's word for an election timeout: voteAfter); and a
+// follower told to campaign by this node (the same guard).
+type readLease struct {
+	term      uint64
+	until     time.Time
+	untilTick uint64
+	renewing  bool // a round that only renews it is in flight
+	// voidBefore: rounds that began before it grant nothing (a transfer
+	// was asked for then).
+	voidBefore time.Time
+}
+
+// leaseDuration is how long a read round's confirmation lets the leader
+// answer reads by itself; 0 when the election timeout is too short for one.
+func (n *Node) leaseDuration() time.Duration {
+	if n.cfg.ElectionTicks <= 2 {
+		return 0
+	}
+	return time.Duration(n.cfg.ElectionTicks-2) * n.cfg.TickInterval
+}
+
+// holds reports whether the leader r may answer a read at now from its
+// lease.
+func (l *readLease) holds(r *replica, now time.Time) bool {
+	if l.term == 0 || !now.Before(l.until) || r.n.live.ticks >= l.untilTick || r.handingOver.Load() {
+		return false
+	}
+	st := r.rn.BasicStatus()
+	return st.RaftState == raft.StateLeader && st.HardState.GetTerm() == l.term && st.LeadTransferee == 0
+}
+
+// granted extends the lease by a completed round.
+func (l *readLease) granted(r *replica, round readRound) {
+	if round.batch == nil {
+		l.renewing = false
+	}
+	d := r.n.leaseDuration()
+	if d == 0 || round.began.Before(l.voidBefore) {
+		return
+	}
+	st := r.rn.BasicStatus()
+	if st.RaftState != raft.StateLeader || st.HardState.GetTerm() != round.term || st.LeadTransferee != 0 {
+		return
+	}
+	if until := round.began.Add(d); l.term != round.term || until.After(l.until) {
+		l.term, l.until = round.term, until
+		l.untilTick = round.beganTick + uint64(r.n.cfg.ElectionTicks-2)
+	}
+}
+
+// void ends the lease, and keeps rounds under way from granting one: the
+// leader is about to ask raft to transfer its leadership.
+func (l *readLease) void() {
+	*l = readLease{voidBefore: time.Now()}
 }

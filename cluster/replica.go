@@ -56,7 +56,13 @@ type replica struct {
 	// quiesced (not ticked; see quiesce.go).
 	lastStamp  int64
 	readSeq    uint64
-	readsByCtx map[string][]*readWaiter
+	readsByCtx map[string]readRound
+	lease      readLease
+	// voteAfter is the node tick before which this replica neither votes
+	// nor campaigns on the node's word: a replica that had state when it
+	// started may have been part of the quorum a leader's read lease
+	// counts on, and has forgotten it (readLease).
+	voteAfter uint64
 	// quiesced is set while the group is not ticked (quiesce.go): the
 	// loop sets it, tests and status read it.
 	quiesced atomic.Bool
@@ -129,7 +135,7 @@ func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.S
 		confIndex:  rlog.Replica().ConfIndex,
 		rlog:       rlog,
 		rn:         rn,
-		readsByCtx: make(map[string][]*readWaiter),
+		readsByCtx: make(map[string]readRound),
 		appliedCh:  make(chan struct{}),
 	}
 	r.applied.Store(applied)
@@ -153,6 +159,9 @@ func (r *replica) step(msgs []*raftpb.Message) {
 			if !staged {
 				continue // stepped once its snapshot is fetched and staged
 			}
+		}
+		if m.GetType() == raftpb.MessageType_MsgVote && r.n.live.ticks < r.voteAfter {
+			continue // the candidate tries again; see voteAfter
 		}
 		// A message of a stale term or for an unknown peer is an error
 		// raft reports and ignores; there is nothing to do about it here.

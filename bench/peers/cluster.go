@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,10 @@ func clusterKind(name, binary string, size int, extra []string) serverKind {
 			var cmds []*exec.Cmd
 			for i := range size {
 				args := append([]string{"serve", "--addr", addrs.REST[i], "--data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-					"--node-addr", addrs.Node[i], "--join", strings.Join(addrs.Node, ","), "--log-level", "error"}, extra...)
+					"--node-addr", addrs.Node[i], "--join", strings.Join(addrs.Node, ","), "--log-level", "error"})
+				for _, a := range extra { // e.g. --pprof 127.0.0.1:606{node}: one port per node
+					args = append(args, strings.ReplaceAll(a, "{node}", strconv.Itoa(i+1)))
+				}
 				cmd := exec.Command(binary, args...)
 				cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS=", "TABULA_CLUSTER_SECRET="+clusterSecret)
 				cmds = append(cmds, cmd)

@@ -59,7 +59,7 @@ func (f *restFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.partitionRate, "partition-rate", 2000, "with -emulate-limits: the partition limit, entities/s")
 	fs.Float64Var(&f.accountRate, "account-rate", 20000, "with -emulate-limits: the account limit, entities/s")
 	fs.IntVar(&f.limitsSecs, "limits-secs", 10, "with -emulate-limits: seconds the limits phase runs")
-	fs.StringVar(&f.tabulaArgs, "tabula-args", "", "extra arguments for `tabula serve`, space-separated, e.g. \"--pprof 127.0.0.1:6060\" to profile it under load")
+	fs.StringVar(&f.tabulaArgs, "tabula-args", "", "extra arguments for `tabula serve`, space-separated, e.g. \"--pprof 127.0.0.1:6060\" to profile it under load; with -cluster, {node} becomes each node's number (\"--pprof 127.0.0.1:606{node}\")")
 }
 
 func defaultCache() string {
