@@ -56,8 +56,8 @@ func clusterKind(name, binary string, size int, extra []string) serverKind {
 			}
 			var cmds []*exec.Cmd
 			for i := range size {
-				args := append([]string{"serve", "--addr", addrs.REST[i], "--data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-					"--node-addr", addrs.Node[i], "--join", strings.Join(addrs.Node, ","), "--log-level", "error"})
+				args := []string{"serve", "--addr", addrs.REST[i], "--data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+					"--node-addr", addrs.Node[i], "--join", strings.Join(addrs.Node, ","), "--log-level", "error"}
 				for _, a := range extra { // e.g. --pprof 127.0.0.1:606{node}: one port per node
 					args = append(args, strings.ReplaceAll(a, "{node}", strconv.Itoa(i+1)))
 				}
