@@ -53,7 +53,7 @@ func (f *restFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cache, "cache", defaultCache(), "folder for the pinned azurite npm install (azurite-<version>) and the tabula build")
 	fs.StringVar(&f.results, "results", "", "also write the report to this file, e.g. ../RESULTS-rest.md")
 	fs.IntVar(&f.clusterN, "cluster", 0, "run system \"cluster\", Tabula as this many nodes on this machine, first among the systems (so the ratios are the cluster against the single node), and its failover test")
-	fs.BoolVar(&f.rangeGroups, "range-groups", false, "with -cluster: the nodes run with --range-groups (every table in a raft group of its own)")
+	fs.BoolVar(&f.rangeGroups, "range-groups", true, "with -cluster: every table in a raft group of its own (tabula serve's default); false runs the nodes with --range-groups=false (every table's entities in the one system group)")
 	fs.IntVar(&f.kills, "kills", 5, "with -cluster: leader kills in the failover test (0: none)")
 	fs.BoolVar(&f.emulateLimits, "emulate-limits", false, "also run the limits phase: tabula serve --emulate-limits, one hot partition beside scattered ones (-workloads \"\" runs it alone)")
 	fs.Float64Var(&f.partitionRate, "partition-rate", 2000, "with -emulate-limits: the partition limit, entities/s")
@@ -272,9 +272,9 @@ func runRESTSuite(args []string, log io.Writer) error {
 			if err != nil {
 				return err
 			}
-			args, groups := strings.Fields(f.tabulaArgs), "one raft group"
-			if f.rangeGroups {
-				args, groups = append(args, "--range-groups"), "every table in a raft group of its own (--range-groups) beside the system group"
+			args, groups := strings.Fields(f.tabulaArgs), "every table in a raft group of its own beside the system group"
+			if !f.rangeGroups {
+				args, groups = append(args, "--range-groups=false"), "one raft group (--range-groups=false)"
 			}
 			kinds[sys] = clusterKind(sys, bin, f.clusterN, args)
 			rep.Notes = append(rep.Notes, fmt.Sprintf("cluster: %d `tabula serve` nodes of this checkout on this machine, %s, every write fsynced in the raft log of a quorum before it is acknowledged; the clients talk to the leader; CPU and peak RSS are the sums over the nodes", f.clusterN, groups))

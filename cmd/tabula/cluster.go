@@ -61,7 +61,7 @@ func (cf *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.secret, "cluster-secret", "", "cluster mode: the secret every node shares (default $"+secretEnv+"); at least 16 characters")
 	fs.Uint64Var(&cf.logKeep, "raft-log-keep", 10_000, "cluster mode: raft log entries kept below the synced applied index, for followers briefly behind (further behind, they get a snapshot)")
 	fs.Uint64Var(&cf.syncEvery, "raft-sync-every", 4096, "cluster mode: commands applied between syncs of the store, after which the raft log below them may go")
-	fs.BoolVar(&cf.rangeGroups, "range-groups", false, "cluster mode, experimental: give every table created while this node leads a raft group of its own on up to three nodes, instead of replicating its entities in the one system group (docs/cluster.md)")
+	fs.BoolVar(&cf.rangeGroups, "range-groups", true, "cluster mode: give every table created while this node leads a raft group of its own on up to three nodes (false: replicate its entities in the one system group, beside the catalog; docs/cluster.md)")
 	fs.DurationVar(&cf.deadAfter, "dead-after", 5*time.Minute, "cluster mode: how long a node goes unheard before the system group's leader moves its range groups' members to other nodes")
 	fs.DurationVar(&cf.mergeAfter, "merge-after", 10*time.Minute, "cluster mode: how long two neighbouring ranges stay cold before the placement controller merges them (negative: never)")
 	fs.DurationVar(&cf.placeEvery, "placement-interval", time.Second, "cluster mode: how often the system group's leader looks for range groups to move (dead or draining nodes, groups short of three, an uneven spread); 0 turns it off")

@@ -76,7 +76,7 @@ func settled(r cluster.RangeStatus) bool {
 // it leaves, so every table ends on the three nodes left. Every write
 // acknowledged is read back through every node at each step.
 func TestClusterPlacement(t *testing.T) {
-	c := startProcCluster(t, 4, "--range-groups", "--dead-after", "3s", "--placement-interval", "200ms")
+	c := startProcCluster(t, 4, "--dead-after", "3s", "--placement-interval", "200ms")
 	ctx := context.Background()
 	c.leader()
 	tables := []string{"alpha", "bravo", "charlie", "delta"}

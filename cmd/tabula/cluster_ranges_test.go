@@ -34,7 +34,7 @@ func (c *procCluster) clusterRanges() []cluster.RangeStatus {
 	return out
 }
 
-// TestClusterRangeGroups runs three real nodes with --range-groups. Two
+// TestClusterRangeGroups runs three real nodes with range groups. Two
 // tables each get a raft group of three replicas, which `cluster status`
 // shows with their leaseholders; the SDK writes and reads through every
 // node. The node that holds a table's lease is killed with SIGKILL under
@@ -46,7 +46,7 @@ func (c *procCluster) clusterRanges() []cluster.RangeStatus {
 // is lost. The placement controller is off, so that the fourth node stays
 // in no group (TestClusterPlacement has it on).
 func TestClusterRangeGroups(t *testing.T) {
-	c := startProcCluster(t, 3, "--range-groups", "--placement-interval", "0")
+	c := startProcCluster(t, 3, "--placement-interval", "0")
 	ctx := context.Background()
 	c.leader()
 	tables := []string{"alpha", "beta"}

@@ -25,7 +25,7 @@ import (
 // each hand-over showed the readers a burst of 503s; without the drain,
 // about one write in a thousand ended of unknown outcome.
 func TestClusterHidesMoves(t *testing.T) {
-	c := startProcCluster(t, 3, "--range-groups", "--placement-interval", "0")
+	c := startProcCluster(t, 3, "--placement-interval", "0")
 	ctx := context.Background()
 	c.leader()
 	if _, err := c.client(0, "moving").CreateTable(ctx, nil); err != nil {

@@ -23,7 +23,7 @@ import (
 // SIGKILL under writes loses nothing acknowledged; and `tabula cluster
 // merge` under writes gives the range back, nothing lost.
 func TestClusterSplits(t *testing.T) {
-	c := startProcCluster(t, 3, "--range-groups", "--placement-interval", "0")
+	c := startProcCluster(t, 3, "--placement-interval", "0")
 	ctx := context.Background()
 	c.leader()
 	if _, err := c.client(0, "halves").CreateTable(ctx, nil); err != nil {
