@@ -21,6 +21,9 @@ func (n *Node) applyLoop() {
 			}
 			continue // stopped by a failure: drain, apply nothing more
 		}
+		if (item.fn != nil && !item.beside) || item.r == n.replica {
+			n.ingests.wait() // see span_install.go
+		}
 		if item.fn != nil {
 			err := item.fn()
 			if item.done != nil {
@@ -66,15 +69,27 @@ type applyItem struct {
 	ents []*raftpb.Entry
 	fn   func() error
 	done chan error
+	// beside: fn may run while span ingests are under way (it touches
+	// only its own group).
+	beside bool
 }
 
 // st is the node's store now: a snapshot install replaces it.
 func (n *Node) st() *partition.Store { return n.store.Load() }
 
-// onApply runs fn on the apply goroutine, between commands, and waits.
+// onApply runs fn on the apply goroutine, between commands, once no span
+// ingest is under way, and waits.
 func (n *Node) onApply(fn func() error) error {
 	done := make(chan error, 1)
 	n.applyCh <- applyItem{fn: fn, done: done}
+	return <-done
+}
+
+// onApplyBeside is onApply for work on one range group's install that
+// may run beside the ingests of others.
+func (n *Node) onApplyBeside(fn func() error) error {
+	done := make(chan error, 1)
+	n.applyCh <- applyItem{fn: fn, done: done, beside: true}
 	return <-done
 }
 

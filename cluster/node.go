@@ -77,6 +77,7 @@ type Node struct {
 	proposes chan *proposal
 	reads    chan *readWaiter
 	applyCh  chan applyItem
+	ingests  ingestGate // span snapshot ingests under way (span_install.go)
 	// readRounds counts the ReadIndex rounds asked of raft (the reads a
 	// lease did not answer, and the lease's renewals).
 	readRounds atomic.Uint64
@@ -92,6 +93,9 @@ type Node struct {
 	// goroutine once a span snapshot is in the store and before the raft
 	// log records it.
 	afterSpanIngest func(group uint64)
+	// beforeSpanIngest, set by tests before Run, is called on an ingest's
+	// goroutine before the span snapshot is written into the store.
+	beforeSpanIngest func(group uint64)
 }
 
 // ErrStopped is returned to requests once the node has stopped.
@@ -176,6 +180,7 @@ func NewNode(cfg Config) (*Node, error) {
 		stopped:  make(chan struct{}),
 	}
 	gs.snapshot = n.leaderSnapshot
+	n.ingests.init()
 	if n.replica, err = newReplica(n, systemGroup, c.ID, st, gs, applied); err != nil {
 		return nil, err
 	}
@@ -317,6 +322,7 @@ func (n *Node) Run(ctx context.Context) error {
 	err := n.loop(ctx)
 	close(n.applyCh)
 	<-applyDone
+	n.ingests.wg.Wait()
 	n.closeSnapshots()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		n.failed.CompareAndSwap(nil, &err)
@@ -354,6 +360,10 @@ func (n *Node) loop(ctx context.Context) error {
 			n.touch(n.replica)
 		case f := <-n.calls:
 			f()
+		case <-n.ingests.wake:
+			if err := n.finishSpanInstalls(); err != nil {
+				return err
+			}
 		case <-n.hosts.wake:
 			if err := n.applyHostChanges(); err != nil {
 				return err
@@ -406,7 +416,7 @@ func (n *Node) loop(ctx context.Context) error {
 func (n *Node) handleTouched() error {
 	var ready []*replica
 	for r := range n.touched {
-		if r.rn.HasReady() {
+		if r.hasReady() {
 			ready = append(ready, r)
 		}
 	}
@@ -415,9 +425,18 @@ func (n *Node) handleTouched() error {
 		if err := n.handleReadys(ready); err != nil {
 			return err
 		}
-		ready = slices.DeleteFunc(ready, func(r *replica) bool { return !r.rn.HasReady() })
+		ready = slices.DeleteFunc(ready, func(r *replica) bool { return !r.hasReady() })
 	}
 	return nil
+}
+
+// hasReady reports whether the replica has a Ready to handle: raft's, or
+// the one an install held, once the install is done.
+func (r *replica) hasReady() bool {
+	if r.install != nil {
+		return r.install.done
+	}
+	return r.rn.HasReady()
 }
 
 // handleReadys does the Readys of several replicas in raft's order, with
@@ -426,14 +445,30 @@ func (n *Node) handleTouched() error {
 // sending any message that depends on them (a steady leader's appends
 // depend on nothing it writes), then hand the committed entries to the
 // apply goroutine, then note leadership changes.
-func (n *Node) handleReadys(rs []*replica) error {
-	rds := make([]raft.Ready, len(rs))
+func (n *Node) handleReadys(all []*replica) error {
+	rs := make([]*replica, 0, len(all))
+	rds := make([]raft.Ready, 0, len(all))
+	for _, r := range all {
+		var rd raft.Ready
+		switch {
+		case r.install != nil: // done: hasReady says so
+			rd, r.install = r.install.rd, nil
+		default:
+			rd = r.rn.Ready()
+			if r.group != systemGroup && !raft.IsEmptySnap(rd.Snapshot) {
+				if err := n.startSpanInstall(r, rd); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		rs, rds = append(rs, r), append(rds, rd)
+	}
 	early := make([]bool, len(rs))
 	w := n.cfg.Log.NewWrite()
 	write, sync := false, false
 	for i, r := range rs {
-		rd := r.rn.Ready()
-		rds[i] = rd
+		rd := rds[i]
 		snap := !raft.IsEmptySnap(rd.Snapshot)
 		if snap {
 			// The store first: a crash after the switch is recovered from
@@ -449,10 +484,7 @@ func (n *Node) handleReadys(rs []*replica) error {
 				n.conf = cs
 				n.confMu.Unlock()
 			} else {
-				if err := n.onApply(func() error { return r.installSpanSnapshot(meta) }); err != nil {
-					return err
-				}
-				r.setConf(meta.GetIndex(), cs)
+				r.setConf(meta.GetIndex(), cs) // installed: startSpanInstall
 			}
 			w.ApplySnapshot(r.group, meta)
 		}

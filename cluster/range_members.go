@@ -190,6 +190,7 @@ func (n *Node) unhost(r *replica, err error) {
 	n.replicaList = slices.DeleteFunc(n.replicaList, func(x *replica) bool { return x == r })
 	n.replicasMu.Unlock()
 	delete(n.touched, r)
+	r.install = nil // an ingest under way ends before the group's drop: see ingestGate
 	r.stop(err)
 	r.failReads(err)
 	r.spans.mu.Lock()

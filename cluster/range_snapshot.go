@@ -26,9 +26,9 @@ import (
 // the whole store (snapshot.go). The leader pins a view of the span with
 // the group's applied index; the follower fetches it out of band into a
 // file beside its store, checks it, and only then lets raft see the
-// message. When raft hands the snapshot back in a Ready, the apply
-// goroutine ingests the file into the store (which sets the group's
-// applied index with the data) and the loop records the snapshot in the
+// message. When raft hands the snapshot back in a Ready, the file is
+// ingested into the store (which sets the group's applied index with the
+// data; span_install.go) and the loop records the snapshot in the
 // group's log. A crash between the two is repaired at the next start
 // from a record of the snapshot written before the ingest
 // (recordedRangeSnapshot).
@@ -36,8 +36,7 @@ import (
 // spanSnapshots is a range replica's snapshot state: the last one it
 // made as the leader (loop-owned), and those it fetched as a follower, by
 // index. A newer fetch does not replace an older one: raft may have
-// accepted the older one, whose install then waits on the apply
-// goroutine.
+// accepted the older one, whose install is then under way.
 type spanSnapshots struct {
 	latest *servedSnapshot
 
@@ -243,65 +242,6 @@ func checkSpanFile(fs vfs.FS, path string, group uint64, sp partition.Span, inde
 		err = fmt.Errorf("the stream holds index %d, the message %d", applied, index)
 	}
 	return streamed, err
-}
-
-// installSpanSnapshot ingests the staged span snapshot raft accepted. It
-// runs on the apply goroutine; the snapshot is first recorded beside the
-// store, so that a crash after the ingest and before the raft log
-// records it is repaired at the next start.
-func (r *replica) installSpanSnapshot(meta *raftpb.SnapshotMetadata) error {
-	n := r.n
-	fs := n.dir.fs
-	r.spans.mu.Lock()
-	st := r.spans.staged[meta.GetIndex()]
-	delete(r.spans.staged, meta.GetIndex())
-	r.spans.removeStaged(fs, meta.GetIndex()) // older ones are of no use now
-	r.spans.mu.Unlock()
-	if st == nil || st.meta.GetTerm() != meta.GetTerm() {
-		return fmt.Errorf("cluster: group %d: raft accepted span snapshot %d/%d, which is not the one fetched", r.group, meta.GetIndex(), meta.GetTerm())
-	}
-	defer fs.Remove(st.path)
-	if _, ok := n.groupSpan(r.group); !ok {
-		// The table was dropped while the install waited behind the
-		// drop on this goroutine: the group goes with it (its drop is
-		// queued), so there is nothing to install.
-		r.advanceApplied(meta.GetIndex())
-		return nil
-	}
-	rec, err := encodeSpanRecord(r.group, meta)
-	if err != nil {
-		return err
-	}
-	if err := vfs.WriteFileAtomic(fs, n.rangeSnapshotRecord(r.group), rec); err != nil {
-		return fmt.Errorf("cluster: group %d: record the span snapshot: %w", r.group, err)
-	}
-	f, err := fs.Open(st.path)
-	if err != nil {
-		return err
-	}
-	applied, err := n.st().IngestSpan(r.group, st.span, bufio.NewReaderSize(f, 256<<10))
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("cluster: group %d: ingest span snapshot %d: %w", r.group, meta.GetIndex(), err)
-	}
-	if applied != meta.GetIndex() {
-		return fmt.Errorf("cluster: group %d: span snapshot %d ingested at index %d", r.group, meta.GetIndex(), applied)
-	}
-	if n.afterSpanIngest != nil {
-		n.afterSpanIngest(r.group)
-	}
-	if err := n.forgetMergedInto(st.span); err != nil {
-		return err
-	}
-	if st.ts > r.appliedTS.Load() {
-		r.appliedTS.Store(st.ts)
-	}
-	r.advanceApplied(applied)
-	n.snaps.mu.Lock()
-	n.snaps.spanInstalled++
-	n.snaps.mu.Unlock()
-	n.log.Info("cluster: span snapshot installed", "node", n.cfg.ID, "group", r.group, "index", applied)
-	return nil
 }
 
 // rangeSnapshotRecord names the file recording the last span snapshot a

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -342,6 +343,60 @@ func (c *testCluster) leaveBehind(table string, partitions int) (*testNode, *vfs
 		upsertVia(c, table, fmt.Sprintf("p%d", i%partitions), fmt.Sprintf("r%03d", i), i)
 	}
 	return lag, lag.fs
+}
+
+// TestSpanIngestLeavesOtherGroupsRunning holds a returning node's ingest
+// of a span snapshot: meanwhile the node goes on with its other groups (it
+// applies another table's writes as they come), and once the ingest ends
+// the group catches up. An ingest on the loop's turn, as it once was,
+// stopped every group of the node for as long as it ran.
+func TestSpanIngestLeavesOtherGroupsRunning(t *testing.T) {
+	c := newTablesCluster(t, 3, 25)
+	createVia(c, "slow")
+	createVia(c, "busy")
+	g, busy := c.tableGroup("slow"), c.tableGroup("busy")
+	lag, lagFS := c.leaveBehind("slow", 3)
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	c.prepare = func(tn *testNode) {
+		if tn.id != lag.id {
+			return
+		}
+		tn.node.beforeSpanIngest = func(group uint64) {
+			if group == g.ID {
+				select {
+				case held <- struct{}{}:
+				default:
+				}
+				<-release
+			}
+		}
+	}
+	back := c.start(lag.id, lagFS)
+	c.prepare = nil
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no span snapshot ingest began")
+	}
+	for i := range 20 {
+		upsertVia(c, "busy", "p", fmt.Sprintf("r%02d", i), i)
+	}
+	c.convergeGroup(busy.ID, 10*time.Second)
+	if got := dump(t, back.node.st(), "busy"); !strings.Contains(got, "p/r19") {
+		t.Fatalf("the node applied none of the other table's writes while the ingest was held: %q", got)
+	}
+	if n := back.node.Status().SpanSnapshotsInstalled; n != 0 {
+		t.Fatalf("%d span snapshots installed while the ingest was held", n)
+	}
+	once.Do(func() { close(release) })
+	upsertVia(c, "slow", "p0", "after", 1000)
+	c.convergeGroup(g.ID, 20*time.Second)
+	ld := c.groupLeader(g.ID, 10*time.Second)
+	if got, want := dump(t, back.node.st(), "slow"), dump(t, ld.node.st(), "slow"); got != want {
+		t.Fatalf("the returning node holds\n%s\nthe leader\n%s", got, want)
+	}
 }
 
 // TestRangeGroupCatchesUpBySnapshot stops a voter of a table's group

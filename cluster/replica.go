@@ -69,8 +69,10 @@ type replica struct {
 	// campaignLeft counts down the ticks a new group's creator keeps
 	// calling elections (range_host.go).
 	campaignLeft int
-	// spans is a range group's snapshot state (range_snapshot.go).
-	spans spanSnapshots
+	// spans is a range group's snapshot state (range_snapshot.go), and
+	// install the install of one under way (span_install.go; loop-owned).
+	spans   spanSnapshots
+	install *spanInstall
 	// tableless marks a range group hostGroup was given without a table
 	// of its own (tests): it writes the tables that have no group.
 	tableless bool

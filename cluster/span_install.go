@@ -1,0 +1,222 @@
+package cluster
+
+import (
+	"bufio"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/vfs"
+)
+
+// A span snapshot's ingest writes the whole span into the store twice
+// (staged, then moved; partition.Store.IngestSpan): seconds for a range
+// near its split size. Run on the loop's turn, it would stop every group
+// of the node for as long: no heartbeats, no liveness, leases lost
+// elsewhere. So it runs on a goroutine of its own, while the loop goes on
+// with the other groups and holds the group's Ready, which raft lets it
+// do (it may step messages and tick meanwhile, but asks for no other
+// Ready before the held one is advanced). The apply goroutine goes on
+// applying the other range groups' commands beside it (the store orders
+// writes to the span's table behind the move); the system group's
+// commands and the node's other work on the apply goroutine (a snapshot
+// of the whole store, a group's drop) wait for the ingests under way, as
+// they waited for an install before. The steps before and after the
+// ingest stay on the apply goroutine, in order with the group's entries.
+
+// spanInstall is a range replica's span snapshot install under way: the
+// Ready raft handed the snapshot in, held until done.
+type spanInstall struct {
+	rd   raft.Ready
+	done bool
+}
+
+// ingestGate counts the ingests under way, for the apply goroutine's work
+// that must not run beside one.
+type ingestGate struct {
+	mu       sync.Mutex
+	cond     sync.Cond
+	running  int
+	finished []finishedIngest // for the loop, in the order they ended
+	wake     chan struct{}    // the loop's signal that finished grew
+	wg       sync.WaitGroup   // the ingest goroutines, for Run's end
+}
+
+type finishedIngest struct {
+	r       *replica
+	ingest  *spanIngest
+	applied uint64
+	err     error
+}
+
+func (g *ingestGate) init() {
+	g.cond.L = &g.mu
+	g.wake = make(chan struct{}, 1)
+}
+
+// wait returns once no ingest is under way.
+func (g *ingestGate) wait() {
+	g.mu.Lock()
+	for g.running > 0 {
+		g.cond.Wait()
+	}
+	g.mu.Unlock()
+}
+
+// spanIngest is the work of one install between its steps on the apply
+// goroutine: the staged file and what it holds.
+type spanIngest struct {
+	meta   *raftpb.SnapshotMetadata
+	staged *stagedSpan
+}
+
+// startSpanInstall begins the install of the span snapshot in rd, a Ready
+// of range replica r, and holds rd until it is done (finishSpanInstalls).
+func (n *Node) startSpanInstall(r *replica, rd raft.Ready) error {
+	meta := rd.Snapshot.GetMetadata()
+	g := &n.ingests
+	var job *spanIngest
+	if err := n.onApplyBeside(func() (err error) {
+		job, err = r.beginSpanInstall(meta)
+		if job != nil {
+			// Counted here, so that nothing the apply goroutine takes
+			// after this step runs beside the ingest unless it may.
+			g.mu.Lock()
+			g.running++
+			g.mu.Unlock()
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	r.install = &spanInstall{rd: rd}
+	if job == nil { // nothing to ingest: the Ready goes on at once
+		r.install.done = true
+		n.touch(r)
+		return nil
+	}
+	g.wg.Add(1)
+	st := n.st() // the store cannot be switched under an ingest: see ingestGate
+	go func() {
+		defer g.wg.Done()
+		fin := finishedIngest{r: r, ingest: job}
+		fin.applied, fin.err = r.ingestSpan(st, job)
+		g.mu.Lock()
+		g.running--
+		g.finished = append(g.finished, fin)
+		g.cond.Broadcast()
+		g.mu.Unlock()
+		select {
+		case g.wake <- struct{}{}:
+		default:
+		}
+	}()
+	return nil
+}
+
+// finishSpanInstalls, on the loop, ends the installs whose ingest is done
+// and lets their Readys go on. A failed ingest stops the node, as a failed
+// apply does.
+func (n *Node) finishSpanInstalls() error {
+	g := &n.ingests
+	g.mu.Lock()
+	fins := g.finished
+	g.finished = nil
+	g.mu.Unlock()
+	for _, fin := range fins {
+		if fin.err != nil {
+			return fin.err
+		}
+		r := fin.r
+		if n.group(r.group) != r || r.install == nil {
+			continue // no longer hosted: its drop came after the ingest
+		}
+		if err := n.onApplyBeside(func() error { return r.endSpanInstall(fin.ingest, fin.applied) }); err != nil {
+			return err
+		}
+		r.install.done = true
+		n.touch(r)
+	}
+	return nil
+}
+
+// beginSpanInstall takes the staged span snapshot raft accepted and
+// records it beside the store, so that a crash after the ingest and
+// before the raft log records it is repaired at the next start
+// (recordedRangeSnapshot). It returns nil when there is nothing to ingest
+// (the table was dropped while the install waited behind the drop).
+func (r *replica) beginSpanInstall(meta *raftpb.SnapshotMetadata) (*spanIngest, error) {
+	n := r.n
+	fs := n.dir.fs
+	r.spans.mu.Lock()
+	st := r.spans.staged[meta.GetIndex()]
+	delete(r.spans.staged, meta.GetIndex())
+	r.spans.removeStaged(fs, meta.GetIndex()) // older ones are of no use now
+	r.spans.mu.Unlock()
+	if st == nil || st.meta.GetTerm() != meta.GetTerm() {
+		return nil, fmt.Errorf("cluster: group %d: raft accepted span snapshot %d/%d, which is not the one fetched", r.group, meta.GetIndex(), meta.GetTerm())
+	}
+	if _, ok := n.groupSpan(r.group); !ok {
+		// The group goes with its table (its drop is queued).
+		fs.Remove(st.path)
+		r.advanceApplied(meta.GetIndex())
+		return nil, nil
+	}
+	rec, err := encodeSpanRecord(r.group, meta)
+	if err == nil {
+		err = vfs.WriteFileAtomic(fs, n.rangeSnapshotRecord(r.group), rec)
+	}
+	if err != nil {
+		fs.Remove(st.path)
+		return nil, fmt.Errorf("cluster: group %d: record the span snapshot: %w", r.group, err)
+	}
+	return &spanIngest{meta: meta, staged: st}, nil
+}
+
+// ingestSpan writes the staged snapshot into the store s, on the
+// ingest's own goroutine, and returns the applied index it set.
+func (r *replica) ingestSpan(s *partition.Store, job *spanIngest) (uint64, error) {
+	fs := r.n.dir.fs
+	defer fs.Remove(job.staged.path)
+	if r.n.beforeSpanIngest != nil {
+		r.n.beforeSpanIngest(r.group)
+	}
+	f, err := fs.Open(job.staged.path)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: group %d: open span snapshot %d: %w", r.group, job.meta.GetIndex(), err)
+	}
+	defer f.Close()
+	applied, err := s.IngestSpan(r.group, job.staged.span, bufio.NewReaderSize(f, 256<<10))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: group %d: ingest span snapshot %d: %w", r.group, job.meta.GetIndex(), err)
+	}
+	return applied, nil
+}
+
+// endSpanInstall, on the apply goroutine, finishes an install whose
+// ingest set the group's applied index to applied.
+func (r *replica) endSpanInstall(job *spanIngest, applied uint64) error {
+	n := r.n
+	meta, st := job.meta, job.staged
+	if applied != meta.GetIndex() {
+		return fmt.Errorf("cluster: group %d: span snapshot %d ingested at index %d", r.group, meta.GetIndex(), applied)
+	}
+	if n.afterSpanIngest != nil {
+		n.afterSpanIngest(r.group)
+	}
+	if err := n.forgetMergedInto(st.span); err != nil {
+		return err
+	}
+	if st.ts > r.appliedTS.Load() {
+		r.appliedTS.Store(st.ts)
+	}
+	r.advanceApplied(applied)
+	n.snaps.mu.Lock()
+	n.snaps.spanInstalled++
+	n.snaps.mu.Unlock()
+	n.log.Info("cluster: span snapshot installed", "node", n.cfg.ID, "group", r.group, "index", applied)
+	return nil
+}
