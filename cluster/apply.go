@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -201,6 +202,12 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 		res.err = s.SetTableACL(ctx, c.Account, c.Table, c.ACL)
 	case command.KindSetProperties:
 		res.err = s.SetServiceProperties(ctx, c.Account, c.Properties)
+	case command.KindNodeDown:
+		var since time.Time
+		if c.Since != 0 {
+			since = time.Unix(0, c.Since)
+		}
+		res.err = s.SetNodeDown(ctx, c.Node, since)
 	}
 	if res.err != nil && partition.ErrorCode(res.err) == "" {
 		return fmt.Errorf("cluster: group %d: apply entry %d (%s): %w", r.group, e.GetIndex(), c.Kind, res.err)

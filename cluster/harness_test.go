@@ -370,8 +370,8 @@ func (c *testCluster) stallAndCutOff(old *testNode) *testNode {
 	c.net.partition([]uint64{old.id}, others)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for _, id := range others {
-			if c.nodes[id].node.IsLeader() {
-				return c.nodes[id]
+			if tn := c.nodes[id]; tn != nil && tn.node.IsLeader() { // a stopped node is not among them
+				return tn
 			}
 		}
 	}

@@ -411,6 +411,10 @@ type PeerStatus struct {
 	// Draining says the peer is being drained of its range groups
 	// before it leaves (tabula cluster decommission).
 	Draining bool `json:"draining,omitempty"`
+	// DownSince is when the peer was last heard before it fell silent,
+	// as the system group recorded it (the placement controller counts
+	// DeadAfter from there).
+	DownSince *time.Time `json:"down_since,omitempty"`
 }
 
 func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
@@ -418,10 +422,15 @@ func (h *HTTP) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := h.node.Status()
+	down, _ := h.node.st().NodesDown() // a damaged record shows as none; the controller logs it
 	for id, addr := range h.node.members.all() {
 		p := st.progress[id]
-		st.Peers = append(st.Peers, PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active, Live: id == st.Node || st.live[id],
-			Draining: h.node.members.isDraining(id)})
+		ps := PeerStatus{Node: id, Addr: addr, Match: p.Match, Active: p.Active, Live: id == st.Node || st.live[id],
+			Draining: h.node.members.isDraining(id)}
+		if t, ok := down[id]; ok {
+			ps.DownSince = &t
+		}
+		st.Peers = append(st.Peers, ps)
 	}
 	sortPeers(st.Peers)
 	st.Ranges = h.node.ranges(r.Context())

@@ -73,8 +73,9 @@ func (n *Node) SetGroupVoters(ctx context.Context, group uint64, voters []uint64
 // the balance for settleRounds rounds, time for its leader to move the
 // members, and the balance moves the group named longest ago first, so an
 // operator's move stays while another group can go instead.
-// The controller forgets everything when the leadership moves: a new
-// leader counts every node as alive from its first round.
+// The controller forgets its state when the leadership moves, but for the
+// nodes recorded down in the system group (recordLiveness): a new leader
+// counts every other node as alive from its first round.
 
 // settleRounds is how many rounds the balance leaves a group named.
 const settleRounds = 10
@@ -134,15 +135,28 @@ func (p *placement) round(n *Node, now time.Time) {
 	voters := slices.Clone(n.conf.GetVoters())
 	n.confMu.Unlock()
 	book := n.members.clone()
+	down, err := n.st().NodesDown()
+	if err != nil {
+		n.log.Warn("cluster: placement: read the nodes recorded down", "err", err)
+	}
 	var usable []uint64 // live, not draining: where members may go
 	for _, v := range voters {
-		if v == n.cfg.ID || st.live[v] || p.lastAlive[v].IsZero() {
+		switch {
+		case v == n.cfg.ID || st.live[v]:
 			p.lastAlive[v] = now
+		case p.lastAlive[v].IsZero():
+			// This controller's first look: a node the system group
+			// recorded down counts from then, not from this election.
+			p.lastAlive[v] = now
+			if t, ok := down[v]; ok && t.Before(now) {
+				p.lastAlive[v] = t
+			}
 		}
 		if (v == n.cfg.ID || st.live[v]) && !book.draining[v] {
 			usable = append(usable, v)
 		}
 	}
+	p.recordLiveness(n, voters, down, now)
 	gone := func(v uint64) bool {
 		return !slices.Contains(voters, v) || book.draining[v] || now.Sub(p.lastAlive[v]) > n.cfg.DeadAfter
 	}
@@ -225,6 +239,38 @@ func (p *placement) round(n *Node, now time.Time) {
 		want := slices.Clone(move.Group.Voters)
 		want[slices.Index(want, most)] = least
 		p.name(n, *move, want, now, "balance")
+	}
+}
+
+// recordLiveness keeps the system group's record of the nodes down in
+// step with what the controller sees: a voter silent for a tenth of
+// DeadAfter is recorded down since it was last heard, and a node recorded
+// down that is heard again, or is no longer a voter, is cleared. The
+// record changes only when a node falls silent or comes back, so it
+// costs the log nothing while the cluster is well; a new controller
+// reads it (round).
+func (p *placement) recordLiveness(n *Node, voters []uint64, down map[uint64]time.Time, now time.Time) {
+	record := func(node uint64, since int64) {
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+		defer cancel()
+		if _, err := n.Store().write(ctx, &command.Command{Kind: command.KindNodeDown, Node: node, Since: since}, 0); err != nil {
+			n.log.Warn("cluster: placement: record a node's liveness", "node", node, "since", since, "err", err)
+		}
+	}
+	for _, v := range voters {
+		_, recorded := down[v]
+		silent := now.Sub(p.lastAlive[v])
+		switch {
+		case silent == 0 && recorded:
+			record(v, 0)
+		case silent > n.cfg.DeadAfter/10 && !recorded:
+			record(v, p.lastAlive[v].UnixNano())
+		}
+	}
+	for v := range down {
+		if !slices.Contains(voters, v) {
+			record(v, 0)
+		}
 	}
 }
 

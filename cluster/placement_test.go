@@ -76,6 +76,73 @@ func TestPlacementReplacesADeadNode(t *testing.T) {
 	_ = ld
 }
 
+// TestPlacementRemembersDownNodes: the controller records in the system
+// group a voter that fell silent, and since when; a controller elected
+// later counts DeadAfter from then rather than from its own election, so
+// the dead node's groups are re-replicated on time across the change.
+func TestPlacementRemembersDownNodes(t *testing.T) {
+	const deadAfter = 6 * time.Second
+	c := newPlacementCluster(t, 5, 53, deadAfter)
+	createVia(c, "kept")
+	g := c.tableGroup("kept")
+	sys := c.leader(10 * time.Second)
+	var victim uint64
+	for _, v := range g.Voters {
+		if v != sys.id && victim == 0 {
+			victim = v
+		}
+	}
+	fs := c.nodes[victim].fs
+	c.stop(victim)
+	silent := time.Now()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		recorded := 0
+		for _, tn := range c.nodes {
+			if down, err := tn.node.st().NodesDown(); err == nil && !down[victim].IsZero() {
+				// Last heard within an election timeout of the stop (as
+				// the controller's last look before it saw the silence).
+				if since := down[victim]; since.After(silent.Add(time.Second)) {
+					t.Fatalf("node %d records %d down since %v, well after it was stopped (%v)", tn.id, victim, since, silent)
+				}
+				recorded++
+			}
+		}
+		if recorded == len(c.nodes) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d nodes record node %d down", recorded, len(c.nodes), victim)
+		}
+	}
+	// Most of DeadAfter passes under the first controller; then another
+	// takes over.
+	time.Sleep(time.Until(silent.Add(deadAfter - time.Second)))
+	elected := c.stallAndCutOff(sys)
+	for deadline := silent.Add(deadAfter + 2500*time.Millisecond); ; time.Sleep(10 * time.Millisecond) {
+		if g, err := elected.node.st().TableGroup(acct, "kept"); err == nil && !g.Has(victim) {
+			break
+		}
+		if time.Now().After(deadline) {
+			// A controller that started counting at its election would
+			// wait until about 11 s after the stop.
+			t.Fatalf("node %d, stopped %v ago, is still a voter of the table's group", victim, time.Since(silent).Round(time.Millisecond))
+		}
+	}
+	c.net.heal()
+	sys.paused.Store(false)
+	// Back, the node is heard again and its record goes.
+	c.start(victim, fs)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		down, err := elected.node.st().NodesDown()
+		if err == nil && down[victim].IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d came back and is still recorded down: %v, %v", victim, down, err)
+		}
+	}
+}
+
 // TestPlacementDrainsANode drains a voter of two tables' groups: both
 // move off it to the other nodes, it hosts no member and holds none of
 // their entities, and it can then leave the cluster with every table

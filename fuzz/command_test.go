@@ -27,6 +27,7 @@ func FuzzCommand(f *testing.F) {
 		{Kind: command.KindSetRangeVoters, Account: "a", Table: "t", Group: 9, Voters: []uint64{1, 2, 4}},
 		{Kind: command.KindSplitRange, Account: "a", Table: "t", Group: 9, Key: "m"},
 		{Kind: command.KindSplitGroup, Account: "a", Table: "t", Group: 12, Key: "m", Voters: []uint64{1, 2, 3}, Learners: []uint64{4 | 9<<32}},
+		{Kind: command.KindNodeDown, Node: 3, Since: 1_700_000_000_000_000_000},
 	} {
 		f.Add(c.Append(nil))
 	}

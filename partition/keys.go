@@ -42,6 +42,9 @@ const (
 	// metaGroupSpan | group -> the PartitionKeys that raft group holds of
 	// its table, as its own log last set them (group_span.go).
 	metaGroupSpan = 0x08
+	// metaNodeDown | node -> since when a cluster node has been silent, as
+	// the system group recorded it (node_liveness.go).
+	metaNodeDown = 0x09
 )
 
 // legacyAppliedGroup is the group whose applied index a store written

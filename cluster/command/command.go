@@ -33,6 +33,7 @@ const (
 	KindMergeRange                       // Table's range of group Group takes the next range, which starts at Key
 	KindFreezeGroup                      // in range group's log: its span takes no more writes, to be merged
 	KindMergeGroup                       // in range group's log: take frozen group Group's span, which starts at Key
+	KindNodeDown                         // node Node unheard since Since (Unix ns; 0: heard again)
 )
 
 func (k Kind) String() string {
@@ -63,6 +64,8 @@ func (k Kind) String() string {
 		return "freeze-group"
 	case KindMergeGroup:
 		return "merge-group"
+	case KindNodeDown:
+		return "node-down"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -93,6 +96,10 @@ type Command struct {
 	// members.
 	Key      string
 	Learners []uint64
+	// Node is the cluster node a liveness record is of, and Since the
+	// Unix nanoseconds it was last heard at (0: it is heard again).
+	Node  uint64
+	Since int64
 }
 
 // version is the first byte of every encoded command.
@@ -162,6 +169,9 @@ func (c *Command) Append(dst []byte) []byte {
 		for _, v := range c.Learners {
 			dst = binary.AppendUvarint(dst, v)
 		}
+	case KindNodeDown:
+		dst = binary.AppendUvarint(dst, c.Node)
+		dst = binary.AppendVarint(dst, c.Since)
 	}
 	return dst
 }
@@ -234,6 +244,13 @@ func Decode(b []byte) (Command, error) {
 			for i := 0; i < n && r.err == nil; i++ {
 				c.Learners = append(c.Learners, r.uvarint())
 			}
+		}
+	case KindNodeDown:
+		if c.Node = r.uvarint(); r.err == nil && c.Node == 0 {
+			r.fail("a liveness record of node 0")
+		}
+		if c.Since = r.varint(); r.err == nil && c.Since < 0 {
+			r.fail("a liveness record at %d", c.Since)
 		}
 	default:
 		r.fail("unknown kind %d", c.Kind)

@@ -51,6 +51,8 @@ func examples() []Command {
 		{Kind: KindFreezeGroup, ID: 17, Account: "a", Table: "Ranged"},
 		{Kind: KindMergeGroup, ID: 18, Account: "a", Table: "Ranged", Group: 9, Key: "m"},
 		{Kind: KindSplitGroup, ID: 15, Account: "a", Table: "Ranged", Group: 9, Key: "m", Voters: []uint64{1}, Learners: []uint64{2 | 7<<32}},
+		{Kind: KindNodeDown, ID: 19, Node: 4, Since: 1_700_000_000_123_456_789},
+		{Kind: KindNodeDown, Node: 1 << 40},
 	}
 }
 

@@ -543,15 +543,23 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 			others-- // a node does not vouch for itself
 		}
 		live := fmt.Sprintf("%d/%d", heardBy[p.Node], others)
+		var notes []string
+		if p.Draining {
+			notes = append(notes, "draining")
+		}
+		if p.DownSince != nil {
+			notes = append(notes, "down since "+p.DownSince.UTC().Format(time.RFC3339))
+		}
 		st, ok := statuses[p.Node]
 		if !ok {
-			fmt.Fprintf(tw, "%d\t%s\tunreachable\t\t\t\t\t%d\t%s\t\t\t%v\n", p.Node, p.Addr, match[p.Node], live, errs[p.Node])
+			notes = append(notes, fmt.Sprint(errs[p.Node]))
+			fmt.Fprintf(tw, "%d\t%s\tunreachable\t\t\t\t\t%d\t%s\t\t\t%s\n", p.Node, p.Addr, match[p.Node], live, strings.Join(notes, "; "))
 			continue
 		}
-		note := st.Failed
-		if p.Draining {
-			note = strings.TrimSpace("draining " + note)
+		if st.Failed != "" {
+			notes = append(notes, st.Failed)
 		}
+		note := strings.Join(notes, "; ")
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", st.Node, p.Addr, strings.TrimPrefix(st.State, "State"),
 			st.Leader, st.Term, st.Commit, st.Applied, match[p.Node], live, st.RangeGroups, st.Quiesced, note)
 	}
