@@ -242,6 +242,9 @@ func (r *replica) advanceApplied(index uint64) {
 	close(r.appliedCh)
 	r.appliedCh = make(chan struct{})
 	r.appliedMu.Unlock()
+	if r.waiters.hasOrphans.Load() {
+		r.waiters.settle(index)
+	}
 	r.checkReady()
 }
 

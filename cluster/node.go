@@ -501,6 +501,7 @@ func (n *Node) handleReadys(all []*replica) error {
 		}
 		if len(rd.Entries) > 0 {
 			w.Append(r.group, rd.Entries)
+			r.waiters.appended(rd.Entries)
 		}
 		if !raft.IsEmptyHardState(rd.HardState) {
 			w.SetHardState(r.group, rd.HardState)

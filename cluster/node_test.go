@@ -177,6 +177,69 @@ func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 	}
 }
 
+// TestDeposedLeaderTellsWhatBecameOfItsWrites: writes a leader takes
+// once it is cut off from the others enter its log but never commit; it
+// steps down (CheckQuorum), and the others elect a leader and write on.
+// Back in touch, the old leader applies the new leader's entries where
+// its own were and answers each of its writes ServerBusy, nothing
+// written (a client retries that as it is), rather than an ambiguous
+// OperationTimedOut; none of them is in the table.
+func TestDeposedLeaderTellsWhatBecameOfItsWrites(t *testing.T) {
+	c := newTestCluster(t, 3, 7)
+	ctx := context.Background()
+	old := c.leader(10 * time.Second)
+	if _, err := old.node.Store().CreateTable(ctx, acct, "orphans"); err != nil {
+		t.Fatal(err)
+	}
+	var others []uint64
+	for _, id := range c.peers {
+		if id != old.id {
+			others = append(others, id)
+		}
+	}
+	c.net.partition([]uint64{old.id}, others)
+	const writes = 5
+	errs := make(chan error, writes)
+	for i := range writes {
+		go func() {
+			_, err := old.node.Store().Apply(ctx, acct, "orphans", opUpsert("p", fmt.Sprintf("lost%d", i), i))
+			errs <- err
+		}()
+	}
+	var ld *testNode
+	for deadline := time.Now().Add(10 * time.Second); ld == nil; time.Sleep(5 * time.Millisecond) {
+		for _, id := range others {
+			if c.nodes[id].node.IsLeader() {
+				ld = c.nodes[id]
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the majority elected no leader")
+		}
+	}
+	for i := range writes + 2 {
+		if _, err := ld.node.Store().Apply(ctx, acct, "orphans", opUpsert("p", fmt.Sprintf("new%d", i), i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.net.heal()
+	for range writes {
+		select {
+		case err := <-errs:
+			if code := codeOf(err); code != "ServerBusy" {
+				t.Fatalf("a write the deposed leader took: %v (code %q), want ServerBusy", err, code)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a write the deposed leader took was not answered")
+		}
+	}
+	for i := range writes {
+		if _, err := ld.node.Store().GetEntity(ctx, acct, "orphans", "p", fmt.Sprintf("lost%d", i)); codeOf(err) != partition.CodeResourceNotFound {
+			t.Fatalf("lost%d: %v, want ResourceNotFound", i, err)
+		}
+	}
+}
+
 // TestLeaseReads: a leader confirmed by a quorum answers the reads that
 // follow by itself, with no round to its followers, for most of an
 // election timeout; a read then sees every write acknowledged before it.

@@ -2,7 +2,11 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/odata"
@@ -29,6 +33,9 @@ type proposal struct {
 type waiter struct {
 	id uint64
 	ch chan result // buffered: the apply goroutine never blocks on it
+	// index is the log index the command's entry took, once this node,
+	// as the leader, appended it; 0 before.
+	index uint64
 }
 
 // waiters are the proposals of this node in flight, by proposal id.
@@ -36,6 +43,11 @@ type waiters struct {
 	mu   sync.Mutex
 	m    map[uint64]*waiter
 	next uint64
+	// orphans are the waiters whose entry this node appended as the
+	// leader before it lost the leadership: the entry may yet be
+	// committed by the next leader, or replaced (orphan, settle).
+	orphans    []*waiter
+	hasOrphans atomic.Bool
 }
 
 func (ws *waiters) init() { ws.m = make(map[uint64]*waiter) }
@@ -79,16 +91,96 @@ func (ws *waiters) failAll(err error) {
 	ws.mu.Lock()
 	m := ws.m
 	ws.m = make(map[uint64]*waiter)
+	ws.orphans = nil
+	ws.hasOrphans.Store(false)
 	ws.mu.Unlock()
 	for _, w := range m {
 		w.ch <- result{err: err}
 	}
 }
 
+// appended notes the log index of each of this node's proposals among
+// entries its log appends.
+func (ws *waiters) appended(ents []*raftpb.Entry) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if len(ws.m) == 0 {
+		return
+	}
+	for _, e := range ents {
+		if e.GetType() != raftpb.EntryType_EntryNormal {
+			continue
+		}
+		if id, ok := command.ProposalID(e.GetData()); ok {
+			if w := ws.m[id]; w != nil {
+				w.index = e.GetIndex()
+			}
+		}
+	}
+}
+
+// errNeverLogged and errReplaced answer a proposal whose leader lost the
+// leadership, when it is certain the command was not applied: the front
+// end repeats it at the new leader (errMoved), and a client may retry it
+// as it is.
+var (
+	errNeverLogged = errMoved("the leader changed before the write entered its log; nothing was written")
+	errReplaced    = errMoved("the leader changed and the new leader's log replaced the write; nothing was written")
+)
+
+// orphan, at a loss of the leadership, ends the waits of the proposals
+// that never entered the log (nothing of them left the node), and keeps
+// those that did: a command the next leader commits is applied here too
+// and answered as if nothing had happened; one it replaced is answered
+// errReplaced once this node applies past its index (settle). Either way
+// the client learns the outcome, rather than an ambiguous
+// OperationTimedOut, unless its request times out first.
+func (ws *waiters) orphan() {
+	ws.mu.Lock()
+	var never []*waiter
+	for id, w := range ws.m {
+		if w.index == 0 {
+			never = append(never, w)
+			delete(ws.m, id)
+		} else if !slices.Contains(ws.orphans, w) {
+			ws.orphans = append(ws.orphans, w)
+		}
+	}
+	ws.hasOrphans.Store(len(ws.orphans) > 0)
+	ws.mu.Unlock()
+	for _, w := range never {
+		w.ch <- result{err: errNeverLogged}
+	}
+}
+
+// settle ends the waits of the orphans whose index the replica has
+// applied without applying their command: another entry took its place.
+func (ws *waiters) settle(applied uint64) {
+	ws.mu.Lock()
+	var replaced []*waiter
+	ws.orphans = slices.DeleteFunc(ws.orphans, func(w *waiter) bool {
+		if ws.m[w.id] != w {
+			return true // answered: its command was applied
+		}
+		if w.index > applied {
+			return false
+		}
+		replaced = append(replaced, w)
+		delete(ws.m, w.id)
+		return true
+	})
+	ws.hasOrphans.Store(len(ws.orphans) > 0)
+	ws.mu.Unlock()
+	for _, w := range replaced {
+		w.ch <- result{err: errReplaced}
+	}
+}
+
 // propose puts c in the log and waits for the result of applying it on
 // this node. Only the ready leader takes proposals; a proposal whose fate
-// this node loses track of (leadership lost, ctx ended after it was
-// handed to raft) is ambiguous: it may yet be applied.
+// this node loses track of (ctx ended after it was handed to raft, the
+// node stopped) is ambiguous: it may yet be applied. One whose leader
+// lost the leadership is answered once its fate is known (orphan).
 func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (result, error) {
 	if err := r.refuseRequest(); err != nil {
 		return result{}, err

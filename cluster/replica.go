@@ -218,7 +218,7 @@ func (r *replica) leadershipChanged(ss *raft.SoftState) {
 	case !r.isLeader && wasLeader:
 		r.endHandOver()
 		r.ready.Store(false)
-		r.waiters.failAll(errAmbiguous)
+		r.waiters.orphan()
 		r.failReads(errNotLeader(lead))
 		log.Info("cluster: lost leadership", "node", r.n.cfg.ID, "group", r.group, "leader", lead)
 	}

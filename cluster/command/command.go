@@ -176,6 +176,16 @@ func (c *Command) Append(dst []byte) []byte {
 	return dst
 }
 
+// ProposalID reads the proposal id of an encoded command without decoding
+// the rest; ok is false for an encoding too short to hold one.
+func ProposalID(encoded []byte) (id uint64, ok bool) {
+	if len(encoded) <= timestampOffset+8 || encoded[0] != version {
+		return 0, false
+	}
+	id, n := binary.Uvarint(encoded[timestampOffset+8:])
+	return id, n > 0
+}
+
 // SetTimestamp writes ts into an encoded command in place.
 func SetTimestamp(encoded []byte, ts odata.DateTime) {
 	binary.LittleEndian.PutUint64(encoded[timestampOffset:], uint64(ts))
