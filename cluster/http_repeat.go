@@ -42,12 +42,18 @@ func (h *HTTP) serveRepeating(w http.ResponseWriter, r *http.Request, rest http.
 		h.serveOnce(w, r, rest, 0)
 		return
 	}
-	deadline := time.Now().Add(repeatFor)
+	start := time.Now()
+	deadline := start.Add(repeatFor)
 	if d, ok := r.Context().Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		// The server leaves the report (access log, metrics) of an
+		// attempt refused in passing to this loop: one that is repeated
+		// is not reported, the client never saw it; the one the client
+		// gets is, for the whole time since the request came.
 		ctx, note := svcerr.WithRetryNote(r.Context())
+		note.HoldReport()
 		attempt := r.WithContext(ctx)
 		if body != nil {
 			attempt.Body = io.NopCloser(bytes.NewReader(body))
@@ -55,10 +61,12 @@ func (h *HTTP) serveRepeating(w http.ResponseWriter, r *http.Request, rest http.
 		hw := &heldWriter{w: w, header: http.Header{}, note: note}
 		h.serveOnce(hw, attempt, rest, 0)
 		if !hw.held {
+			note.Report(start)
 			hw.finish()
 			return
 		}
 		if time.Now().Add(wait).After(deadline) {
+			note.Report(start)
 			hw.release()
 			return
 		}
@@ -67,6 +75,7 @@ func (h *HTTP) serveRepeating(w http.ResponseWriter, r *http.Request, rest http.
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
+			note.Report(start)
 			hw.release()
 			return
 		}

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/server/auth"
 	"github.com/tabuladb/tabula/server/storagexml"
@@ -400,7 +401,7 @@ func (s *Server) observe(rq *request) {
 	if path == "" { // refused before routing read it
 		path = r.URL.EscapedPath()
 	}
-	s.opts.Observer.RequestDone(RequestInfo{
+	info := RequestInfo{
 		Method:          r.Method,
 		Path:            path,
 		Query:           MaskSignature(r.URL.RawQuery),
@@ -416,7 +417,16 @@ func (s *Server) observe(rq *request) {
 		RequestID:       rq.id,
 		ClientRequestID: rq.clientRequestID(),
 		RemoteAddr:      r.RemoteAddr,
-	})
+	}
+	// A cluster's front end may repeat a refusal: it reports the one the
+	// client gets, not the attempts before it.
+	if svcerr.DeferReport(r.Context(), func(start time.Time) {
+		info.Start, info.Duration = start, time.Since(start)
+		s.opts.Observer.RequestDone(info)
+	}) {
+		return
+	}
+	s.opts.Observer.RequestDone(info)
 }
 
 // newRequestID returns a random id in the GUID form the service uses.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 )
 
 // Error is a refusal carrying what the service answers. Detail explains
@@ -36,8 +37,42 @@ func (e *Error) Error() string {
 }
 
 // A RetryNote tells the front end that set it on a request's context
-// whether the request was refused with an Error whose Retry is set.
-type RetryNote struct{ set atomic.Bool }
+// whether the request was refused with an Error whose Retry is set, and,
+// if the front end asks (HoldReport), holds the server's report of the
+// answer for the front end to make or drop.
+type RetryNote struct {
+	set    atomic.Bool
+	hold   bool
+	report func(start time.Time)
+}
+
+// HoldReport asks the server to leave its report of the answer to the
+// front end (Report), which makes it for the answer the client gets, and
+// drops it for an attempt it repeats. Called before the request is
+// served.
+func (n *RetryNote) HoldReport() { n.hold = true }
+
+// DeferReport is the server's side of HoldReport: as it reports a request
+// done, when ctx's RetryNote holds reports, it keeps report (the report as
+// of start, the moment the client's request came) and returns true;
+// otherwise it returns false and the server reports as usual.
+func DeferReport(ctx context.Context, report func(start time.Time)) bool {
+	n, ok := ctx.Value(retryNoteKey{}).(*RetryNote)
+	if !ok || !n.hold {
+		return false
+	}
+	n.report = report
+	return true
+}
+
+// Report makes the report the server left, if any, for a request that
+// came at start.
+func (n *RetryNote) Report(start time.Time) {
+	if n.report != nil {
+		n.report(start)
+		n.report = nil
+	}
+}
 
 type retryNoteKey struct{}
 
