@@ -244,7 +244,9 @@ func TestDeposedLeaderTellsWhatBecameOfItsWrites(t *testing.T) {
 // follow by itself, with no round to its followers, for most of an
 // election timeout; a read then sees every write acknowledged before it.
 func TestLeaseReads(t *testing.T) {
-	c := newTestCluster(t, 3, 6)
+	// 50 ms ticks: a 400 ms lease, renewed every 200 ms or so, however
+	// slow a loaded machine makes each write.
+	c := startRangeCluster(t, 3, 6, 0, 50*time.Millisecond)
 	ctx := context.Background()
 	ld := c.leader(10 * time.Second)
 	s := ld.node.Store()
