@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/cluster/transport"
+	"github.com/tabuladb/tabula/partition"
 )
 
 // A table's lease is the leadership of its range group: the leader serves
@@ -22,10 +23,13 @@ import (
 
 // leaseBalanceElections is how many election timeouts pass between two
 // looks of a node at its leases, and busyLeaseElections how many between
-// two handovers of a busy group's lease.
+// two handovers of a busy group's lease. minLeaseLoadGap is the least
+// difference of load, in requests per second, that moves a lease to even
+// it out.
 const (
 	leaseBalanceElections = 5
 	busyLeaseElections    = 300
+	minLeaseLoadGap       = 50
 )
 
 // balanceLeases, on the loop every tick, counts the range-group leases
@@ -39,7 +43,16 @@ const (
 // lease moves, its old holder refuses the writes it has not proposed yet
 // (503 ServerBusy, repeated by the front end), which an idle group has none of;
 // a busy group's goes only when no idle one can, and at most once every
-// busyLeaseElections election timeouts.
+// busyLeaseElections election timeouts, and not so as to make the two
+// nodes' loads less even (below).
+//
+// Counts even out leases, not load: once they are even, a node whose
+// ranges take minLeaseLoadGap more requests per second than a voter's
+// node's, and a quarter more than that node's, hands that node the lease
+// of the busy group that evens the two out best (spreadLoad). A group
+// moves only if its rate is below the difference, so the sum of the
+// squares of the two loads falls with every move and no lease comes back
+// for load alone.
 func (n *Node) balanceLeases() {
 	var led []*replica
 	for _, r := range n.replicaList {
@@ -51,6 +64,12 @@ func (n *Node) balanceLeases() {
 	if n.cfg.PlacementInterval < 0 || n.live.ticks%uint64(leaseBalanceElections*n.cfg.ElectionTicks) != 0 {
 		return
 	}
+	rates := n.ledRates(led)
+	var load float64
+	for _, rate := range rates {
+		load += rate
+	}
+	n.live.load = uint64(load + 0.5)
 	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= uint64(busyLeaseElections*n.cfg.ElectionTicks)
 	slices.SortStableFunc(led, func(a, b *replica) int {
 		if a.quiesced.Load() == b.quiesced.Load() {
@@ -69,7 +88,8 @@ func (n *Node) balanceLeases() {
 		var to, toNode uint64
 		for _, id := range r.conf.GetVoters() {
 			node := transport.NodeOf(id)
-			if node == n.cfg.ID || !n.isLive(node) || n.live.leases[node]+2 > n.live.held {
+			if node == n.cfg.ID || !n.isLive(node) || n.live.leases[node]+2 > n.live.held ||
+				!idle && rates[r.group] > float64(n.live.load)-float64(n.live.loads[node]) {
 				continue
 			}
 			if to == 0 || n.live.leases[node] < n.live.leases[toNode] {
@@ -87,6 +107,79 @@ func (n *Node) balanceLeases() {
 			return
 		}
 	}
+	if busyOK && n.spreadLoad(led, rates) {
+		n.live.busyLeaseAt = n.live.ticks
+	}
+}
+
+// ledRates returns the requests per second (reads and writes, smoothed:
+// partition's range statistics) of the range groups in led that are not
+// quiesced; a quiesced one takes none.
+func (n *Node) ledRates(led []*replica) map[uint64]float64 {
+	st := n.st()
+	out := map[uint64]float64{}
+	tables := map[partition.Span][]partition.RangeInfo{} // by account and table only
+	for _, r := range led {
+		if r.quiesced.Load() {
+			continue
+		}
+		sp, ok := n.groupSpan(r.group)
+		if !ok {
+			continue
+		}
+		key := partition.Span{Account: sp.Account, Table: sp.Table}
+		infos, seen := tables[key]
+		if !seen {
+			infos, _ = st.Ranges(context.Background(), sp.Account, sp.Table) // a table just dropped has none
+			tables[key] = infos
+		}
+		for _, ri := range infos {
+			if sp.Contains(ri.StartPartitionKey) {
+				out[r.group] += ri.ReadsPerSecond + ri.WritesPerSecond
+			}
+		}
+	}
+	return out
+}
+
+// spreadLoad hands over the lease of the busy group, among led, that
+// evens this node's load and a voter's node's out best, if there is one
+// worth it (balanceLeases), and reports whether it did. It does not make
+// the lease counts uneven: the other node holds no more than this one.
+func (n *Node) spreadLoad(led []*replica, rates map[uint64]float64) bool {
+	mine := float64(n.live.load)
+	var pick *replica
+	var to, toNode uint64
+	best := 0.0
+	for _, r := range led {
+		rate := rates[r.group]
+		if rate <= 0 || r.quiesced.Load() || !r.ready.Load() || !r.settled() {
+			continue
+		}
+		for _, id := range r.conf.GetVoters() {
+			node := transport.NodeOf(id)
+			if node == n.cfg.ID || !n.isLive(node) || n.live.leases[node] > n.live.held {
+				continue
+			}
+			theirs := float64(n.live.loads[node])
+			gap := mine - theirs
+			if gap < minLeaseLoadGap || gap < theirs/4 || rate >= gap {
+				continue
+			}
+			// How much the sum of the squares of the two loads falls.
+			if gain := rate * (gap - rate); gain > best {
+				best, pick, to, toNode = gain, r, id, node
+			}
+		}
+	}
+	if pick == nil {
+		return false
+	}
+	pick.handOver(to)
+	n.live.loads[toNode] += uint64(rates[pick.group]) // until its next liveness message
+	n.log.Info("cluster: handing a lease over to spread the load", "group", pick.group, "to", toNode,
+		"rate", rates[pick.group], "load", mine, "theirs", n.live.loads[toNode]-uint64(rates[pick.group]))
+	return true
 }
 
 // ErrNotHosted is returned for a request about a range group this node

@@ -73,11 +73,12 @@ type Node struct {
 	calls         chan func() // work for the loop from other goroutines
 	lastPromotion time.Time   // loop-owned
 
-	inbox    chan []transport.Message
-	proposes chan *proposal
-	reads    chan *readWaiter
-	applyCh  chan applyItem
-	ingests  ingestGate // span snapshot ingests under way (span_install.go)
+	inbox     chan []transport.Message
+	proposes  chan *proposal
+	reads     chan *readWaiter
+	applyCh   chan applyItem
+	ingests   ingestGate    // span snapshot ingests under way (span_install.go)
+	spanFiles atomic.Uint64 // names the span snapshots fetched (spanFile)
 	// readRounds counts the ReadIndex rounds asked of raft (the reads a
 	// lease did not answer, and the lease's renewals).
 	readRounds atomic.Uint64
@@ -172,7 +173,7 @@ func NewNode(cfg Config) (*Node, error) {
 		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),
 			incarnation: rand.Uint64() | 1, runs: make(map[uint64]uint64), checks: memberNotes{}, removed: memberNotes{},
 			mergeChecks: memberNotes{}, frozenHere: memberNotes{}, merged: memberNotes{}, frozen: map[uint64]map[uint64]bool{}, mergeHints: map[uint64]mergeHint{},
-			leases: make(map[uint64]uint64)},
+			leases: make(map[uint64]uint64), loads: make(map[uint64]uint64)},
 		inbox:    make(chan []transport.Message, 1024),
 		proposes: make(chan *proposal, 1024),
 		reads:    make(chan *readWaiter, 1024),

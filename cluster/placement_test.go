@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,6 +265,73 @@ func TestLeasesSpread(t *testing.T) {
 		if e, err := readVia(c, tb, "p", "r"); err != nil || entityN(t, e) != i {
 			t.Fatalf("%s after the leases spread: %+v, %v", tb, e, err)
 		}
+	}
+}
+
+// TestLeasesFollowLoad: with the lease counts even, the two tables one
+// node leads take all the writes; the node hands one of the two leases to
+// another node, so the load is spread too, and it stays spread while the
+// writes go on (no lease comes back for load).
+func TestLeasesFollowLoad(t *testing.T) {
+	c := newPlacementCluster(t, 3, 55, time.Minute)
+	tables := []string{"one", "two", "three", "four", "five", "six"}
+	for _, tb := range tables {
+		createVia(c, tb)
+	}
+	leaders := func() map[string]uint64 {
+		out := map[string]uint64{}
+		for _, tb := range tables {
+			g := c.tableGroup(tb)
+			for _, tn := range c.nodes {
+				if r := tn.node.group(g.ID); r != nil && r.ready.Load() {
+					out[tb] = tn.id
+				}
+			}
+		}
+		return out
+	}
+	var hot []string
+	for deadline := time.Now().Add(30 * time.Second); hot == nil; time.Sleep(20 * time.Millisecond) {
+		byNode := map[uint64][]string{}
+		for tb, id := range leaders() {
+			byNode[id] = append(byNode[id], tb)
+		}
+		if len(byNode) == 3 && len(byNode[1]) == 2 && len(byNode[2]) == 2 && len(byNode[3]) == 2 {
+			hot = byNode[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease counts did not even out: %v", byNode)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, tb := range hot {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, tn := range c.nodes { // the leader answers; the others refuse
+					tn.node.Store().Apply(context.Background(), acct, tb, opUpsert("p", fmt.Sprintf("r%d", i%100), i))
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	apart := func() bool { l := leaders(); return l[hot[0]] != 0 && l[hot[1]] != 0 && l[hot[0]] != l[hot[1]] }
+	for deadline := time.Now().Add(30 * time.Second); !apart(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the two busy tables %v are still led by one node: %v", hot, leaders())
+		}
+	}
+	// Longer than the wait between two hand-overs of busy leases.
+	time.Sleep(time.Duration(busyLeaseElections+50) * 10 * time.Millisecond)
+	if !apart() {
+		t.Fatalf("the two busy tables %v are led by one node again: %v", hot, leaders())
 	}
 }
 

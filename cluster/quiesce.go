@@ -68,9 +68,11 @@ type liveness struct {
 	// tick of the last word.
 	mergeHints map[uint64]mergeHint
 	// leases are the range-group leases each peer last said it holds,
-	// and held this node's own count as of the last tick (lease.go).
-	leases map[uint64]uint64
-	held   uint64
+	// and held this node's own count as of the last tick; loads and load
+	// the same for the requests per second of the ranges they lead, as of
+	// the last look at the leases (lease.go).
+	leases, loads map[uint64]uint64
+	held, load    uint64
 	// busyLeaseAt is the tick of the last handover of a busy group's
 	// lease (lease.go).
 	busyLeaseAt uint64
@@ -125,6 +127,7 @@ func (n *Node) sendLiveness(peers []uint64) {
 				To:      proto.Uint64(id),
 				Commit:  proto.Uint64(n.live.incarnation),
 				Index:   proto.Uint64(n.live.held),
+				LogTerm: proto.Uint64(n.live.load),
 				Context: n.live.notices[id],
 			})
 		}
@@ -177,7 +180,7 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 		return
 	}
 	from := m.GetFrom()
-	n.live.leases[from] = m.GetIndex()
+	n.live.leases[from], n.live.loads[from] = m.GetIndex(), m.GetLogTerm()
 	if run := m.GetCommit(); run != 0 {
 		if last, ok := n.live.runs[from]; ok && last != run {
 			// Restarted: the next tick finds it back, and wakes the

@@ -136,6 +136,11 @@ func (r *replica) spanSnapshotMessage(m *raftpb.Message) bool {
 		// installed): raft answers it with where the replica is.
 		return true
 	}
+	if r.install != nil {
+		// One is being installed (a message sent again meanwhile): the
+		// leader offers again once it is, if it still must.
+		return false
+	}
 	r.spans.mu.Lock()
 	defer r.spans.mu.Unlock()
 	if st := r.spans.staged[meta.GetIndex()]; st != nil && st.meta.GetTerm() == meta.GetTerm() {
@@ -161,9 +166,11 @@ func (r *replica) spanSnapshotMessage(m *raftpb.Message) bool {
 }
 
 // spanFile is where a follower keeps a fetched span snapshot of group at
-// index until it ingests it.
+// index until it ingests it: a name of its own for every fetch, so that a
+// fetch never writes over a file another one staged.
 func (n *Node) spanFile(group, index uint64) string {
-	return filepath.Join(n.dir.dir, "span-"+strconv.FormatUint(group, 10)+"-"+strconv.FormatUint(index, 10)+spanFileSuffix)
+	name := fmt.Sprintf("span-%d-%d-%d%s", group, index, n.spanFiles.Add(1), spanFileSuffix)
+	return filepath.Join(n.dir.dir, name)
 }
 
 const spanFileSuffix = ".snap"
