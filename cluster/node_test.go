@@ -141,6 +141,43 @@ func TestFailover(t *testing.T) {
 	}
 }
 
+// TestFailoverTakesOneElectionTimeout: when the leader's node dies, the
+// survivor with the smallest id stands as soon as the node has been
+// silent for an election timeout, rather than at raft's randomized
+// timeout, up to twice that: each of five failovers elects a leader
+// within one and a half election timeouts (raft's timeout alone passes
+// that bound one time in two).
+func TestFailoverTakesOneElectionTimeout(t *testing.T) {
+	const tick = 50 * time.Millisecond // room for a loaded machine's delays
+	c := startRangeCluster(t, 3, 8, 0, tick)
+	bound := 15 * tick // ElectionTicks 10, and a half
+	for round := range 5 {
+		old := c.leader(30 * time.Second)
+		disk := c.crash(old.id, nil)
+		killed := time.Now()
+		for {
+			var ld *testNode
+			for _, tn := range c.nodes {
+				if tn.node.IsLeader() {
+					ld = tn
+				}
+			}
+			if ld != nil {
+				break
+			}
+			if took := time.Since(killed); took > bound {
+				t.Fatalf("failover %d: no leader %v after the leader's node died", round, took)
+			}
+			time.Sleep(tick / 10)
+		}
+		c.start(old.id, disk)
+		c.converge(30 * time.Second)
+		// Past the restarted node's first election timeout, in which it
+		// neither votes nor stands (replica.voteAfter).
+		time.Sleep(12 * tick)
+	}
+}
+
 // TestDeposedLeaderServesNoStaleRead: a leader whose process stalls while
 // cut off from the others still believes it leads after they have elected
 // another and written through it. A read it answers then would be stale.

@@ -244,6 +244,7 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 		}
 		r.rn.Tick()
 		n.touch(r)
+		r.standForLostLeader()
 		if r.campaignLeft == 0 && r.group != systemGroup && r.leader.Load() == 0 && n.replica.ready.Load() {
 			// A range group with no leader this node knows of (the
 			// cluster restarted, its leader's node died): the system
@@ -295,6 +296,50 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 	}
 	return live*2 <= len(voters)
 }
+
+// standForLostLeader calls an election at once in a group whose leader's
+// node has been silent for an election timeout and one tick, rather than
+// leave it to raft's randomized timeout, up to twice as long. Raft's
+// followers wait an election timeout after their leader's last word
+// before they vote for another, and so does this, so no read lease is
+// broken (readLease). The other followers' waits may end a tick or two
+// later (their ticks are their own), and they ignore a vote asked of them
+// before: the replica asks again on each of the next few ticks while no
+// leader is elected. Only the live voter with the smallest node id
+// stands, so that two candidates do not split the vote; the others, and
+// this one if it fails, keep raft's timeout, which this does not reset.
+func (r *replica) standForLostLeader() {
+	n := r.n
+	st := r.rn.BasicStatus()
+	switch {
+	case n.live.ticks < r.voteAfter:
+		return
+	case st.RaftState == raft.StateFollower && st.Lead != raft.None:
+		r.lostLead = transport.NodeOf(st.Lead)
+	case st.RaftState != raft.StatePreCandidate || r.lostLead == 0:
+		r.lostLead = 0
+		return
+	}
+	at, ok := n.live.heard[r.lostLead]
+	silent, timeout := n.live.ticks-at, uint64(n.cfg.ElectionTicks)
+	if !ok || silent <= timeout || silent > timeout+standTicks {
+		return
+	}
+	voters := r.voterNodes()
+	if !slices.Contains(voters, n.cfg.ID) {
+		return
+	}
+	for _, v := range voters {
+		if v != r.lostLead && v < n.cfg.ID && n.isLive(v) {
+			return
+		}
+	}
+	_ = r.rn.Campaign() // a learner's refusal: nothing to do
+	n.touch(r)
+}
+
+// standTicks is how many ticks standForLostLeader asks for votes.
+const standTicks = 4
 
 // maybeQuiesce quiesces a leader's group that has nothing in flight: it
 // sends its live followers a last heartbeat, queues the quiesce notices

@@ -67,8 +67,10 @@ type replica struct {
 	// loop sets it, tests and status read it.
 	quiesced atomic.Bool
 	// campaignLeft counts down the ticks a new group's creator keeps
-	// calling elections (range_host.go).
+	// calling elections (range_host.go); lostLead is the leader's node
+	// standForLostLeader last saw, while it stands.
 	campaignLeft int
+	lostLead     uint64
 	// spans is a range group's snapshot state (range_snapshot.go), and
 	// install the install of one under way (span_install.go; loop-owned).
 	spans   spanSnapshots
