@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
@@ -274,6 +275,32 @@ func TestDeposedLeaderTellsWhatBecameOfItsWrites(t *testing.T) {
 		if _, err := ld.node.Store().GetEntity(ctx, acct, "orphans", "p", fmt.Sprintf("lost%d", i)); codeOf(err) != partition.CodeResourceNotFound {
 			t.Fatalf("lost%d: %v, want ResourceNotFound", i, err)
 		}
+	}
+}
+
+// TestAnsweredProposalIsNotProposed: a proposal answered while it still
+// waited in the loop's queue (a loss of leadership told its caller
+// nothing was written) is not written when the loop takes it, even by a
+// node that leads (again).
+func TestAnsweredProposalIsNotProposed(t *testing.T) {
+	c := newTestCluster(t, 3, 9)
+	ctx := context.Background()
+	ld := c.leader(10 * time.Second)
+	s := ld.node.Store()
+	if _, err := s.CreateTable(ctx, acct, "queued"); err != nil {
+		t.Fatal(err)
+	}
+	r := ld.node.replica
+	w := r.waiters.add(ld.node.cfg.ID)
+	cmd := &command.Command{Kind: command.KindApply, ID: w.id, Account: acct, Table: "queued", Ops: []partition.Op{opUpsert("p", "answered", 1)}}
+	r.waiters.done(w.id, result{err: errNeverLogged}) // as orphan answers it
+	ld.node.proposes <- &proposal{r: r, data: cmd.Append(nil), stamps: 1, w: w}
+	// A write queued after it is applied: the loop took the answered one.
+	if _, err := s.Apply(ctx, acct, "queued", opUpsert("p", "later", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetEntity(ctx, acct, "queued", "p", "answered"); codeOf(err) != partition.CodeResourceNotFound {
+		t.Fatalf("the answered proposal: %v, want ResourceNotFound (it was written)", err)
 	}
 }
 

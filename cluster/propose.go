@@ -73,6 +73,13 @@ func (ws *waiters) done(id uint64, r result) {
 	}
 }
 
+// waiting says whether w still waits for its result.
+func (ws *waiters) waiting(w *waiter) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.m[w.id] == w
+}
+
 // empty says whether no proposal of this node is in flight.
 func (ws *waiters) empty() bool {
 	ws.mu.Lock()
@@ -216,6 +223,12 @@ func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (
 // timestamps, in log order, above every timestamp stamped or applied, and
 // hand it to raft.
 func (r *replica) stampAndPropose(p *proposal) {
+	if !r.waiters.waiting(p.w) {
+		// Answered already (its caller gave up, or a loss of leadership
+		// told it nothing was written while it was still queued): it must
+		// not be written now, even if this node leads again.
+		return
+	}
 	if err := r.refuseRequest(); err != nil {
 		r.waiters.done(p.w.id, result{err: err})
 		return
