@@ -168,8 +168,10 @@ func TestPlacementDrainsANode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tb := range []string{"one", "two"} {
-		g := c.tableGroup(tb)
-		for deadline := time.Now().Add(20 * time.Second); g.Has(drained); g = c.tableGroup(tb) {
+		// While the group moves, the nodes' catalogs may differ for a
+		// moment: each look waits until they agree.
+		g := c.agreedRanges(tb, 10*time.Second)[0].Group
+		for deadline := time.Now().Add(20 * time.Second); g.Has(drained); g = c.agreedRanges(tb, 10*time.Second)[0].Group {
 			if time.Now().After(deadline) {
 				t.Fatalf("table %s's group still names the drained node %d: %v", tb, drained, g.Voters)
 			}
@@ -281,7 +283,7 @@ func TestLeasesFollowLoad(t *testing.T) {
 	leaders := func() map[string]uint64 {
 		out := map[string]uint64{}
 		for _, tb := range tables {
-			g := c.tableGroup(tb)
+			g := c.agreedRanges(tb, 10*time.Second)[0].Group
 			for _, tn := range c.nodes {
 				if r := tn.node.group(g.ID); r != nil && r.ready.Load() {
 					out[tb] = tn.id
