@@ -182,11 +182,8 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	gs.snapshot = n.leaderSnapshot
 	n.ingests.init()
-	if n.replica, err = newReplica(n, systemGroup, c.ID, st, gs, applied); err != nil {
+	if n.replica, err = newReplica(n, systemGroup, c.ID, st, gs, applied, fresh); err != nil {
 		return nil, err
-	}
-	if !fresh {
-		n.replica.voteAfter = uint64(c.ElectionTicks)
 	}
 	n.replicas[systemGroup] = n.replica
 	n.replicaList = append(n.replicaList, n.replica)
@@ -451,17 +448,13 @@ func (n *Node) handleReadys(all []*replica) error {
 	rds := make([]raft.Ready, 0, len(all))
 	for _, r := range all {
 		var rd raft.Ready
-		switch {
-		case r.install != nil: // done: hasReady says so
+		if r.install != nil { // done: hasReady says so
 			rd, r.install = r.install.rd, nil
-		default:
-			rd = r.rn.Ready()
-			if r.group != systemGroup && !raft.IsEmptySnap(rd.Snapshot) {
-				if err := n.startSpanInstall(r, rd); err != nil {
-					return err
-				}
-				continue
+		} else if rd = r.rn.Ready(); r.group != systemGroup && !raft.IsEmptySnap(rd.Snapshot) {
+			if err := n.startSpanInstall(r, rd); err != nil {
+				return err
 			}
+			continue
 		}
 		rs, rds = append(rs, r), append(rds, rd)
 	}

@@ -312,7 +312,7 @@ func (r *replica) standForLostLeader() {
 	n := r.n
 	st := r.rn.BasicStatus()
 	switch {
-	case n.live.ticks < r.voteAfter:
+	case r.guardingVotes():
 		return
 	case st.RaftState == raft.StateFollower && st.Lead != raft.None:
 		r.lostLead = transport.NodeOf(st.Lead)

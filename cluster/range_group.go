@@ -98,14 +98,11 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 		}
 	}
 	gs := &groupStorage{Storage: st}
-	r, err := newReplica(n, id, member, st, gs, applied)
+	r, err := newReplica(n, id, member, st, gs, applied, fresh)
 	if err != nil {
 		return err
 	}
 	gs.snapshot = r.leaderSpanSnapshot
-	if !fresh {
-		r.voteAfter = n.live.ticks + uint64(n.cfg.ElectionTicks)
-	}
 	r.members.seen = max(applied, st.Replica().ConfIndex)
 	n.replicasMu.Lock()
 	n.replicas[id] = r

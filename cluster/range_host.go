@@ -141,8 +141,8 @@ func (r *replica) campaign() {
 		r.campaignLeft = 0
 		return
 	}
-	if r.n.live.ticks < r.voteAfter {
-		return // see voteAfter; a later tick of campaignLeft, or raft, stands
+	if r.guardingVotes() {
+		return // a later tick of campaignLeft, or raft, stands
 	}
 	// An error is a node that is not a voter, which a new group's
 	// creator is; there is nothing to do about it but let raft time out.

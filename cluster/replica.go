@@ -100,7 +100,9 @@ type replica struct {
 // newReplica starts the raft state machine of group on this node, as
 // member id, from storage (the group's log, and for the system group its
 // snapshots) and the index its store has applied.
-func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.Storage, applied uint64) (*replica, error) {
+// fresh says the group had no state on this node before: it cannot have
+// been part of any leader's quorum (see voteAfter).
+func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.Storage, applied uint64, fresh bool) (*replica, error) {
 	c := &n.cfg
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:              id,
@@ -143,9 +145,16 @@ func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.S
 		appliedCh:  make(chan struct{}),
 	}
 	r.applied.Store(applied)
+	if !fresh {
+		r.voteAfter = n.live.ticks + uint64(c.ElectionTicks)
+	}
 	r.waiters.init()
 	return r, nil
 }
+
+// guardingVotes says the replica is still in its first election timeout
+// after starting with state: it neither votes nor stands (voteAfter).
+func (r *replica) guardingVotes() bool { return r.n.live.ticks < r.voteAfter }
 
 // step hands the replica messages from its peers.
 func (r *replica) step(msgs []*raftpb.Message) {
@@ -164,7 +173,7 @@ func (r *replica) step(msgs []*raftpb.Message) {
 				continue // stepped once its snapshot is fetched and staged
 			}
 		}
-		if m.GetType() == raftpb.MessageType_MsgVote && r.n.live.ticks < r.voteAfter {
+		if m.GetType() == raftpb.MessageType_MsgVote && r.guardingVotes() {
 			continue // the candidate tries again; see voteAfter
 		}
 		// A message of a stale term or for an unknown peer is an error
