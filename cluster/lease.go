@@ -118,7 +118,8 @@ func (n *Node) balanceLeases() {
 func (n *Node) ledRates(led []*replica) map[uint64]float64 {
 	st := n.st()
 	out := map[uint64]float64{}
-	tables := map[partition.Span][]partition.RangeInfo{} // by account and table only
+	type tableKey struct{ account, table string }
+	tables := map[tableKey][]partition.RangeInfo{}
 	for _, r := range led {
 		if r.quiesced.Load() {
 			continue
@@ -127,7 +128,7 @@ func (n *Node) ledRates(led []*replica) map[uint64]float64 {
 		if !ok {
 			continue
 		}
-		key := partition.Span{Account: sp.Account, Table: sp.Table}
+		key := tableKey{sp.Account, sp.Table}
 		infos, seen := tables[key]
 		if !seen {
 			infos, _ = st.Ranges(context.Background(), sp.Account, sp.Table) // a table just dropped has none

@@ -77,8 +77,7 @@ func (r *replica) requestRead(batch []*readWaiter) {
 		return
 	}
 	now := time.Now()
-	if r.lease.holds(r, now) {
-		commit := r.rn.BasicStatus().HardState.GetCommit()
+	if commit, ok := r.lease.holds(r, now); ok {
 		for _, rw := range batch {
 			rw.done <- readIndex{index: commit}
 		}
@@ -180,13 +179,14 @@ func (n *Node) leaseDuration() time.Duration {
 }
 
 // holds reports whether the leader r may answer a read at now from its
-// lease.
-func (l *readLease) holds(r *replica, now time.Time) bool {
+// lease, and if so at which index: its commit index.
+func (l *readLease) holds(r *replica, now time.Time) (commit uint64, ok bool) {
 	if l.term == 0 || !now.Before(l.until) || r.n.live.ticks >= l.untilTick || r.handingOver.Load() {
-		return false
+		return 0, false
 	}
 	st := r.rn.BasicStatus()
-	return st.RaftState == raft.StateLeader && st.HardState.GetTerm() == l.term && st.LeadTransferee == 0
+	ok = st.RaftState == raft.StateLeader && st.HardState.GetTerm() == l.term && st.LeadTransferee == 0
+	return st.HardState.GetCommit(), ok
 }
 
 // granted extends the lease by a completed round.
