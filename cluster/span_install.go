@@ -47,7 +47,7 @@ type ingestGate struct {
 
 type finishedIngest struct {
 	r       *replica
-	ingest  *spanIngest
+	staged  *stagedSpan
 	applied uint64
 	err     error
 }
@@ -66,19 +66,12 @@ func (g *ingestGate) wait() {
 	g.mu.Unlock()
 }
 
-// spanIngest is the work of one install between its steps on the apply
-// goroutine: the staged file and what it holds.
-type spanIngest struct {
-	meta   *raftpb.SnapshotMetadata
-	staged *stagedSpan
-}
-
 // startSpanInstall begins the install of the span snapshot in rd, a Ready
 // of range replica r, and holds rd until it is done (finishSpanInstalls).
 func (n *Node) startSpanInstall(r *replica, rd raft.Ready) error {
 	meta := rd.Snapshot.GetMetadata()
 	g := &n.ingests
-	var job *spanIngest
+	var job *stagedSpan // what to ingest: the staged snapshot raft accepted
 	if err := n.onApplyBeside(func() (err error) {
 		job, err = r.beginSpanInstall(meta)
 		if job != nil {
@@ -102,7 +95,7 @@ func (n *Node) startSpanInstall(r *replica, rd raft.Ready) error {
 	st := n.st() // the store cannot be switched under an ingest: see ingestGate
 	go func() {
 		defer g.wg.Done()
-		fin := finishedIngest{r: r, ingest: job}
+		fin := finishedIngest{r: r, staged: job}
 		fin.applied, fin.err = r.ingestSpan(st, job)
 		g.mu.Lock()
 		g.running--
@@ -134,7 +127,7 @@ func (n *Node) finishSpanInstalls() error {
 		if n.group(r.group) != r || r.install == nil {
 			continue // no longer hosted: its drop came after the ingest
 		}
-		if err := n.onApplyBeside(func() error { return r.endSpanInstall(fin.ingest, fin.applied) }); err != nil {
+		if err := n.onApplyBeside(func() error { return r.endSpanInstall(fin.staged, fin.applied) }); err != nil {
 			return err
 		}
 		r.install.done = true
@@ -148,7 +141,7 @@ func (n *Node) finishSpanInstalls() error {
 // before the raft log records it is repaired at the next start
 // (recordedRangeSnapshot). It returns nil when there is nothing to ingest
 // (the table was dropped while the install waited behind the drop).
-func (r *replica) beginSpanInstall(meta *raftpb.SnapshotMetadata) (*spanIngest, error) {
+func (r *replica) beginSpanInstall(meta *raftpb.SnapshotMetadata) (*stagedSpan, error) {
 	n := r.n
 	fs := n.dir.fs
 	r.spans.mu.Lock()
@@ -173,34 +166,34 @@ func (r *replica) beginSpanInstall(meta *raftpb.SnapshotMetadata) (*spanIngest, 
 		fs.Remove(st.path)
 		return nil, fmt.Errorf("cluster: group %d: record the span snapshot: %w", r.group, err)
 	}
-	return &spanIngest{meta: meta, staged: st}, nil
+	return st, nil
 }
 
 // ingestSpan writes the staged snapshot into the store s, on the
 // ingest's own goroutine, and returns the applied index it set.
-func (r *replica) ingestSpan(s *partition.Store, job *spanIngest) (uint64, error) {
+func (r *replica) ingestSpan(s *partition.Store, st *stagedSpan) (uint64, error) {
 	fs := r.n.dir.fs
-	defer fs.Remove(job.staged.path)
+	defer fs.Remove(st.path)
 	if r.n.beforeSpanIngest != nil {
 		r.n.beforeSpanIngest(r.group)
 	}
-	f, err := fs.Open(job.staged.path)
+	f, err := fs.Open(st.path)
 	if err != nil {
-		return 0, fmt.Errorf("cluster: group %d: open span snapshot %d: %w", r.group, job.meta.GetIndex(), err)
+		return 0, fmt.Errorf("cluster: group %d: open span snapshot %d: %w", r.group, st.meta.GetIndex(), err)
 	}
 	defer f.Close()
-	applied, err := s.IngestSpan(r.group, job.staged.span, bufio.NewReaderSize(f, 256<<10))
+	applied, err := s.IngestSpan(r.group, st.span, bufio.NewReaderSize(f, 256<<10))
 	if err != nil {
-		return 0, fmt.Errorf("cluster: group %d: ingest span snapshot %d: %w", r.group, job.meta.GetIndex(), err)
+		return 0, fmt.Errorf("cluster: group %d: ingest span snapshot %d: %w", r.group, st.meta.GetIndex(), err)
 	}
 	return applied, nil
 }
 
 // endSpanInstall, on the apply goroutine, finishes an install whose
 // ingest set the group's applied index to applied.
-func (r *replica) endSpanInstall(job *spanIngest, applied uint64) error {
+func (r *replica) endSpanInstall(st *stagedSpan, applied uint64) error {
 	n := r.n
-	meta, st := job.meta, job.staged
+	meta := st.meta
 	if applied != meta.GetIndex() {
 		return fmt.Errorf("cluster: group %d: span snapshot %d ingested at index %d", r.group, meta.GetIndex(), applied)
 	}
