@@ -70,7 +70,11 @@ func (n *Node) balanceLeases() {
 		load += rate
 	}
 	n.live.load = uint64(load + 0.5)
-	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= uint64(busyLeaseElections*n.cfg.ElectionTicks)
+	busyEvery := uint64(busyLeaseElections * n.cfg.ElectionTicks)
+	if n.busyLeaseTicks != 0 {
+		busyEvery = n.busyLeaseTicks
+	}
+	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= busyEvery
 	slices.SortStableFunc(led, func(a, b *replica) int {
 		if a.quiesced.Load() == b.quiesced.Load() {
 			return 0
