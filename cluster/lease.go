@@ -70,11 +70,7 @@ func (n *Node) balanceLeases() {
 		load += rate
 	}
 	n.live.load = uint64(load + 0.5)
-	busyEvery := uint64(busyLeaseElections * n.cfg.ElectionTicks)
-	if n.busyLeaseTicks != 0 {
-		busyEvery = n.busyLeaseTicks
-	}
-	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= busyEvery
+	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= uint64(busyLeaseElections*n.cfg.ElectionTicks)
 	slices.SortStableFunc(led, func(a, b *replica) int {
 		if a.quiesced.Load() == b.quiesced.Load() {
 			return 0

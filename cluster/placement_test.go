@@ -275,16 +275,7 @@ func TestLeasesSpread(t *testing.T) {
 // another node, so the load is spread too, and it stays spread while the
 // writes go on (no lease comes back for load).
 func TestLeasesFollowLoad(t *testing.T) {
-	// 20 ms ticks: on a loaded machine 10 ms ones let spurious elections
-	// move leases, which would pass for the balancer moving one back.
-	const tick = 20 * time.Millisecond
-	c := &testCluster{t: t, net: newSimNet(55), nodes: map[uint64]*testNode{}, rangeGroups: true,
-		placementInterval: 50 * time.Millisecond, deadAfter: time.Minute, tick: tick}
-	// Busy leases may move every two election timeouts, not every 300:
-	// the balancer has many chances to move one back in the test's time.
-	const busyEvery = 20
-	c.prepare = func(tn *testNode) { tn.node.busyLeaseTicks = busyEvery }
-	c.startAll(3)
+	c := newPlacementCluster(t, 3, 55, time.Minute)
 	tables := []string{"one", "two", "three", "four", "five", "six"}
 	for _, tb := range tables {
 		createVia(c, tb)
@@ -339,10 +330,8 @@ func TestLeasesFollowLoad(t *testing.T) {
 			t.Fatalf("the two busy tables %v are still led by one node: %v", hot, leaders())
 		}
 	}
-	// Many times the wait between two hand-overs of busy leases, and
-	// several looks of every node at its leases (every five election
-	// timeouts).
-	time.Sleep(15 * busyEvery * tick)
+	// Longer than the wait between two hand-overs of busy leases.
+	time.Sleep(time.Duration(busyLeaseElections+50) * 10 * time.Millisecond)
 	if !apart() {
 		t.Fatalf("the two busy tables %v are led by one node again: %v", hot, leaders())
 	}
