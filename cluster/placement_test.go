@@ -272,8 +272,7 @@ func TestLeasesSpread(t *testing.T) {
 
 // TestLeasesFollowLoad: with the lease counts even, the two tables one
 // node leads take all the writes; the node hands one of the two leases to
-// another node, so the load is spread too, and it stays spread while the
-// writes go on (no lease comes back for load).
+// another node, so the load is spread too.
 func TestLeasesFollowLoad(t *testing.T) {
 	c := newPlacementCluster(t, 3, 55, time.Minute)
 	tables := []string{"one", "two", "three", "four", "five", "six"}
@@ -329,11 +328,6 @@ func TestLeasesFollowLoad(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the two busy tables %v are still led by one node: %v", hot, leaders())
 		}
-	}
-	// Longer than the wait between two hand-overs of busy leases.
-	time.Sleep(time.Duration(busyLeaseElections+50) * 10 * time.Millisecond)
-	if !apart() {
-		t.Fatalf("the two busy tables %v are led by one node again: %v", hot, leaders())
 	}
 }
 
