@@ -135,7 +135,7 @@ func (db *DB) pinCheckpoint() (*checkpointPin, error) {
 		db.mu.Unlock()
 		return nil, err
 	}
-	if !db.mem.mutable.Empty() {
+	if !db.mem.mutable.unwritten() {
 		newLogNum := db.versions.newFileNum()
 		db.mu.Unlock()
 		if err := db.rotateMemTable(newLogNum); err != nil {

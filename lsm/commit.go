@@ -12,34 +12,35 @@ import (
 	"github.com/tabuladb/tabula/wal"
 )
 
-// commitPipeline orders writes. A batch goes through three steps:
+// commitPipeline orders writes. A batch goes through four steps:
 //
-//  1. Under mu: take the next sequence numbers, append the batch to the WAL
-//     (a copy into the log writer's buffer, no I/O wait) and insert it into
-//     the mutable memtable. The memtable has a single writer, so inserting
-//     under mu is what keeps it consistent, and it keeps WAL order equal
-//     to sequence order.
-//  2. Outside mu, synced batches wait for the WAL to be fsynced past their
-//     record. The log writer batches the waiters of many batches into one
-//     fsync: while one fsync runs, the next batches queue behind it.
-//  3. Publish: the visible sequence number advances over the prefix of
-//     pending batches that are done. A batch is visible only once it and
-//     every batch before it are in the memtable and, when synced, on disk,
-//     so readers never see a write a crash could take back from a synced
-//     writer, and never part of a batch.
+//  1. Under mu: give the batch room in the mutable memtable (rotating it
+//     when full), take the next sequence numbers and append the batch to
+//     the WAL (a copy into the log writer's buffer, no I/O wait). Holding
+//     mu keeps WAL order equal to sequence order.
+//  2. Outside mu, insert the batch into the memtable it was given room in.
+//     The memtable takes concurrent writers, so batches ordered one after
+//     another are inserted in parallel, and the lock is held only for the
+//     cheap ordering, not for the search of the skiplist (cache misses).
+//  3. Synced batches wait for the WAL to be fsynced past their record. The
+//     log writer batches the waiters of many batches into one fsync: while
+//     one fsync runs, the next batches queue behind it.
+//  4. Publish: the visible sequence number advances over the prefix of
+//     pending batches that are done (inserted, and synced if asked). A
+//     batch is visible only once it and every batch before it are whole
+//     in the memtable and, when synced, on disk, so readers never see a
+//     write a crash could take back from a synced writer, and never part
+//     of a batch.
 //
-// An unsynced batch with nothing pending before it publishes itself inside
-// step 1: the common no-sync path touches no other goroutine.
-//
-// Apply runs the three steps in one call. Enqueue (step 1) and
-// PendingCommit.Wait (steps 2 and 3) expose the split, for callers that
-// serialize writes under their own lock and want to hold it only for step
-// 1, so that the writers queued on that lock share fsyncs. GetApplied
-// reads at logSeq, so such a caller can see the pending write of its
-// predecessor, and WaitVisible lets it wait for what it saw to commit
-// before it answers from it. A batch is marked done only by its own Wait
-// after its sync succeeded, so when a sync fails, no batch after the
-// failed one (already enqueued or not) is ever published: failed makes
+// Apply runs the steps in one call. Enqueue (steps 1 and 2) and
+// PendingCommit.Wait (steps 3 and 4) expose the split, for callers that
+// serialize writes under their own lock and want to hold it only for the
+// first two, so that the writers queued on that lock share fsyncs.
+// GetApplied reads at logSeq, so such a caller can see the pending write of
+// its predecessor, and WaitVisible lets it wait for what it saw to commit
+// before it answers from it. A synced batch is marked synced only by its
+// own Wait after its sync succeeded, so when a sync fails, no batch after
+// the failed one (already enqueued or not) is ever published: failed makes
 // their Waits fail, and the DB's sticky error stops new ones in step 1.
 type commitPipeline struct {
 	mu sync.Mutex
@@ -56,7 +57,9 @@ type commitPipeline struct {
 
 type pendingBatch struct {
 	lastSeq base.SeqNum
-	done    bool
+	// steps counts what the batch still needs before it is done: its
+	// insert, and its sync if it is synced.
+	steps int8
 }
 
 // Apply writes the batch atomically: after it returns nil, every
@@ -131,7 +134,8 @@ func (db *DB) Enqueue(b *Batch, wo *WriteOptions) (PendingCommit, error) {
 	c := &db.commit
 
 	c.mu.Lock()
-	if err := db.makeRoomForWrite(b); err != nil {
+	mem, err := db.makeRoomForWrite(b)
+	if err != nil {
 		c.mu.Unlock()
 		return PendingCommit{}, err
 	}
@@ -146,25 +150,26 @@ func (db *DB) Enqueue(b *Batch, wo *WriteOptions) (PendingCommit, error) {
 		return PendingCommit{}, err
 	}
 	c.logSeq.Store(uint64(last))
-	if err := db.applyToMemTable(b, db.mem.mutable); err != nil {
-		// The memtable had room (checked above), so this is a malformed
-		// batch that got past Set/Delete: nothing sane can follow.
-		err = db.failWrites(err)
-		c.mu.Unlock()
-		return PendingCommit{}, err
+	steps := int8(1)
+	if sync {
+		steps++
 	}
-	db.metrics.walBytesWritten.Add(int64(len(b.repr)))
-
-	p := PendingCommit{db: db, w: w, end: end, last: last, sync: sync}
 	c.pubMu.Lock()
-	if !sync && len(c.pending) == 0 && c.failed == nil {
-		db.visibleSeq.Store(uint64(last))
-		p.published = true
-	} else {
-		c.pending = append(c.pending, pendingBatch{lastSeq: last, done: !sync})
-	}
+	c.pending = append(c.pending, pendingBatch{lastSeq: last, steps: steps})
 	c.pubMu.Unlock()
 	c.mu.Unlock()
+	db.metrics.walBytesWritten.Add(int64(len(b.repr)))
+
+	if err := mem.insert(b); err != nil {
+		// The memtable had room (reserved above), so this is a malformed
+		// batch that got past Set/Delete: nothing sane can follow, and
+		// the batches after this one must not wait for it.
+		return PendingCommit{}, db.failCommits(err)
+	}
+	p := PendingCommit{db: db, w: w, end: end, last: last, sync: sync}
+	if visible := db.stepDone(last); visible && !sync {
+		p.published = true
+	}
 	return p, nil
 }
 
@@ -205,36 +210,31 @@ func (p *PendingCommit) finish() error {
 	db := p.db
 	if p.sync {
 		if err := p.w.SyncTo(p.end); err != nil {
-			err = fmt.Errorf("lsm: sync WAL: %w", err)
-			c := &db.commit
-			c.pubMu.Lock()
-			if c.failed == nil {
-				c.failed = err
-			}
-			c.pubCond.Broadcast()
-			c.pubMu.Unlock()
-			db.failWrites(err)
-			return err
+			return db.failCommits(fmt.Errorf("lsm: sync WAL: %w", err))
 		}
+		db.stepDone(p.last)
 	}
-	return db.publish(p.last)
+	c := &db.commit
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	return db.waitVisibleLocked(p.last)
 }
 
-// publish marks the batch ending at last done, advances the visible
-// sequence number over the done prefix of pending batches, and waits until
-// last is visible.
-func (db *DB) publish(last base.SeqNum) error {
+// stepDone records that the pending batch ending at last finished a step,
+// advances the visible sequence number over the prefix of pending batches
+// that are done, and reports whether last is now visible.
+func (db *DB) stepDone(last base.SeqNum) bool {
 	c := &db.commit
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	for i := range c.pending {
 		if c.pending[i].lastSeq == last {
-			c.pending[i].done = true
+			c.pending[i].steps--
 			break
 		}
 	}
 	n := 0
-	for n < len(c.pending) && c.pending[n].done {
+	for n < len(c.pending) && c.pending[n].steps == 0 {
 		n++
 	}
 	if n > 0 && c.failed == nil {
@@ -242,7 +242,22 @@ func (db *DB) publish(last base.SeqNum) error {
 		c.pending = append(c.pending[:0], c.pending[n:]...)
 		c.pubCond.Broadcast()
 	}
-	return db.waitVisibleLocked(last)
+	return base.SeqNum(db.visibleSeq.Load()) >= last
+}
+
+// failCommits records err, a batch's failed insert or sync, as the reason
+// no pending batch from it on is ever published, wakes their waiters, and
+// stops the DB's writes. It returns the error the batch's writer sees.
+func (db *DB) failCommits(err error) error {
+	c := &db.commit
+	c.pubMu.Lock()
+	if c.failed == nil {
+		c.failed = err
+	}
+	c.pubCond.Broadcast()
+	c.pubMu.Unlock()
+	db.failWrites(err)
+	return err
 }
 
 // waitVisibleLocked waits until seq is visible, or returns the sync error
@@ -258,25 +273,6 @@ func (db *DB) waitVisibleLocked(seq base.SeqNum) error {
 	return nil
 }
 
-func (db *DB) applyToMemTable(b *Batch, m *memTable) error {
-	r, err := newBatchReader(b.repr)
-	if err != nil {
-		return err
-	}
-	for {
-		key, value, ok, err := r.next()
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return nil
-		}
-		if err := m.Add(key, value); err != nil {
-			return fmt.Errorf("lsm: memtable insert: %w", err)
-		}
-	}
-}
-
 // failWrites records err as the DB's sticky write error and returns the
 // error writers see from now on. Called with commit.mu held.
 func (db *DB) failWrites(err error) error {
@@ -289,28 +285,29 @@ func (db *DB) failWrites(err error) error {
 	return db.bgErr
 }
 
-// makeRoomForWrite ensures the mutable memtable can take b, rotating it
-// (with a new WAL segment) when full, and stalling while too many memtables
-// wait for flush or L0 holds too many tables. Called with commit.mu held.
-func (db *DB) makeRoomForWrite(b *Batch) error {
+// makeRoomForWrite gives b room in the mutable memtable, which it returns,
+// rotating it (with a new WAL segment) when full, and stalling while too
+// many memtables wait for flush or L0 holds too many tables. Called with
+// commit.mu held.
+func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 	if b.memSize > maxBatchSize {
-		return fmt.Errorf("%w: needs %d bytes of memtable", errBatchTooLarge, b.memSize)
+		return nil, fmt.Errorf("%w: needs %d bytes of memtable", errBatchTooLarge, b.memSize)
 	}
 	for {
 		db.mu.Lock()
 		if err := db.writeErrLocked(); err != nil {
 			db.mu.Unlock()
-			return err
+			return nil, err
 		}
 		mem := db.mem.mutable
-		if b.memSize <= mem.Available() {
+		if mem.reserve(b.memSize) {
 			db.mu.Unlock()
-			return nil
+			return mem, nil
 		}
-		if mem.Empty() {
+		if mem.unwritten() {
 			// A batch larger than a whole memtable gets a memtable of its
 			// own size, on the same WAL segment.
-			size := max(db.opts.MemTableSize, int64(b.memSize)+int64(b.memSize)/8+4096)
+			size := max(db.mem.size, int64(b.memSize)+int64(b.memSize)/8+4096)
 			db.mem.mutable = db.newMemTable(size, mem.logNum)
 			db.updateReadState()
 			db.mu.Unlock()
@@ -327,7 +324,7 @@ func (db *DB) makeRoomForWrite(b *Batch) error {
 			if err := db.writeErrLocked(); err != nil {
 				db.metrics.stallNanos.Add(int64(time.Since(stallStart)))
 				db.mu.Unlock()
-				return err
+				return nil, err
 			}
 		}
 		if !stallStart.IsZero() {
@@ -336,7 +333,7 @@ func (db *DB) makeRoomForWrite(b *Batch) error {
 		newLogNum := db.versions.newFileNum()
 		db.mu.Unlock()
 		if err := db.rotateMemTable(newLogNum); err != nil {
-			return db.failWrites(err)
+			return nil, db.failWrites(err)
 		}
 	}
 }
@@ -381,7 +378,8 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 	old := db.mem.mutable
 	old.lastSeq = base.SeqNum(db.commit.logSeq.Load())
 	db.mem.queue = append(db.mem.queue, old)
-	db.mem.mutable = db.newMemTable(db.opts.MemTableSize, newLogNum)
+	db.mem.size = min(2*db.mem.size, db.opts.MemTableSize)
+	db.mem.mutable = db.newMemTable(db.mem.size, newLogNum)
 	db.log.num, db.log.file, db.log.writer = newLogNum, f, w
 	db.updateReadState()
 	signal(db.flushSignal)

@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"slices"
 	"sync"
@@ -37,6 +38,12 @@ type DB struct {
 	mem  struct {
 		mutable *memTable
 		queue   []*memTable // full memtables waiting for flush, oldest first
+		// size is the arena size the mutable memtable got: the first
+		// gets initialMemTableSize, and each rotation doubles it up to
+		// Options.MemTableSize, so that a DB that writes little holds
+		// little memory, and the first, small memtables are quicker to
+		// search than a full-size one.
+		size int64
 	}
 	// spareMem is the skiplist of a flushed memtable that nothing reads
 	// any more, kept for the next memtable (newMemTable).
@@ -87,7 +94,71 @@ type memTable struct {
 	// memtable any more, and its skiplist goes back to the DB for reuse.
 	refs atomic.Int32
 	db   *DB
+	// reserved is the arena room promised to batches: the bound
+	// Batch.memSize of every batch given room (under commit.mu) whose
+	// insert is under way, and the exact size of every finished one. It
+	// never falls below what the arena holds, so a batch given room always
+	// fits, however many are inserted at once.
+	reserved atomic.Int64
+	// hint is the Inserter of the last batch inserted alone: the next
+	// batch takes it if no other insert holds it, so that a sequential
+	// load keeps skipping the skiplist search from batch to batch.
+	hint struct {
+		sync.Mutex
+		ins memtable.Inserter
+	}
 }
+
+// reserve gives a batch of memSize bytes room in the memtable, or reports
+// false. Called with commit.mu held, which orders reservations.
+func (m *memTable) reserve(memSize int) bool {
+	if int64(memSize) > int64(m.Capacity())-m.reserved.Load() {
+		return false
+	}
+	m.reserved.Add(int64(memSize))
+	return true
+}
+
+// unwritten reports whether no batch was given room in the memtable, so
+// none has a record in its WAL segment either; a batch given room may not
+// be inserted yet, so Empty does not tell that.
+func (m *memTable) unwritten() bool { return m.reserved.Load() == 0 }
+
+// insert adds the entries of b, which reserve gave room, to the memtable.
+// Batches are inserted concurrently, each through an Inserter of its own.
+func (m *memTable) insert(b *Batch) error {
+	var own memtable.Inserter
+	ins := &own
+	if m.hint.TryLock() {
+		defer m.hint.Unlock()
+		ins = &m.hint.ins
+	}
+	r, err := newBatchReader(b.repr)
+	if err != nil {
+		return err
+	}
+	used := 0
+	for {
+		key, value, ok, err := r.next()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		n, err := m.Insert(ins, key, value)
+		if err != nil {
+			return fmt.Errorf("lsm: memtable insert: %w", err)
+		}
+		used += n
+	}
+	m.reserved.Add(int64(used - b.memSize))
+	return nil
+}
+
+// initialMemTableSize is the arena size of a DB's first memtable (see
+// DB.mem.size), as in Pebble.
+const initialMemTableSize = 256 << 10
 
 // newMemTable returns a memtable of size bytes on WAL segment logNum, with
 // the DB's reference. A memtable of the configured size reuses the arena

@@ -23,7 +23,7 @@ func (db *DB) Flush() error {
 		return err
 	}
 	var target *memTable
-	if !db.mem.mutable.Empty() {
+	if !db.mem.mutable.unwritten() {
 		target = db.mem.mutable
 		newLogNum := db.versions.newFileNum()
 		db.mu.Unlock()

@@ -160,7 +160,8 @@ func (db *DB) recover() error {
 	vs.lastSeq = lastSeq
 	db.commit.logSeq.Store(uint64(lastSeq))
 	db.visibleSeq.Store(uint64(lastSeq))
-	db.mem.mutable = db.newMemTable(db.opts.MemTableSize, logNum)
+	db.mem.size = min(initialMemTableSize, db.opts.MemTableSize)
+	db.mem.mutable = db.newMemTable(db.mem.size, logNum)
 	db.updateReadState()
 	db.deleteUnreferencedFiles(names)
 	return nil
@@ -230,14 +231,15 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 			}
 			b.memSize += memtable.EntrySize(len(key.UserKey), len(value))
 		}
-		if b.memSize > mem.Available() {
+		if !mem.reserve(b.memSize) {
 			if err := flushMem(); err != nil {
 				return lastSeq, metas, err
 			}
 			mem.unref()
 			mem = db.newMemTable(max(db.opts.MemTableSize, int64(b.memSize)+4096), num)
+			mem.reserve(b.memSize)
 		}
-		if err := db.applyToMemTable(&b, mem); err != nil {
+		if err := mem.insert(&b); err != nil {
 			return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
 		}
 		if s := br.seq + base.SeqNum(br.count) - 1; br.count > 0 && s > lastSeq {

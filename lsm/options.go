@@ -23,7 +23,9 @@ const (
 // Options configures a DB. The zero value of every field means its default.
 type Options struct {
 	// MemTableSize is the size of a memtable's arena: once full, the
-	// memtable is rotated and flushed to L0. Default 64 MiB. The arenas
+	// memtable is rotated and flushed to L0. Default 64 MiB. A DB's first
+	// memtable gets 256 KiB (or MemTableSize if smaller), and each next
+	// one twice its predecessor's, up to MemTableSize. The arenas
 	// take at most MemTableStopWritesThreshold+2 times this (the mutable
 	// one, those waiting for flush, and the arena of a flushed one kept
 	// for reuse), plus a flushed memtable's while a reader still holds it.

@@ -80,9 +80,9 @@ func nodeSize(height int, keyLen, valueLen int) uint64 {
 	return towerSize(height) + alignUp(uint64(nodeHeaderSize)+uint64(keyLen)+uint64(valueLen))
 }
 
-// arena is a bump allocator over one []byte. Only the writer allocates; the
-// allocation offset is atomic so that Size and Available may be read from
-// any goroutine.
+// arena is a bump allocator over one []byte. Writers allocate concurrently
+// by advancing the allocation offset with a compare-and-swap, and Size and
+// Available may be read from any goroutine.
 type arena struct {
 	buf []byte
 	// used is the offset of the first free byte.
@@ -104,14 +104,19 @@ func newArena(size int) *arena {
 }
 
 // alloc reserves n bytes (a multiple of nodeAlign) and returns their offset,
-// or reports false, reserving nothing, if they do not fit. Writer only.
+// or reports false, reserving nothing, if they do not fit. Safe for
+// concurrent writers: a failed allocation leaves room a smaller one may
+// still take, which an atomic add past the limit would not.
 func (a *arena) alloc(n uint64) (uint32, bool) {
-	off := a.used.Load()
-	if n > a.limit-off {
-		return 0, false
+	for {
+		off := a.used.Load()
+		if n > a.limit-off {
+			return 0, false
+		}
+		if a.used.CompareAndSwap(off, off+n) {
+			return uint32(off), true
+		}
 	}
-	a.used.Store(off + n)
-	return uint32(off), true
 }
 
 // size returns the accounted bytes allocated so far.

@@ -16,11 +16,15 @@
 //
 // # Thread safety
 //
-// Writes require external synchronization: at most one goroutine may call Add
-// at a time (the engine's commit pipeline serializes them). Reads (Get,
+// Writers may run concurrently, each inserting through its own Inserter
+// (Insert): they claim arena space with a compare-and-swap and link each
+// level of a node with a compare-and-swap of its predecessor's link, so the
+// engine's commit pipeline orders batches under its lock but inserts them
+// outside it, in parallel. Add is Insert through the memtable's own
+// Inserter, for a single writer. Reads (Get,
 // NewIter and the iterators' methods, Size, Available, Empty) need no lock,
-// may run concurrently with each other and with the writer, and never block
-// it. A reader sees each entry either not at all or completely; entries added
+// may run concurrently with each other and with the writers, and never block
+// them. A reader sees each entry either not at all or completely; entries added
 // while a read is in progress may or may not be seen by it. The engine makes
 // such entries irrelevant anyway by reading at a sequence number that it
 // publishes only after the batch is fully in the memtable.
@@ -35,8 +39,8 @@
 //     valid as long as the reader may use the MemTable (Reset is for an
 //     owner that knows no reader is left).
 //  2. Apart from its links, a node (trailer, key, value, height) is immutable
-//     once it is linked into the list. The writer builds it completely, then
-//     publishes it with atomic stores of the links that point to it, bottom
+//     once it is linked into the list. Its writer builds it completely, then
+//     publishes it with atomic compare-and-swaps of the links that point to it, bottom
 //     level first; readers follow links only with atomic loads. The atomic
 //     store/load pair orders the node's contents before any reader's use of
 //     them, which is also what makes the race detector accept the plain reads
@@ -46,8 +50,9 @@
 //     level below it.
 //  4. A node's back-link (prev) points to a node that precedes it at level 0.
 //     It is usually the immediate predecessor, but can briefly lag behind
-//     while the writer is between linking a new node and updating its
-//     successor's back-link. Reverse iteration therefore checks the
+//     while a writer is between linking a new node and updating its
+//     successor's back-link, and can stay behind when two writers' updates
+//     of one back-link cross. Reverse iteration therefore checks the
 //     predecessor's forward link and walks forward over any node inserted in
 //     between, so Prev is exact and O(1) in the absence of concurrent inserts.
 //  5. The head and tail sentinels bracket every level: head sorts before and

@@ -24,21 +24,33 @@ type MemTable struct {
 	// just leads from head straight to tail.
 	height atomic.Uint32
 
-	// The fields below belong to the writer.
-
-	// splice is where the previous Add linked its node: at every level,
-	// the adjacent pair of nodes that bracket a key just after it. Adds of
-	// ascending keys (a sequential load, or the sorted keys of one batch)
-	// land inside it and skip the search. It always describes the current
-	// list, since only Add changes the list and Add keeps it up to date.
-	splice splice
-	// rng is the xorshift64* state that draws tower heights.
-	rng uint64
+	// seeds hands each Inserter the seed of its tower heights: a
+	// sequence, so that heights, and so benchmarks, are reproducible for a
+	// given order of first inserts.
+	seeds atomic.Uint64
+	// ins is Add's inserter, which Add's single-writer contract protects.
+	ins Inserter
 }
 
 // splice holds, for each level, two nodes adjacent at that level.
 type splice struct {
 	prev, next [maxHeight]uint32
+}
+
+// An Inserter is one writer's state across its inserts into one MemTable:
+// where its last insert linked its node (see splice), and the random state
+// of its tower heights. Concurrent writers each use their own; the zero
+// value is ready, and an Inserter must not be used with another MemTable
+// or after a Reset.
+type Inserter struct {
+	// spl brackets, at every level, a key just after the last one
+	// inserted, when valid. Inserts of ascending keys (a sequential load,
+	// or the sorted keys of one batch) land inside it and skip the
+	// search. Other writers may have linked nodes inside it since, which
+	// the compare-and-swap of each link detects.
+	spl   splice
+	valid bool
+	rng   uint64
 }
 
 // New returns an empty memtable whose arena holds arenaSize bytes of entries
@@ -73,16 +85,13 @@ func (m *MemTable) Capacity() int { return int(m.arena.limit - uint64(sentinelsS
 
 // init links the sentinels of an empty list and resets the writer's state.
 func (m *MemTable) init() {
-	// Any nonzero seed will do; a fixed one makes tower heights, and so
-	// benchmarks, reproducible.
-	m.rng = 0x9e3779b97f4a7c15
+	m.seeds.Store(0)
+	m.ins = Inserter{}
 	m.height.Store(1)
 	head := m.arena.node(headOffset)
 	*head = node{height: maxHeight}
 	for i := range maxHeight {
 		m.arena.next(headOffset, i).Store(tailOffset)
-		m.splice.prev[i] = headOffset
-		m.splice.next[i] = tailOffset
 	}
 	tail := m.arena.node(tailOffset)
 	*tail = node{}
@@ -115,13 +124,25 @@ func (m *MemTable) Empty() bool {
 // number); if one did, both entries would be kept, in unspecified order.
 //
 // Add must not be called concurrently with itself; it may run concurrently
-// with any reader.
+// with any reader. Concurrent writers use Insert.
 func (m *MemTable) Add(key base.InternalKey, value []byte) error {
+	_, err := m.Insert(&m.ins, key, value)
+	return err
+}
+
+// Insert is Add for concurrent writers, each with its own Inserter: any
+// number of Inserts, and one Add, may run at once. It returns the arena
+// bytes the entry took (at most EntrySize).
+func (m *MemTable) Insert(ins *Inserter, key base.InternalKey, value []byte) (int, error) {
 	a := m.arena
-	height := m.randomHeight()
-	start, ok := a.alloc(nodeSize(height, len(key.UserKey), len(value)))
+	if ins.rng == 0 {
+		ins.rng = (m.seeds.Add(1) * 0x9e3779b97f4a7c15) | 1
+	}
+	height := randomHeight(&ins.rng)
+	size := nodeSize(height, len(key.UserKey), len(value))
+	start, ok := a.alloc(size)
 	if !ok {
-		return ErrArenaFull
+		return 0, ErrArenaFull
 	}
 
 	// Build the node completely while no reader can reach it: every field,
@@ -133,38 +154,50 @@ func (m *MemTable) Add(key base.InternalKey, value []byte) error {
 	nd.keySize = uint32(len(key.UserKey))
 	nd.valueSize = uint32(len(value))
 	nd.height = uint32(height)
-	// prev is stored once the splice is known, below.
 	keyStart := off + uint32(nodeHeaderSize)
 	copy(a.buf[keyStart:], key.UserKey)
 	copy(a.buf[keyStart+nd.keySize:], value)
 
-	spl := &m.splice
-	if !m.brackets(spl, key.UserKey, key.Trailer) {
+	spl := &ins.spl
+	if !ins.valid || !m.brackets(spl, key.UserKey, key.Trailer) {
 		m.findSplice(key.UserKey, key.Trailer, spl)
+		ins.valid = true
 	}
+	// Publish, bottom level first (invariant 3): once level 0 is linked
+	// the entry is visible to new searches and iterators. Each link is a
+	// compare-and-swap of the predecessor's link from the successor the
+	// splice names; if another writer linked a node in between, the pair
+	// is found again from the same predecessor, which still sorts before
+	// the key since nodes never move.
 	for i := range height {
-		a.next(off, i).Store(spl.next[i])
+		prev, next := spl.prev[i], spl.next[i]
+		for {
+			a.next(off, i).Store(next)
+			if i == 0 {
+				nd.prev.Store(prev)
+			}
+			if a.next(prev, i).CompareAndSwap(next, off) {
+				break
+			}
+			prev, next = m.findSpliceForLevel(key.UserKey, key.Trailer, i, prev, tailOffset)
+		}
+		if i == 0 {
+			// The successor's back-link lags the forward link until this
+			// store, and another writer's store may overtake it; either
+			// way it points to a node before the successor, which
+			// reverse iteration copes with (invariant 4).
+			a.node(next).prev.Store(off)
+		}
+		// The new node is now the predecessor, at each of its levels, of
+		// anything inserted just after it.
+		spl.prev[i], spl.next[i] = off, next
 	}
-	nd.prev.Store(spl.prev[0])
-
-	// Publish, bottom level first (invariant 3). Once the level-0 store
-	// is done the entry is visible to new searches and iterators.
-	for i := range height {
-		a.next(spl.prev[i], i).Store(off)
+	for h := m.height.Load(); uint32(height) > h; h = m.height.Load() {
+		if m.height.CompareAndSwap(h, uint32(height)) {
+			break
+		}
 	}
-	// The successor's back-link lags the forward link until this store;
-	// reverse iteration copes with that (invariant 4).
-	a.node(spl.next[0]).prev.Store(off)
-
-	if uint32(height) > m.height.Load() {
-		m.height.Store(uint32(height))
-	}
-	// The new node is now the predecessor, at each of its levels, of
-	// anything that will be added just after it.
-	for i := range height {
-		spl.prev[i] = off
-	}
-	return nil
+	return int(size), nil
 }
 
 // Get returns the newest version of userKey with a sequence number <= seq.

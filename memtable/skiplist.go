@@ -7,23 +7,24 @@ import (
 	"github.com/tabuladb/tabula/internal/base"
 )
 
-// This file holds the skiplist searches shared by the writer and the readers.
-// They run concurrently with Add, so they follow links only through atomic
-// loads and rely on the package invariants: a node reached through a link is
-// complete and immutable, and every level is sorted at every instant.
+// This file holds the skiplist searches shared by the writers and the
+// readers. They run concurrently with inserts, so they follow links only
+// through atomic loads and rely on the package invariants: a node reached
+// through a link is complete and immutable, and every level is sorted at
+// every instant.
 
 // randomHeight draws a tower height with P(height > h) = 4^-h, capped at
 // maxHeight. A search expects (1/p)/ln(1/p) * ln(n) comparisons, 2.885*ln(n)
 // for both p = 1/2 and p = 1/4, but p = 1/4 needs 1.33 links per node on
-// average instead of 2. Writer only.
-func (m *MemTable) randomHeight() int {
+// average instead of 2. rng is the writer's xorshift64* state (nonzero).
+func randomHeight(rng *uint64) int {
 	// xorshift64*: cheap, and its high bits are good enough that their
 	// leading zeros, read two at a time, are fair coin flips of 1/4.
-	x := m.rng
+	x := *rng
 	x ^= x >> 12
 	x ^= x << 25
 	x ^= x >> 27
-	m.rng = x
+	*rng = x
 	r := x * 0x2545f4914f6cdd1d
 	// The forced bit caps the count of leading zero pairs at maxHeight-1.
 	return 1 + bits.LeadingZeros64(r|1<<(63-2*(maxHeight-1)))/2
@@ -70,8 +71,9 @@ func (m *MemTable) seek(key []byte, trailer base.Trailer) (prev, next uint32) {
 }
 
 // findSplice fills spl with the bracketing pair of (key, trailer) at every
-// level. Levels above the current height have only head and tail. Writer
-// only.
+// level. Levels above the height it loads are taken to hold only head and
+// tail; a node another writer links there meanwhile makes the insert's
+// compare-and-swap fail and the level be searched again.
 func (m *MemTable) findSplice(key []byte, trailer base.Trailer, spl *splice) {
 	height := int(m.height.Load())
 	for level := maxHeight - 1; level >= height; level-- {
@@ -88,7 +90,8 @@ func (m *MemTable) findSplice(key []byte, trailer base.Trailer, spl *splice) {
 // is. Checking level 0 suffices: the splice's upper-level pairs surround its
 // level-0 pair (each upper prev is at or before prev[0], each upper next at
 // or after next[0]), so a key between the level-0 pair lies between every
-// pair. Writer only.
+// pair. The pairs need not be adjacent any more, since other writers may
+// have linked nodes between them; the insert's compare-and-swap finds out.
 func (m *MemTable) brackets(spl *splice, key []byte, trailer base.Trailer) bool {
 	if p := spl.prev[0]; p != headOffset && !m.keyIsAfter(key, trailer, p) {
 		return false
