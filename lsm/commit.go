@@ -145,6 +145,7 @@ func (db *DB) Enqueue(b *Batch, wo *WriteOptions) (PendingCommit, error) {
 	w := db.log.writer
 	end, err := w.WriteRecord(b.repr)
 	if err != nil {
+		mem.unref()
 		err = db.failWrites(fmt.Errorf("lsm: write WAL %06d: %w", db.log.num, err))
 		c.mu.Unlock()
 		return PendingCommit{}, err
@@ -160,7 +161,9 @@ func (db *DB) Enqueue(b *Batch, wo *WriteOptions) (PendingCommit, error) {
 	c.mu.Unlock()
 	db.metrics.walBytesWritten.Add(int64(len(b.repr)))
 
-	if err := mem.insert(b); err != nil {
+	err = mem.insert(b)
+	mem.unref()
+	if err != nil {
 		// The memtable had room (reserved above), so this is a malformed
 		// batch that got past Set/Delete: nothing sane can follow, and
 		// the batches after this one must not wait for it.
@@ -301,6 +304,7 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 		}
 		mem := db.mem.mutable
 		if mem.reserve(b.memSize) {
+			mem.ref() // the insert's, which Enqueue drops
 			db.mu.Unlock()
 			return mem, nil
 		}

@@ -113,13 +113,13 @@ func (db *DB) compactTables(c *compaction, snapshots []base.SeqNum) ([]*fileMeta
 				return nil, err
 			}
 			entries = append(entries, e)
-			iters = append(iters, r.NewIter(nil, nil))
+			iters = append(iters, r.NewCompactionIter())
 		}
 	} else {
-		iters = append(iters, newLevelIter(db.tableCache, c.inputs[0], nil, nil, nil))
+		iters = append(iters, newCompactionLevelIter(db.tableCache, c.inputs[0]))
 	}
 	if len(c.inputs[1]) > 0 {
-		iters = append(iters, newLevelIter(db.tableCache, c.inputs[1], nil, nil, nil))
+		iters = append(iters, newCompactionLevelIter(db.tableCache, c.inputs[1]))
 	}
 	merged := newMergingIter(iters)
 	ci := newCompactionIter(merged, snapshots, baseLevelChecker(c.version, c.outputLevel+1), db.opts.DropKey)

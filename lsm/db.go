@@ -45,9 +45,6 @@ type DB struct {
 		// search than a full-size one.
 		size int64
 	}
-	// spareMem is the skiplist of a flushed memtable that nothing reads
-	// any more, kept for the next memtable (newMemTable).
-	spareMem atomic.Pointer[memtable.MemTable]
 	// log is the WAL segment the mutable memtable's writes go to. It is
 	// replaced only with both commit.mu and mu held.
 	log struct {
@@ -89,9 +86,10 @@ type memTable struct {
 	// rotated out; its flush waits until that is visible.
 	lastSeq base.SeqNum
 	// refs counts the DB's reference, held while the memtable is the
-	// mutable one or queued for flush, and one per readState holding it
-	// (iterators and reads hold a readState). At zero nothing can read the
-	// memtable any more, and its skiplist goes back to the DB for reuse.
+	// mutable one or queued for flush (or until Close), one per readState
+	// holding it (iterators and reads hold a readState), and one per batch
+	// being inserted. At zero nothing can read or write the memtable any
+	// more, and its arena is released.
 	refs atomic.Int32
 	db   *DB
 	// reserved is the arena room promised to batches: the bound
@@ -161,17 +159,13 @@ func (m *memTable) insert(b *Batch) error {
 const initialMemTableSize = 256 << 10
 
 // newMemTable returns a memtable of size bytes on WAL segment logNum, with
-// the DB's reference. A memtable of the configured size reuses the arena
-// of one nothing reads any more when there is one: allocating a fresh one
-// means zeroing tens of MiB (milliseconds) while the commit lock is held.
+// the DB's reference. Its arena is mapped outside the Go heap: a fresh
+// mapping costs no zeroing under the commit lock (the kernel zeroes pages
+// as entries first touch them), and the arenas, up to a few times
+// MemTableSize, do not inflate the heap the garbage collector paces itself
+// by. The last unref releases it.
 func (db *DB) newMemTable(size int64, logNum uint64) *memTable {
-	m := &memTable{logNum: logNum, db: db}
-	if size == db.opts.MemTableSize {
-		m.MemTable = db.spareMem.Swap(nil)
-	}
-	if m.MemTable == nil {
-		m.MemTable = memtable.New(int(size))
-	}
+	m := &memTable{MemTable: memtable.NewOffHeap(int(size)), logNum: logNum, db: db}
 	m.refs.Store(1)
 	return m
 }
@@ -181,22 +175,10 @@ func (m *memTable) ref() { m.refs.Add(1) }
 func (m *memTable) unref() {
 	switch n := m.refs.Add(-1); {
 	case n == 0:
-		m.db.recycleMemTable(m.MemTable)
+		m.Release()
 	case n < 0:
 		panic("lsm: memtable released more often than referenced")
 	}
-}
-
-// recycleMemTable keeps the skiplist of a memtable nothing reads any more
-// as the spare the next memtable takes, if it has the configured size and
-// no spare is kept yet. The DB keeps at most one: memory stays bounded by
-// the memtables the options allow, plus one.
-func (db *DB) recycleMemTable(mt *memtable.MemTable) {
-	if int64(mt.Capacity()) != db.opts.MemTableSize || db.spareMem.Load() != nil {
-		return
-	}
-	mt.Reset()
-	db.spareMem.CompareAndSwap(nil, mt)
 }
 
 // readState is what a read needs: the memtables and the current version,
@@ -220,12 +202,15 @@ func (rs *readState) unref() {
 }
 
 // loadReadState returns the current readState with a reference the caller
-// must drop with unref.
+// must drop with unref, or nil once the DB is closed.
 func (db *DB) loadReadState() *readState {
 	db.readState.mu.RLock()
+	defer db.readState.mu.RUnlock()
 	rs := db.readState.val
+	if rs == nil || db.closed.Load() {
+		return nil
+	}
 	rs.refs.Add(1)
-	db.readState.mu.RUnlock()
 	return rs
 }
 
@@ -254,28 +239,28 @@ func (db *DB) updateReadState() {
 
 // Get returns a copy of the newest value of key, or ErrNotFound.
 func (db *DB) Get(key []byte) ([]byte, error) {
-	if db.closed.Load() {
-		return nil, ErrClosed
-	}
 	// Load the state before the sequence number: a version installed after
 	// the load cannot matter, and every write at or below the sequence
 	// number is in the loaded state.
 	rs := db.loadReadState()
+	if rs == nil {
+		return nil, ErrClosed
+	}
 	defer rs.unref()
 	return db.getCopy(rs, key, base.SeqNum(db.visibleSeq.Load()))
 }
 
 // GetFunc calls fn with the newest value of key, or returns ErrNotFound,
 // as Get does, without copying it: the value aliases the engine's memory
-// (a memtable's arena, which a later memtable may reuse, or a cached
+// (a memtable's arena, unmapped once the memtable is flushed, or a cached
 // block), so fn must not keep it, or anything of it, past its return,
 // nor change it. It saves Get's allocation and copy on a read whose
 // caller decodes the value at once.
 func (db *DB) GetFunc(key []byte, fn func(value []byte)) error {
-	if db.closed.Load() {
+	rs := db.loadReadState() // held while fn runs: the arenas stay mapped
+	if rs == nil {
 		return ErrClosed
 	}
-	rs := db.loadReadState() // held while fn runs: the arena stays this memtable's
 	defer rs.unref()
 	v, err := db.get(rs, key, base.SeqNum(db.visibleSeq.Load()))
 	if err != nil {
@@ -310,13 +295,13 @@ func (db *DB) GetFunc(key []byte, fn func(value []byte)) error {
 // replaced together in the read state, so the write is in whichever of
 // them the loaded state has.
 func (db *DB) GetApplied(key []byte) ([]byte, error) {
-	if db.closed.Load() {
-		return nil, ErrClosed
-	}
 	// As in Get, the state is loaded first: every write the caller's
 	// predecessor enqueued (which happened before this call) is in it, and
 	// logSeq, loaded after, is at least its sequence number.
 	rs := db.loadReadState()
+	if rs == nil {
+		return nil, ErrClosed
+	}
 	defer rs.unref()
 	return db.getCopy(rs, key, base.SeqNum(db.commit.logSeq.Load()))
 }
@@ -437,9 +422,9 @@ func (db *DB) Delete(key []byte, wo *WriteOptions) error {
 // NewIter returns an iterator over the latest state of the DB. It must be
 // closed.
 func (db *DB) NewIter(o *IterOptions) *Iterator {
-	if db.closed.Load() {
+	rs := db.loadReadState()
+	if rs == nil {
 		return &Iterator{err: ErrClosed}
 	}
-	rs := db.loadReadState()
 	return db.newIter(rs, base.SeqNum(db.visibleSeq.Load()), o)
 }

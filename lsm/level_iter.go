@@ -21,10 +21,21 @@ type levelIter struct {
 	iter  base.InternalIterator
 	entry *tableCacheEntry
 	err   error
+	// compaction says the level is a compaction's input: read whole,
+	// without filling the block cache.
+	compaction bool
 }
 
 func newLevelIter(tc *tableCache, files []*fileMetadata, lower, upper, prefix []byte) *levelIter {
 	return &levelIter{tc: tc, files: files, lower: lower, upper: upper, prefix: prefix, index: -1}
+}
+
+// newCompactionLevelIter returns a level iterator over the whole of files,
+// a compaction's input, whose reads do not fill the block cache.
+func newCompactionLevelIter(tc *tableCache, files []*fileMetadata) *levelIter {
+	l := newLevelIter(tc, files, nil, nil, nil)
+	l.compaction = true
+	return l
 }
 
 // open switches to table i; an iterator over nothing when the table lies
@@ -50,7 +61,11 @@ func (l *levelIter) open(i int) {
 		return
 	}
 	l.entry = e
-	l.iter = r.NewIter(l.lower, l.upper)
+	if l.compaction {
+		l.iter = r.NewCompactionIter()
+	} else {
+		l.iter = r.NewIter(l.lower, l.upper)
+	}
 }
 
 func (l *levelIter) closeTable() {

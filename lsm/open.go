@@ -252,7 +252,7 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 	if err := flushMem(); err != nil {
 		return lastSeq, metas, err
 	}
-	mem.unref() // its arena becomes the spare the DB's first memtable takes
+	mem.unref()
 	return lastSeq, metas, nil
 }
 
@@ -355,6 +355,17 @@ func (db *DB) Close() error {
 	if merr := db.versions.closeManifest(); err == nil && merr != nil {
 		err = merr
 	}
+	// Drop the DB's references to the memtables, so that their arenas are
+	// released now, or by the last iterator still open.
+	db.mem.mutable.unref()
+	for _, m := range db.mem.queue {
+		m.unref()
+	}
+	db.readState.mu.Lock()
+	rs := db.readState.val
+	db.readState.val = nil
+	db.readState.mu.Unlock()
+	rs.unref()
 	db.mu.Unlock()
 	db.deleteObsoleteTables()
 	db.tableCache.close()

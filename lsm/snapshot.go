@@ -42,20 +42,27 @@ func (db *DB) NewSnapshot() *Snapshot {
 
 // Get returns a copy of key's value as of the snapshot, or ErrNotFound.
 func (s *Snapshot) Get(key []byte) ([]byte, error) {
-	if s.elem == nil || s.db.closed.Load() {
+	if s.elem == nil {
 		return nil, ErrClosed
 	}
 	rs := s.db.loadReadState()
+	if rs == nil {
+		return nil, ErrClosed
+	}
 	defer rs.unref()
 	return s.db.getCopy(rs, key, s.seq)
 }
 
 // NewIter returns an iterator over the snapshot. It must be closed.
 func (s *Snapshot) NewIter(o *IterOptions) *Iterator {
-	if s.elem == nil || s.db.closed.Load() {
+	if s.elem == nil {
 		return &Iterator{err: ErrClosed}
 	}
-	return s.db.newIter(s.db.loadReadState(), s.seq, o)
+	rs := s.db.loadReadState()
+	if rs == nil {
+		return &Iterator{err: ErrClosed}
+	}
+	return s.db.newIter(rs, s.seq, o)
 }
 
 // Close releases the snapshot, letting compactions drop what only it saw.

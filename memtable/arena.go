@@ -80,7 +80,8 @@ func nodeSize(height int, keyLen, valueLen int) uint64 {
 	return towerSize(height) + alignUp(uint64(nodeHeaderSize)+uint64(keyLen)+uint64(valueLen))
 }
 
-// arena is a bump allocator over one []byte. Writers allocate concurrently
+// arena is a bump allocator over one []byte, on the Go heap or mapped
+// (offHeap). Writers allocate concurrently
 // by advancing the allocation offset with a compare-and-swap, and Size and
 // Available may be read from any goroutine.
 type arena struct {
@@ -90,17 +91,41 @@ type arena struct {
 	// limit is len(buf). Space before sentinelsSize holds the sentinels
 	// and is not counted by size or available.
 	limit uint64
+	// mapped says buf is a mapping (mapArena) that release unmaps, and
+	// populator is what faults its pages in.
+	mapped    bool
+	populator *populator
 }
 
-// newArena allocates room for the sentinels plus size accounted bytes.
-func newArena(size int) *arena {
-	a := &arena{
-		buf:   make([]byte, uint64(sentinelsSize)+uint64(size)),
-		limit: uint64(sentinelsSize) + uint64(size),
+// newArena allocates room for the sentinels plus size accounted bytes, on
+// the Go heap, or outside it if offHeap and the platform can (else, and if
+// the mapping fails, on the heap: only memory accounting differs).
+func newArena(size int, offHeap bool) *arena {
+	n := uint64(sentinelsSize) + uint64(size)
+	a := &arena{limit: n}
+	if offHeap {
+		a.buf, a.mapped = mapArena(int(n))
+	}
+	if a.buf == nil {
+		a.buf = make([]byte, n)
 	}
 	a.used.Store(uint64(sentinelsSize))
 	adviseHugePages(a.buf)
+	if a.mapped {
+		a.populator = startPopulating(a.buf, &a.used)
+	}
 	return a
+}
+
+// release gives the arena's memory back. Any later use of buf panics (it
+// is nil) rather than reading memory that is gone.
+func (a *arena) release() {
+	buf := a.buf
+	a.buf = nil
+	if a.mapped && buf != nil {
+		a.populator.halt()
+		unmapArena(buf)
+	}
 }
 
 // alloc reserves n bytes (a multiple of nodeAlign) and returns their offset,
@@ -114,6 +139,9 @@ func (a *arena) alloc(n uint64) (uint32, bool) {
 			return 0, false
 		}
 		if a.used.CompareAndSwap(off, off+n) {
+			if a.populator != nil {
+				a.populator.nudge(off + n)
+			}
 			return uint32(off), true
 		}
 	}

@@ -1,6 +1,7 @@
 package memtable
 
 import (
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -27,4 +28,104 @@ func adviseHugePages(buf []byte) {
 	start := (hugePageSize - addr%hugePageSize) % hugePageSize
 	end := start + (uintptr(len(buf))-start)&^(hugePageSize-1)
 	_ = syscall.Madvise(buf[start:end], syscall.MADV_HUGEPAGE)
+}
+
+// madvPopulateWrite is MADV_POPULATE_WRITE (Linux 5.14): fault pages in,
+// writable, without changing what they hold.
+const madvPopulateWrite = 23
+
+// populateChunk is how much of an arena one populate call faults in: one
+// huge page, so that release waits at most that long for the populator.
+const populateChunk = hugePageSize
+
+// populateLead is how far ahead of the allocation offset a populator keeps
+// pages faulted in: enough that writers do not catch up with it, small
+// enough that an arena costs about what its entries use.
+const populateLead = 2 * hugePageSize
+
+// mapArena returns n bytes of zeroed memory outside the Go heap: a private
+// anonymous mapping. It reports false if the mapping fails.
+func mapArena(n int) ([]byte, bool) {
+	buf, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		return nil, false
+	}
+	return buf, true
+}
+
+// unmapArena returns a mapArena mapping to the kernel.
+func unmapArena(buf []byte) {
+	// Munmap fails only for an address that is not a mapping, which
+	// release's nil check rules out.
+	_ = syscall.Munmap(buf)
+}
+
+// startPopulating starts a populator on a mapArena mapping whose
+// allocation offset is used.
+func startPopulating(buf []byte, used *atomic.Uint64) *populator {
+	p := &populator{
+		used: used,
+		wake: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	go p.populate(buf)
+	return p
+}
+
+// A populator faults an arena's pages in on its own goroutine, a little
+// ahead of the writers. A first write to a page of a fresh mapping faults,
+// and the kernel zeroes the page then, on the writer's time: for a huge
+// page, with the compaction THP may need to find one, that took
+// milliseconds, and made the p99 of batched writes. MADV_POPULATE_WRITE
+// does that work in advance without changing a byte already written, so it
+// may run over pages writers are filling.
+type populator struct {
+	used  *atomic.Uint64 // the arena's allocation offset
+	ahead atomic.Uint64  // the pages below it are populated
+	wake  chan struct{}  // nudge's: the writers came near ahead
+	quit  chan struct{}  // halt's
+	done  chan struct{}  // closed when populate returns
+}
+
+func (p *populator) populate(buf []byte) {
+	defer close(p.done)
+	size := uint64(len(buf))
+	for {
+		target := min(p.used.Load()+populateLead, size)
+		for off := p.ahead.Load(); off < target; off = p.ahead.Load() {
+			end := min(off+populateChunk, size)
+			_, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(unsafe.Pointer(&buf[off])), uintptr(end-off), madvPopulateWrite)
+			if errno != 0 {
+				return // an older kernel: writers fault the pages in
+			}
+			p.ahead.Store(end)
+		}
+		if target == size {
+			return
+		}
+		select {
+		case <-p.wake:
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+// nudge wakes the populator once the allocations, now up to end, come
+// within half its lead of the populated pages. Cheap enough for every
+// allocation: a load, and a send once per half lead.
+func (p *populator) nudge(end uint64) {
+	if end+populateLead/2 > p.ahead.Load() {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// halt stops the populator and waits until it has.
+func (p *populator) halt() {
+	close(p.quit)
+	<-p.done
 }

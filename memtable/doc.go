@@ -3,13 +3,14 @@
 // trailer descending so that the newest version of a user key comes first),
 // whose nodes, keys and values all live in one fixed-size arena.
 //
-// The arena is a single []byte allocated by New. Nodes refer to each other by
-// 32-bit offsets into it rather than by Go pointers, so the garbage collector
-// sees one pointer-free object however many entries the table holds (on
+// The arena is a single []byte, on the Go heap (New) or, for the engine,
+// mapped outside it (NewOffHeap). Nodes refer to each other by 32-bit
+// offsets into it rather than by Go pointers, so the garbage collector sees
+// at most one pointer-free object however many entries the table holds (on
 // Linux the arena is also advised onto transparent huge pages, to cut the
-// TLB misses of random searches; see arena_linux.go). Nothing
-// is freed individually: the engine drops the whole MemTable once it has been
-// flushed to an sstable. When an entry does not fit, Add fails with
+// TLB misses of random searches; see arena_linux.go). Nothing is freed
+// individually: the engine releases the whole MemTable once it has been
+// flushed to an sstable and nothing reads it. When an entry does not fit, Add fails with
 // ErrArenaFull and the engine rotates to a new memtable; EntrySize lets it
 // check that a whole batch fits before applying any of it, so a batch is
 // never half applied.
@@ -35,9 +36,9 @@
 // # Invariants
 //
 //  1. Allocated nodes are never deleted or moved until the MemTable is
-//     garbage collected or Reset, so an offset a reader has loaded stays
-//     valid as long as the reader may use the MemTable (Reset is for an
-//     owner that knows no reader is left).
+//     garbage collected or released, so an offset a reader has loaded
+//     stays valid as long as the reader may use the MemTable (Release is
+//     for an owner that knows no reader is left).
 //  2. Apart from its links, a node (trailer, key, value, height) is immutable
 //     once it is linked into the list. Its writer builds it completely, then
 //     publishes it with atomic compare-and-swaps of the links that point to it, bottom

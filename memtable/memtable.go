@@ -40,8 +40,7 @@ type splice struct {
 // An Inserter is one writer's state across its inserts into one MemTable:
 // where its last insert linked its node (see splice), and the random state
 // of its tower heights. Concurrent writers each use their own; the zero
-// value is ready, and an Inserter must not be used with another MemTable
-// or after a Reset.
+// value is ready, and an Inserter must not be used with another MemTable.
 type Inserter struct {
 	// spl brackets, at every level, a key just after the last one
 	// inserted, when valid. Inserts of ascending keys (a sequential load,
@@ -58,26 +57,36 @@ type Inserter struct {
 // Available). It panics if arenaSize is negative or 4 GiB or more, since
 // nodes are addressed by 32-bit offsets.
 func New(arenaSize int) *MemTable {
+	return newMemTable(arenaSize, false)
+}
+
+// NewOffHeap is New with the arena outside the Go heap: on Linux an
+// anonymous mapping, whose pages the kernel supplies zeroed as entries
+// first touch them, so a memtable costs memory only as it fills, and none
+// of it counts towards the heap size the garbage collector paces itself
+// by (a heap of large arenas would let that much garbage pile up before a
+// collection). The owner must call Release once nothing reads the
+// memtable any more; until then it is never freed, even if unreachable.
+func NewOffHeap(arenaSize int) *MemTable {
+	return newMemTable(arenaSize, true)
+}
+
+func newMemTable(arenaSize int, offHeap bool) *MemTable {
 	if arenaSize < 0 || uint64(arenaSize) > maxArenaSize {
 		panic(fmt.Sprintf("memtable: arena size %d out of range [0, %d]", arenaSize, uint64(maxArenaSize)))
 	}
-	m := &MemTable{arena: newArena(arenaSize)}
+	m := &MemTable{arena: newArena(arenaSize, offHeap)}
 	m.init()
 	return m
 }
 
-// Reset empties the memtable and keeps its arena for new entries, without
-// clearing it: Add writes every field of a node it links, and nothing reads
-// the bytes between nodes. Allocating and zeroing a fresh arena of tens of
-// MiB takes milliseconds; reusing one takes nothing.
-//
-// The caller must guarantee that nothing reads the memtable any more: no
-// iterator open, no Get under way, and no value or key slice returned from
-// it still in use, since all of them alias the arena that Add now rewrites.
-func (m *MemTable) Reset() {
-	m.arena.used.Store(uint64(sentinelsSize))
-	m.init()
-}
+// Release frees the arena of a memtable made by NewOffHeap (for one made
+// by New it only drops it, for the garbage collector). The caller must
+// guarantee that nothing reads the memtable any more, nor will: no
+// iterator open, no Get or Insert under way, and no key or value slice
+// returned from it still in use, since all of them alias the arena. A use
+// after Release panics or faults.
+func (m *MemTable) Release() { m.arena.release() }
 
 // Capacity returns the arena bytes the memtable has for entries in all:
 // Size plus Available.
@@ -145,8 +154,7 @@ func (m *MemTable) Insert(ins *Inserter, key base.InternalKey, value []byte) (in
 		return 0, ErrArenaFull
 	}
 
-	// Build the node completely while no reader can reach it: every field,
-	// since the arena may hold an earlier life's bytes (Reset). The tower
+	// Build the node completely while no reader can reach it. The tower
 	// is stored below.
 	off := start + uint32(towerSize(height))
 	nd := a.node(off)

@@ -102,25 +102,27 @@ func TestAgainstModel(t *testing.T) {
 	}
 }
 
-// TestResetReusesArena fills a memtable, poisons every byte of its arena
-// (sentinels included) as an earlier life's leftovers would, resets it and
-// checks the new entries against the model: nothing may rely on an arena
-// that was zeroed.
-func TestResetReusesArena(t *testing.T) {
+// TestOffHeap checks a memtable whose arena is mapped outside the Go heap
+// against the model, and that a use after Release fails loudly instead of
+// reading memory that is gone.
+func TestOffHeap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
-	m := New(1 << 20)
-	fill(t, rng, m, 3000)
-	for i := range m.arena.buf {
-		m.arena.buf[i] = 0xA5
-	}
-	m.Reset()
-	if !m.Empty() || m.Size() != 0 || m.Available() != 1<<20 || m.Capacity() != 1<<20 {
-		t.Fatalf("after Reset: empty %v, size %d, available %d, capacity %d", m.Empty(), m.Size(), m.Available(), m.Capacity())
-	}
 	for _, n := range []int{0, 1, 300, 3000} {
-		m.Reset()
+		m := NewOffHeap(1 << 20)
 		checkAgainstModel(t, rng, m, fill(t, rng, m, n))
+		m.Release()
 	}
+	m := NewOffHeap(1 << 20)
+	if err := m.Add(base.MakeInternalKey([]byte("k"), 1, base.KindSet), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	m.Release()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Get after Release did not panic")
+		}
+	}()
+	m.Get([]byte("k"), 1)
 }
 
 // checkAgainstModel checks m, holding what fill recorded in md, against md:

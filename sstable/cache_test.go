@@ -158,3 +158,47 @@ func TestGetValueOutlivesEviction(t *testing.T) {
 		t.Fatalf("value changed to %q", v)
 	}
 }
+
+// TestCompactionIterDoesNotFillCache checks that a compaction's read of a
+// table yields every entry, takes the blocks it finds cached, and adds none
+// of the blocks it reads from the file, while an ordinary iterator adds
+// every one.
+func TestCompactionIterDoesNotFillCache(t *testing.T) {
+	cache := NewCache(8 << 20)
+	var all []kv
+	for i := range 5000 {
+		all = append(all, kv{base.MakeInternalKey(fmt.Appendf(nil, "k%06d", i), 1, base.KindSet), fmt.Appendf(nil, "value-%06d", i)})
+	}
+	data, _ := buildTable(t, all, WriterOptions{})
+	r := openTable(t, data, ReaderOptions{Cache: cache, FileNum: 1})
+	defer r.Close()
+	scan := func(it base.InternalIterator) int {
+		t.Helper()
+		n := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			if k := it.Key(); !bytes.Equal(k.UserKey, all[n].key.UserKey) || !bytes.Equal(it.Value(), all[n].value) {
+				t.Fatalf("entry %d: %s, want %s", n, k, all[n].key)
+			}
+			n++
+		}
+		if err := it.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := scan(r.NewCompactionIter()); n != len(all) {
+		t.Fatalf("compaction read saw %d entries, want %d", n, len(all))
+	}
+	if m := cache.Metrics(); m.Count != 0 || m.Misses == 0 {
+		t.Fatalf("after a compaction read the cache holds %d blocks (%d misses), want none", m.Count, m.Misses)
+	}
+	scan(r.NewIter(nil, nil))
+	cached := cache.Metrics()
+	if cached.Count == 0 {
+		t.Fatal("an ordinary read cached no block")
+	}
+	scan(r.NewCompactionIter())
+	if m := cache.Metrics(); m.Count != cached.Count || m.Hits-cached.Hits != cached.Count {
+		t.Fatalf("a compaction read over %d cached blocks: %d hits, cache now %d blocks", cached.Count, m.Hits-cached.Hits, m.Count)
+	}
+}

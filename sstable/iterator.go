@@ -34,13 +34,15 @@ type iterator struct {
 	pos          iterPos
 	withinLower  bool
 	withinUpper  bool
-	err          error
+	// fillCache says blocks read from the file go into the block cache.
+	fillCache bool
+	err       error
 }
 
 var _ base.InternalIterator = (*iterator)(nil)
 
-func (it *iterator) init(r *Reader, lower, upper []byte) {
-	it.r, it.lower, it.upper = r, lower, upper
+func (it *iterator) init(r *Reader, lower, upper []byte, fillCache bool) {
+	it.r, it.lower, it.upper, it.fillCache = r, lower, upper, fillCache
 	it.block = -1
 	it.key = base.InternalKey{}
 	it.pos = posInvalid
@@ -60,7 +62,7 @@ func (it *iterator) loadBlock(i int) bool {
 	}
 	it.block = -1
 	h := it.r.index.entries[i].handle
-	b, err := it.r.dataBlock(h)
+	b, err := it.r.dataBlock(h, it.fillCache)
 	if err != nil {
 		return it.fail(err)
 	}

@@ -174,8 +174,9 @@ func (r *Reader) readBlock(h blockHandle, maxDecoded uint64) ([]byte, error) {
 	return out, nil
 }
 
-// dataBlock returns data block h from the cache or the file.
-func (r *Reader) dataBlock(h blockHandle) ([]byte, error) {
+// dataBlock returns data block h from the cache or the file, adding a
+// block read from the file to the cache if fill.
+func (r *Reader) dataBlock(h blockHandle, fill bool) ([]byte, error) {
 	if r.cache != nil {
 		if b := r.cache.get(r.fileNum, h.offset); b != nil {
 			return b, nil
@@ -185,7 +186,7 @@ func (r *Reader) dataBlock(h blockHandle) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.cache != nil {
+	if fill && r.cache != nil {
 		r.cache.set(r.fileNum, h.offset, b)
 	}
 	return b, nil
@@ -207,7 +208,7 @@ func (r *Reader) Get(userKey []byte, seq base.SeqNum) (value []byte, kind base.K
 		return nil, 0, false, nil
 	}
 	h := r.index.entries[i].handle
-	data, err := r.dataBlock(h)
+	data, err := r.dataBlock(h, true)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -244,7 +245,18 @@ func (r *Reader) MayContainPrefix(prefix []byte) bool {
 // and not used after Close.
 func (r *Reader) NewIter(lower, upper []byte) base.InternalIterator {
 	it := r.iters.Get().(*iterator)
-	it.init(r, lower, upper)
+	it.init(r, lower, upper, true)
+	return it
+}
+
+// NewCompactionIter returns an iterator over all the table's entries that
+// takes data blocks from the block cache but adds none it reads: a
+// compaction reads each block once, and caching them would evict the
+// blocks reads come back to, and hold memory for nothing (LevelDB's and
+// RocksDB's compactions read with fill_cache off for the same reasons).
+func (r *Reader) NewCompactionIter() base.InternalIterator {
+	it := r.iters.Get().(*iterator)
+	it.init(r, nil, nil, false)
 	return it
 }
 

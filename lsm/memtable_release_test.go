@@ -5,16 +5,15 @@ import (
 	"testing"
 )
 
-// TestMemTableRecycledOnlyOnceUnread checks that a flushed memtable's arena
-// is reused only after its last reader lets go: an iterator opened on it
-// reads it intact while later memtables fill and flush (under -race, a
-// reused arena would show as a race between the iterator and the writer),
-// and once the iterator is closed the next memtable takes that arena
-// instead of a zeroed one.
-func TestMemTableRecycledOnlyOnceUnread(t *testing.T) {
+// TestMemTableReleasedOnlyOnceUnread checks that a flushed memtable's
+// arena is released only after its last reader lets go: an iterator opened
+// on it reads it intact while later memtables fill and flush (a released
+// arena is unmapped: reading it would fault), and once the iterator is
+// closed the memtable's last reference is gone, and so is its arena.
+// Close releases the rest.
+func TestMemTableReleasedOnlyOnceUnread(t *testing.T) {
 	opts := smallOptions()
 	db := openTestDB(t, t.TempDir(), opts)
-	defer db.Close()
 	key := func(gen, i int) []byte { return fmt.Appendf(nil, "g%d-%04d", gen, i) }
 	value := func(gen, i int) []byte {
 		return fmt.Appendf(nil, "value of generation %d, key %d, padded to some length", gen, i)
@@ -31,7 +30,7 @@ func TestMemTableRecycledOnlyOnceUnread(t *testing.T) {
 
 	put(0)
 	db.mu.Lock()
-	first := db.mem.mutable.MemTable
+	first := db.mem.mutable
 	db.mu.Unlock()
 	it := db.NewIter(nil)
 	if err := db.Flush(); err != nil {
@@ -44,14 +43,8 @@ func TestMemTableRecycledOnlyOnceUnread(t *testing.T) {
 		if err := db.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		if db.spareMem.Load() == first {
-			t.Fatalf("generation %d: the iterator's memtable was offered for reuse while it reads it", gen)
-		}
-		db.mu.Lock()
-		reused := db.mem.mutable.MemTable == first
-		db.mu.Unlock()
-		if reused {
-			t.Fatalf("generation %d: a new memtable took the arena the iterator reads", gen)
+		if n := first.refs.Load(); n != 1 {
+			t.Fatalf("generation %d: the iterator's memtable has %d references, want the iterator's alone", gen, n)
 		}
 	}
 	n := 0
@@ -67,29 +60,34 @@ func TestMemTableRecycledOnlyOnceUnread(t *testing.T) {
 	if n != perGen {
 		t.Fatalf("the iterator saw %d entries, want the %d of its state", n, perGen)
 	}
-
-	// Unread now: the next memtable of the configured size takes the
-	// arena kept for reuse, not a new one. Which arena is kept depends on
-	// the order readers let go, so any of the flushed memtables' will do.
-	spare := db.spareMem.Load()
-	if spare == nil {
-		t.Fatal("no arena kept for reuse after every reader let go")
+	if n := first.refs.Load(); n != 0 {
+		t.Fatalf("the memtable has %d references once the iterator closed, want 0", n)
 	}
-	put(7)
-	if err := db.Flush(); err != nil { // rotates: the new memtable takes the spare
-		t.Fatal(err)
-	}
-	db.mu.Lock()
-	took := db.mem.mutable.MemTable == spare
-	db.mu.Unlock()
-	if !took {
-		t.Fatal("the new memtable did not take the spare arena")
-	}
-	for gen := 0; gen <= 7; gen++ {
+	for gen := 0; gen <= 6; gen++ {
 		for _, i := range []int{0, perGen / 2, perGen - 1} {
 			if got := mustGet(t, db, string(key(gen, i))); got != string(value(gen, i)) {
 				t.Fatalf("%s = %q, want %q", key(gen, i), got, value(gen, i))
 			}
 		}
+	}
+
+	// An iterator left open across Close keeps its memtable until it is
+	// closed; everything else is released by Close.
+	put(7)
+	db.mu.Lock()
+	last := db.mem.mutable
+	db.mu.Unlock()
+	it = db.NewIter(nil)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := last.refs.Load(); n != 1 {
+		t.Fatalf("after Close the open iterator's memtable has %d references, want 1", n)
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := last.refs.Load(); n != 0 {
+		t.Fatalf("the memtable has %d references once the last iterator closed, want 0", n)
 	}
 }
