@@ -319,7 +319,7 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 			continue
 		}
 		var stallStart time.Time
-		for len(db.mem.queue) >= db.opts.MemTableStopWritesThreshold || db.l0StallLocked() {
+		for db.memTableStallLocked() || db.l0StallLocked() {
 			if stallStart.IsZero() {
 				stallStart = time.Now()
 				db.metrics.stallCount.Add(1)
@@ -340,6 +340,19 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 			return nil, db.failWrites(err)
 		}
 	}
+}
+
+// memTableStallLocked reports whether the memtables waiting for flush hold
+// MemTableStopWritesThreshold full memtables' worth of arena, so that
+// writes must wait for a flush. Counting bytes rather than memtables lets
+// the small first memtables of a young DB queue without stalling writes on
+// every flush (they rotate every few milliseconds).
+func (db *DB) memTableStallLocked() bool {
+	var queued int64
+	for _, m := range db.mem.queue {
+		queued += int64(m.Capacity())
+	}
+	return queued >= int64(db.opts.MemTableStopWritesThreshold)*db.opts.MemTableSize
 }
 
 // l0StallLocked reports whether L0 holds too many tables for writes to go

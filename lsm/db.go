@@ -39,10 +39,8 @@ type DB struct {
 		mutable *memTable
 		queue   []*memTable // full memtables waiting for flush, oldest first
 		// size is the arena size the mutable memtable got: the first
-		// gets initialMemTableSize, and each rotation doubles it up to
-		// Options.MemTableSize, so that a DB that writes little holds
-		// little memory, and the first, small memtables are quicker to
-		// search than a full-size one.
+		// gets Options.InitialMemTableSize, and each rotation doubles it
+		// up to Options.MemTableSize.
 		size int64
 	}
 	// log is the WAL segment the mutable memtable's writes go to. It is
@@ -153,10 +151,6 @@ func (m *memTable) insert(b *Batch) error {
 	m.reserved.Add(int64(used - b.memSize))
 	return nil
 }
-
-// initialMemTableSize is the arena size of a DB's first memtable (see
-// DB.mem.size), as in Pebble.
-const initialMemTableSize = 256 << 10
 
 // newMemTable returns a memtable of size bytes on WAL segment logNum, with
 // the DB's reference. Its arena is mapped outside the Go heap: a fresh

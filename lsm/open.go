@@ -160,7 +160,7 @@ func (db *DB) recover() error {
 	vs.lastSeq = lastSeq
 	db.commit.logSeq.Store(uint64(lastSeq))
 	db.visibleSeq.Store(uint64(lastSeq))
-	db.mem.size = min(initialMemTableSize, db.opts.MemTableSize)
+	db.mem.size = db.opts.InitialMemTableSize
 	db.mem.mutable = db.newMemTable(db.mem.size, logNum)
 	db.updateReadState()
 	db.deleteUnreferencedFiles(names)

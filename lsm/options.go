@@ -24,14 +24,25 @@ const (
 type Options struct {
 	// MemTableSize is the size of a memtable's arena: once full, the
 	// memtable is rotated and flushed to L0. Default 64 MiB. A DB's first
-	// memtable gets 256 KiB (or MemTableSize if smaller), and each next
-	// one twice its predecessor's, up to MemTableSize. The arenas
-	// take at most MemTableStopWritesThreshold+2 times this (the mutable
-	// one, those waiting for flush, and the arena of a flushed one kept
-	// for reuse), plus a flushed memtable's while a reader still holds it.
+	// memtable gets InitialMemTableSize, and each next one twice its
+	// predecessor's, up to MemTableSize. The arenas
+	// take at most MemTableStopWritesThreshold+1 times this (the mutable
+	// one and those waiting for flush), plus flushed memtables' while
+	// readers still hold them; they are outside the Go heap, and cost
+	// memory as they fill.
 	MemTableSize int64
-	// MemTableStopWritesThreshold is how many full memtables may wait for
-	// their flush before writes stall. Default 2.
+	// InitialMemTableSize is the arena size of the first memtable a DB
+	// opens with (capped at MemTableSize). Default 256 KiB, as in Pebble:
+	// a DB that writes little holds little memory, and small memtables are
+	// quicker to insert into (fewer cache misses per search), at the price
+	// of more, smaller flushes. Negative starts at MemTableSize, which
+	// keeps a small data set in the memtable rather than in tables, where
+	// scans of it are slower (decoding blocks, merging levels).
+	InitialMemTableSize int64
+	// MemTableStopWritesThreshold is how many full memtables' worth of
+	// memtables (MemTableSize bytes each) may wait for their flush before
+	// writes stall: several small memtables of a young DB count as the
+	// full one they add up to. Default 2.
 	MemTableStopWritesThreshold int
 	// CacheSize is the capacity of the block cache shared by all sstables.
 	// Default 32 MiB; negative disables it.
@@ -90,6 +101,10 @@ func (o *Options) withDefaults() Options {
 		r = *o
 	}
 	setDefault(&r.MemTableSize, 64<<20)
+	setDefault(&r.InitialMemTableSize, 256<<10)
+	if r.InitialMemTableSize < 0 || r.InitialMemTableSize > r.MemTableSize {
+		r.InitialMemTableSize = r.MemTableSize
+	}
 	setDefault(&r.MemTableStopWritesThreshold, 2)
 	setDefault(&r.CacheSize, 32<<20)
 	setDefault(&r.BloomBitsPerKey, 10)

@@ -128,6 +128,13 @@ func open(dir string, opts *Options, tune tuning) (*Store, error) {
 	s.dropCond = sync.NewCond(&s.dropMu)
 	s.clock = &clock{now: s.opts.Now, saveLease: s.saveLease}
 	lo := s.opts.LSM
+	if lo.InitialMemTableSize == 0 {
+		// A server owns the memory it is given: starting at the full
+		// memtable size keeps a table of a few tens of MiB in the
+		// memtable, where the REST suite's scan of one ran a fifth faster
+		// than from tables.
+		lo.InitialMemTableSize = -1
+	}
 	lo.Split = PrefixLen
 	lo.DropKey = s.dropKey
 	fs := lo.FS
