@@ -3,10 +3,14 @@
 // sstables, snapshots and atomic batches.
 //
 // A write is a Batch. The commit pipeline (commit.go) gives each batch a
-// range of sequence numbers, appends it to the WAL as one record, inserts it
-// into the mutable memtable and then publishes its sequence numbers, so a
+// range of sequence numbers and room in the mutable memtable, and appends it
+// to the WAL as one record, under its lock; then, outside the lock and in
+// parallel with other writers, it inserts the batch into the memtable, and
+// publishes its sequence numbers once every batch before it is in too, so a
 // batch becomes visible to readers all at once. Synced writers share fsyncs
-// (group commit). DB.Enqueue and PendingCommit.Wait split a commit into its
+// (group commit). Memtables start small and double up to MemTableSize;
+// their arenas are mapped outside the Go heap and released when the last
+// reader of a flushed one lets go. DB.Enqueue and PendingCommit.Wait split a commit into its
 // ordering and its durability wait, for callers that serialize writes under
 // a lock of their own and should hold it only for the first (DB.GetApplied
 // reads what such a predecessor enqueued). A full memtable is rotated to an
