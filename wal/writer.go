@@ -30,9 +30,17 @@ type WriterOptions struct {
 	// OnSync, when set, is called by the background goroutine after each
 	// successful fsync, outside the Writer's lock, with how long the fsync
 	// took and how many SyncTo callers were waiting for it when it began
-	// (the size of the commit group it serves; 0 for the fsync of Close).
+	// (the size of the commit group it serves; 0 for an fsync nobody waited
+	// for: Close's, or one BytesPerSync made).
 	// It must be quick: the next fsync waits for it. It is for metrics.
 	OnSync func(d time.Duration, waiters int)
+	// BytesPerSync, when positive, makes the background goroutine fsync
+	// whenever that many bytes were written out since the last fsync,
+	// though no SyncTo asked for it. Close must make everything durable,
+	// and an unsynced log of tens of MiB then took tens of milliseconds,
+	// on its caller's time; writing back as the log grows, off the
+	// writers' path, leaves Close little to do.
+	BytesPerSync int
 }
 
 // ErrWriterClosed is returned by calls made on a Writer after Close.
@@ -54,9 +62,10 @@ type block struct {
 // serialized by the caller; SyncTo, Size and Close may be called from any
 // goroutine.
 type Writer struct {
-	f           SyncFile
-	maxBuffered int64
-	onSync      func(time.Duration, int)
+	f            SyncFile
+	maxBuffered  int64
+	bytesPerSync int64
+	onSync       func(time.Duration, int)
 	// maxFree bounds the recycled blocks kept for reuse, so that one huge
 	// record does not pin its memory for the life of the Writer.
 	maxFree int
@@ -123,16 +132,17 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 		maxBuffered = DefaultMaxBuffered
 	}
 	w := &Writer{
-		f:           f,
-		maxBuffered: int64(maxBuffered),
-		onSync:      opts.OnSync,
-		maxFree:     maxBuffered/BlockSize + 2,
-		wake:        make(chan struct{}, 1),
-		quit:        make(chan struct{}),
-		done:        make(chan struct{}),
-		arrived:     make(chan struct{}, 1),
-		timer:       time.NewTimer(time.Hour),
-		cur:         new(block),
+		f:            f,
+		maxBuffered:  int64(maxBuffered),
+		bytesPerSync: int64(opts.BytesPerSync),
+		onSync:       opts.OnSync,
+		maxFree:      maxBuffered/BlockSize + 2,
+		wake:         make(chan struct{}, 1),
+		quit:         make(chan struct{}),
+		done:         make(chan struct{}),
+		arrived:      make(chan struct{}, 1),
+		timer:        time.NewTimer(time.Hour),
+		cur:          new(block),
 	}
 	w.timer.Stop()
 	w.cond.L = &w.mu
@@ -340,7 +350,7 @@ func (w *Writer) flushLoop() {
 			cur := w.cur
 			from, to := cur.written, cur.n
 			start, target := w.flushed, w.logical
-			doSync := w.syncReq > w.synced
+			doSync := w.syncReq > w.synced || (w.bytesPerSync > 0 && target-w.synced >= w.bytesPerSync)
 			if len(batch) == 0 && from == to && !doSync {
 				break
 			}

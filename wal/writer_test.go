@@ -340,6 +340,53 @@ func TestUnsyncedRecordsReachFile(t *testing.T) {
 	}
 }
 
+// TestBytesPerSync checks that a writer with BytesPerSync fsyncs on its
+// own once that much was written out unsynced, so that Close has at most
+// about that much left to make durable, and that without it nothing is
+// fsynced before Close.
+func TestBytesPerSync(t *testing.T) {
+	for _, perSync := range []int{0, 64 << 10} {
+		f := &memFile{}
+		w := NewWriter(f, WriterOptions{BytesPerSync: perSync})
+		var end int64
+		for i := range 64 {
+			var err error
+			if end, err = w.WriteRecord(record(i, 8<<10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Wait until everything reached the file, then for the flusher
+		// to finish its round.
+		deadline := time.Now().Add(5 * time.Second)
+		for int64(f.len()) < end {
+			if time.Now().After(deadline) {
+				t.Fatalf("BytesPerSync %d: file holds %d bytes, want %d", perSync, f.len(), end)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		w.mu.Lock()
+		for w.pending || w.flushed < end {
+			w.mu.Unlock()
+			time.Sleep(100 * time.Microsecond)
+			w.mu.Lock()
+		}
+		w.mu.Unlock()
+		synced := f.syncedLen()
+		if perSync == 0 && synced != 0 {
+			t.Fatalf("without BytesPerSync %d bytes were fsynced before Close", synced)
+		}
+		if perSync > 0 && end-int64(synced) >= int64(perSync)+int64(BlockSize) {
+			t.Fatalf("BytesPerSync %d: %d of %d bytes left unsynced", perSync, end-int64(synced), end)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if f.syncedLen() != f.len() {
+			t.Fatalf("Close left %d of %d bytes unsynced", f.len()-f.syncedLen(), f.len())
+		}
+	}
+}
+
 func TestStickyErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
