@@ -47,8 +47,13 @@ func TestServeHTTPSMakesAndReusesACertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(p.stderr.String(), certPath) {
-		t.Errorf("the log does not name the certificate to trust: %s", p.stderr)
+	// The log reaches p.stderr through os/exec's copying goroutine, which
+	// may lag the connection string on stdout.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.stderr.String(), certPath); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not name the certificate to trust: %s", p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	client := trustingClient(t, certPath)
 	svc, err := aztables.NewServiceClientFromConnectionString(p.connStr, &aztables.ClientOptions{ClientOptions: policy.ClientOptions{Transport: client}})
