@@ -312,8 +312,19 @@ func TestSplitChildRetiresAnInheritedMember(t *testing.T) {
 	if r.id != lateID {
 		t.Fatalf("the child's member on node %d is %x, its parent's %x", late, r.id, lateID)
 	}
-	if first, err := r.rlog.FirstIndex(); err != nil || first <= transport.Incarnation(lateID) {
-		t.Fatalf("the child's log starts at %d (%v), before the late member's addition at %d", first, err, transport.Incarnation(lateID))
+	// A node whose replica of the parent had not started when its
+	// catalog named it for the child starts the child empty, awaiting a
+	// snapshot (its log then starts at 1 for a moment); once it has
+	// entries, they continue the parent's numbering.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		first, err := r.rlog.FirstIndex()
+		if err == nil && first > transport.Incarnation(lateID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child's log starts at %d (%v), before the late member's addition at %d", first, err, transport.Incarnation(lateID))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 
 	var rest []uint64
