@@ -277,7 +277,7 @@ func (db *DB) waitVisibleLocked(seq base.SeqNum) error {
 }
 
 // failWrites records err as the DB's sticky write error and returns the
-// error writers see from now on. Called with commit.mu held.
+// error writers see from now on.
 func (db *DB) failWrites(err error) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -342,17 +342,18 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 	}
 }
 
-// memTableStallLocked reports whether the memtables waiting for flush hold
-// MemTableStopWritesThreshold full memtables' worth of arena, so that
-// writes must wait for a flush. Counting bytes rather than memtables lets
-// the small first memtables of a young DB queue without stalling writes on
-// every flush (they rotate every few milliseconds).
+// memTableStallLocked reports whether rotating the mutable memtable would
+// leave more than MemTableStopWritesThreshold full memtables' worth of
+// arena waiting for flush, so that the writer must wait for a flush first.
+// Counting bytes rather than memtables lets the small first memtables of a
+// young DB queue without stalling writes on every flush (they rotate every
+// few milliseconds); with full-size ones it is the count of memtables.
 func (db *DB) memTableStallLocked() bool {
-	var queued int64
+	queued := int64(db.mem.mutable.Capacity())
 	for _, m := range db.mem.queue {
 		queued += int64(m.Capacity())
 	}
-	return queued >= int64(db.opts.MemTableStopWritesThreshold)*db.opts.MemTableSize
+	return queued > int64(db.opts.MemTableStopWritesThreshold)*db.opts.MemTableSize
 }
 
 // l0StallLocked reports whether L0 holds too many tables for writes to go

@@ -92,10 +92,8 @@ func (m *MemTable) Release() { m.arena.release() }
 // Size plus Available.
 func (m *MemTable) Capacity() int { return int(m.arena.limit - uint64(sentinelsSize)) }
 
-// init links the sentinels of an empty list and resets the writer's state.
+// init links the sentinels of an empty list.
 func (m *MemTable) init() {
-	m.seeds.Store(0)
-	m.ins = Inserter{}
 	m.height.Store(1)
 	head := m.arena.node(headOffset)
 	*head = node{height: maxHeight}

@@ -133,16 +133,23 @@ func TestConcurrentReads(t *testing.T) {
 	}
 }
 
-// TestGetValueOutlivesEviction checks that a value returned by Get stays
-// intact after its block is evicted and the cache reuses its space.
-func TestGetValueOutlivesEviction(t *testing.T) {
-	cache := NewCache(1 << 20)
+// cachedTable returns a table of 5000 entries, file 1 of cache, and its
+// entries.
+func cachedTable(t *testing.T, cache *Cache) (*Reader, []kv) {
+	t.Helper()
 	var all []kv
 	for i := range 5000 {
 		all = append(all, kv{base.MakeInternalKey(fmt.Appendf(nil, "k%06d", i), 1, base.KindSet), fmt.Appendf(nil, "value-%06d", i)})
 	}
 	data, _ := buildTable(t, all, WriterOptions{})
-	r := openTable(t, data, ReaderOptions{Cache: cache, FileNum: 1})
+	return openTable(t, data, ReaderOptions{Cache: cache, FileNum: 1}), all
+}
+
+// TestGetValueOutlivesEviction checks that a value returned by Get stays
+// intact after its block is evicted and the cache reuses its space.
+func TestGetValueOutlivesEviction(t *testing.T) {
+	cache := NewCache(1 << 20)
+	r, all := cachedTable(t, cache)
 	defer r.Close()
 	v, _, found, err := r.Get([]byte("k000000"), 1)
 	if err != nil || !found {
@@ -165,12 +172,7 @@ func TestGetValueOutlivesEviction(t *testing.T) {
 // every one.
 func TestCompactionIterDoesNotFillCache(t *testing.T) {
 	cache := NewCache(8 << 20)
-	var all []kv
-	for i := range 5000 {
-		all = append(all, kv{base.MakeInternalKey(fmt.Appendf(nil, "k%06d", i), 1, base.KindSet), fmt.Appendf(nil, "value-%06d", i)})
-	}
-	data, _ := buildTable(t, all, WriterOptions{})
-	r := openTable(t, data, ReaderOptions{Cache: cache, FileNum: 1})
+	r, all := cachedTable(t, cache)
 	defer r.Close()
 	scan := func(it base.InternalIterator) int {
 		t.Helper()
