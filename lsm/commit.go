@@ -283,6 +283,7 @@ func (db *DB) failWrites(err error) error {
 	defer db.mu.Unlock()
 	if db.bgErr == nil {
 		db.bgErr = err
+		db.stopped.Store(true)
 	}
 	db.cond.Broadcast()
 	return db.bgErr
@@ -295,6 +296,13 @@ func (db *DB) failWrites(err error) error {
 func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 	if b.memSize > maxBatchSize {
 		return nil, fmt.Errorf("%w: needs %d bytes of memtable", errBatchTooLarge, b.memSize)
+	}
+	// The common case takes no DB.mu, which flushes and compactions hold
+	// while they log their edits (an fsync): the mutable memtable is
+	// replaced only with commit.mu held, as the caller holds it.
+	if mem := db.mem.mutable; !db.closed.Load() && !db.stopped.Load() && mem.reserve(b.memSize) {
+		mem.ref() // the insert's, which Enqueue drops
+		return mem, nil
 	}
 	for {
 		db.mu.Lock()

@@ -36,6 +36,8 @@ type DB struct {
 	mu   sync.Mutex
 	cond sync.Cond // signalled when a flush or compaction finishes
 	mem  struct {
+		// mutable is replaced only with both commit.mu and mu held, so
+		// either lock suffices to read it.
 		mutable *memTable
 		queue   []*memTable // full memtables waiting for flush, oldest first
 		// size is the arena size the mutable memtable got: the first
@@ -56,6 +58,9 @@ type DB struct {
 	// bgErr is the sticky error of a failed flush, compaction or WAL write:
 	// once set, writes fail with it; reads still work.
 	bgErr error
+	// stopped is set, under mu, once bgErr is: writers look at it
+	// without taking mu.
+	stopped atomic.Bool
 
 	readState struct {
 		mu  sync.RWMutex

@@ -93,6 +93,15 @@ func (db *DB) flushOne() bool {
 	}
 	v.unref()
 
+	flushed := false
+	defer func() {
+		// The DB's reference, dropped outside mu: the last unref unmaps
+		// the arena, which takes a while for a large one. Readers still
+		// holding it keep it until they are done.
+		if flushed {
+			m.unref()
+		}
+	}()
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	edit := &versionEdit{logNum: db.mem.mutable.logNum}
@@ -114,7 +123,7 @@ func (db *DB) flushOne() bool {
 	}
 	db.mem.queue = db.mem.queue[1:]
 	db.updateReadState()
-	m.unref() // the DB's: readers still holding it keep it until they are done
+	flushed = true
 	db.metrics.flushCount.Add(1)
 	db.metrics.flushNanos.Add(int64(time.Since(start)))
 	for _, meta := range metas {
@@ -147,6 +156,7 @@ func (db *DB) waitVisible(seq base.SeqNum) bool {
 func (db *DB) setBGErr(err error) {
 	if db.bgErr == nil {
 		db.bgErr = err
+		db.stopped.Store(true)
 	}
 	db.cond.Broadcast()
 }
