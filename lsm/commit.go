@@ -355,8 +355,14 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 // arena waiting for flush, so that the writer must wait for a flush first.
 // Counting bytes rather than memtables lets the small first memtables of a
 // young DB queue without stalling writes on every flush (they rotate every
-// few milliseconds); with full-size ones it is the count of memtables.
+// few milliseconds); with full-size ones it is the count of memtables. With
+// nothing queued there is no flush to wait for, and no stall, however large
+// the mutable memtable (a batch larger than a memtable gets one of its
+// own).
 func (db *DB) memTableStallLocked() bool {
+	if len(db.mem.queue) == 0 {
+		return false
+	}
 	queued := int64(db.mem.mutable.Capacity())
 	for _, m := range db.mem.queue {
 		queued += int64(m.Capacity())

@@ -9,7 +9,8 @@ import (
 // double at each rotation up to MemTableSize, that a negative
 // InitialMemTableSize starts at MemTableSize, and that the stall threshold
 // counts queued bytes, not memtables: two small memtables waiting for flush
-// stall no writer, two full ones do.
+// stall no writer, two full ones do, and an empty queue never does, even
+// behind a memtable larger than the threshold (a large batch's).
 func TestMemTablesGrow(t *testing.T) {
 	opts := smallOptions()
 	opts.MemTableSize = 1 << 20
@@ -36,20 +37,23 @@ func TestMemTablesGrow(t *testing.T) {
 	}
 
 	db.mu.Lock()
-	saved := db.mem.queue
+	saved, savedMutable := db.mem.queue, db.mem.mutable
 	small := []*memTable{db.newMemTable(64<<10, 0), db.newMemTable(128<<10, 0)}
 	full := []*memTable{db.newMemTable(1<<20, 0), db.newMemTable(1<<20, 0)}
+	huge := db.newMemTable(3<<20, 0) // a batch's own, larger than the threshold
 	db.mem.queue = small
 	smallStalls := db.memTableStallLocked()
 	db.mem.queue = full
 	fullStalls := db.memTableStallLocked()
-	db.mem.queue = saved
+	db.mem.queue, db.mem.mutable = nil, huge
+	hugeStalls := db.memTableStallLocked()
+	db.mem.queue, db.mem.mutable = saved, savedMutable
 	db.mu.Unlock()
-	for _, m := range append(small, full...) {
+	for _, m := range append(small, append(full, huge)...) {
 		m.unref()
 	}
-	if smallStalls || !fullStalls {
-		t.Fatalf("stall with two small memtables queued: %v, with two full ones: %v; want false, true", smallStalls, fullStalls)
+	if smallStalls || !fullStalls || hugeStalls {
+		t.Fatalf("stall with two small memtables queued: %v, with two full ones: %v, with none queued and a huge mutable one: %v; want false, true, false", smallStalls, fullStalls, hugeStalls)
 	}
 
 	opts.InitialMemTableSize = -1
