@@ -165,7 +165,8 @@ func (m *MemTable) Insert(ins *Inserter, key base.InternalKey, value []byte) (in
 	copy(a.buf[keyStart+nd.keySize:], value)
 
 	spl := &ins.spl
-	if !ins.valid || !m.brackets(spl, key.UserKey, key.Trailer) {
+	hinted := ins.valid && m.brackets(spl, key.UserKey, key.Trailer)
+	if !hinted {
 		m.findSplice(key.UserKey, key.Trailer, spl)
 		ins.valid = true
 	}
@@ -177,6 +178,15 @@ func (m *MemTable) Insert(ins *Inserter, key base.InternalKey, value []byte) (in
 	// the key since nodes never move.
 	for i := range height {
 		prev, next := spl.prev[i], spl.next[i]
+		if hinted && i > 0 && next != tailOffset && m.keyIsAfter(key.UserKey, key.Trailer, next) {
+			// brackets checked level 0 only. A hint's upper successor
+			// can sort before this key when another writer linked a
+			// node at that level, between the last insert and its old
+			// successor, before the last insert linked that level (the
+			// hint then names that node). The compare-and-swap would
+			// not notice: the pair is still adjacent.
+			prev, next = m.findSpliceForLevel(key.UserKey, key.Trailer, i, prev, tailOffset)
+		}
 		for {
 			a.next(off, i).Store(next)
 			if i == 0 {

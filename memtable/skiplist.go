@@ -86,12 +86,13 @@ func (m *MemTable) findSplice(key []byte, trailer base.Trailer, spl *splice) {
 	}
 }
 
-// brackets reports whether the cached splice can take (key, trailer) as it
-// is. Checking level 0 suffices: the splice's upper-level pairs surround its
-// level-0 pair (each upper prev is at or before prev[0], each upper next at
-// or after next[0]), so a key between the level-0 pair lies between every
-// pair. The pairs need not be adjacent any more, since other writers may
-// have linked nodes between them; the insert's compare-and-swap finds out.
+// brackets reports whether the cached splice can take (key, trailer) at
+// level 0. Each upper prev is at or before prev[0], so it sorts before the
+// key too. With a single writer each upper next is at or after next[0], and
+// the key lies between every pair; with concurrent writers an upper next
+// can sort before next[0], which Insert checks level by level. Pairs need
+// not be adjacent any more, since other writers may have linked nodes
+// between them; the insert's compare-and-swap finds out.
 func (m *MemTable) brackets(spl *splice, key []byte, trailer base.Trailer) bool {
 	if p := spl.prev[0]; p != headOffset && !m.keyIsAfter(key, trailer, p) {
 		return false
