@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -114,6 +115,11 @@ func diskUsage(dir string) (dirUsage, error) {
 			return err
 		}
 		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			// The engine, still open, deleted it since the directory was
+			// read (an obsolete WAL segment or table): it takes no space.
+			return nil
+		}
 		if err != nil {
 			return err
 		}
