@@ -26,6 +26,26 @@ func concurrentValue(userKey []byte, seq base.SeqNum, kind base.Kind) []byte {
 	return v
 }
 
+// concurrentKeys returns n user keys drawn from a pool of n/4, so that
+// keys repeat and have several versions. With runs, only every fourth is
+// drawn, and each of the three after it extends its predecessor by an "x":
+// runs of ascending keys.
+func concurrentKeys(rng *rand.Rand, n int, runs bool) [][]byte {
+	pool := make([][]byte, n/4)
+	for i := range pool {
+		pool[i] = fmt.Appendf(nil, "%0*x", 4+rng.IntN(20), rng.Uint64())
+	}
+	keys := make([][]byte, n)
+	for i := range keys {
+		if runs && i%4 != 0 {
+			keys[i] = append(slices.Clone(keys[i-1]), 'x')
+			continue
+		}
+		keys[i] = pool[rng.IntN(len(pool))]
+	}
+	return keys
+}
+
 func concurrentKind(seq base.SeqNum) base.Kind {
 	if seq%7 == 0 {
 		return base.KindDelete
@@ -47,15 +67,7 @@ func TestConcurrentReaders(t *testing.T) {
 	// (a pool of n/4), so there are multi-version keys, and keys are
 	// generated before the writer starts so that readers can look them up
 	// without synchronization.
-	rng := rand.New(rand.NewPCG(7, 7))
-	pool := make([][]byte, n/4)
-	for i := range pool {
-		pool[i] = fmt.Appendf(nil, "%0*x", 4+rng.IntN(20), rng.Uint64())
-	}
-	keys := make([][]byte, n)
-	for i := range keys {
-		keys[i] = pool[rng.IntN(len(pool))]
-	}
+	keys := concurrentKeys(rand.New(rand.NewPCG(7, 7)), n, false)
 
 	m := New(64 << 20)
 	var published atomic.Int64 // entries keys[:published] are in m
@@ -214,21 +226,9 @@ func TestConcurrentWriters(t *testing.T) {
 	if testing.Short() {
 		n = 8000
 	}
-	rng := rand.New(rand.NewPCG(8, 8))
-	pool := make([][]byte, n/4)
-	for i := range pool {
-		pool[i] = fmt.Appendf(nil, "%0*x", 4+rng.IntN(20), rng.Uint64())
-	}
-	keys := make([][]byte, n)
-	for i := range keys {
-		// Runs of ascending keys, as a sorted batch has, land inside an
-		// Inserter's splice while other writers link nodes into it.
-		if i%4 != 0 {
-			keys[i] = append(slices.Clone(keys[i-1]), 'x')
-			continue
-		}
-		keys[i] = pool[rng.IntN(len(pool))]
-	}
+	// Runs of ascending keys, as a sorted batch has, land inside an
+	// Inserter's splice while other writers link nodes into it.
+	keys := concurrentKeys(rand.New(rand.NewPCG(8, 8)), n, true)
 
 	m := New(64 << 20)
 	var claimed, published atomic.Int64
