@@ -318,6 +318,19 @@ func TestGroupCommitSharesFsyncs(t *testing.T) {
 
 // TestUnsyncedRecordsReachFile checks that records nobody syncs are still
 // handed to the file promptly, so they survive a process crash.
+// waitFileHolds waits until the writer's background goroutine has written
+// the first end bytes to f, failing the test after five seconds.
+func waitFileHolds(t *testing.T, f *memFile, end int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for int64(f.len()) < end {
+		if time.Now().After(deadline) {
+			t.Fatalf("file holds %d bytes, want %d", f.len(), end)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 func TestUnsyncedRecordsReachFile(t *testing.T) {
 	f := &memFile{}
 	w := NewWriter(f, WriterOptions{})
@@ -327,13 +340,7 @@ func TestUnsyncedRecordsReachFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for int64(f.len()) < end {
-			if time.Now().After(deadline) {
-				t.Fatalf("record %d: file holds %d bytes, want %d", i, f.len(), end)
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
+		waitFileHolds(t, f, end)
 	}
 	if f.syncs != 0 {
 		t.Fatalf("%d fsyncs without a SyncTo", f.syncs)
@@ -357,13 +364,7 @@ func TestBytesPerSync(t *testing.T) {
 		}
 		// Wait until everything reached the file, then for the flusher
 		// to finish its round.
-		deadline := time.Now().Add(5 * time.Second)
-		for int64(f.len()) < end {
-			if time.Now().After(deadline) {
-				t.Fatalf("BytesPerSync %d: file holds %d bytes, want %d", perSync, f.len(), end)
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
+		waitFileHolds(t, f, end)
 		w.mu.Lock()
 		for w.pending || w.flushed < end {
 			w.mu.Unlock()
