@@ -237,7 +237,7 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 			}
 			mem.unref()
 			mem = db.newMemTable(max(db.opts.MemTableSize, int64(b.memSize)+4096), num)
-			mem.reserve(b.memSize)
+			mem.reserve(b.memSize) // sized for it: cannot fail
 		}
 		if err := mem.insert(&b); err != nil {
 			return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
