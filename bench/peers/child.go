@@ -24,6 +24,10 @@ type childSpec struct {
 	Params     params       `json:"params"`
 	Config     EngineConfig `json:"config"`
 	CPUProfile string       `json:"cpuprofile,omitempty"`
+	// Chain, in the large run, replaces Workload: these workloads run one
+	// after the other on one DB (see runChain).
+	Chain []string  `json:"chain,omitempty"`
+	Large largeSpec `json:"large"`
 }
 
 // result is what a child reports, as one JSON object on stdout. Every byte
@@ -73,6 +77,17 @@ type result struct {
 	P99Micros num `json:"p99_us"`
 	MaxMicros num `json:"max_us"`
 
+	// The large run: a chain's child reports each workload as a phase,
+	// and samples of the engine's shape over the whole chain. Its fill
+	// phase says how long the compaction debt took to drain afterwards,
+	// how much was left (-1: the engine does not estimate it) and how many
+	// bytes it wrote meanwhile.
+	Phases          []result `json:"phases,omitempty"`
+	Samples         []sample `json:"samples,omitempty"`
+	DrainSeconds    float64  `json:"drain_seconds,omitempty"`
+	DebtAfterDrain  int64    `json:"debt_after_drain,omitempty"`
+	DrainWriteBytes int64    `json:"drain_write_bytes,omitempty"`
+
 	Wrong       int64  `json:"wrong"`
 	EngineStats any    `json:"engine_stats,omitempty"`
 	Error       string `json:"error,omitempty"`
@@ -99,9 +114,13 @@ func childMain(args []string, stdout io.Writer) error {
 	return err
 }
 
-// runChild runs one workload on one engine in spec.Dir and measures it.
-// The result is filled as far as the run got, also on error.
+// runChild runs one workload on one engine in spec.Dir and measures it,
+// or, for the large run, the chain of workloads spec.Chain names (see
+// runChain). The result is filled as far as the run got, also on error.
 func runChild(spec childSpec) (result, error) {
+	if len(spec.Chain) > 0 {
+		return runChain(spec)
+	}
 	res := result{Engine: spec.Engine, Workload: spec.Workload, Repeat: spec.Repeat, N: spec.Params.N}
 	w, err := findWorkload(spec.Workload)
 	if err != nil {
@@ -128,28 +147,44 @@ func runChild(spec childSpec) (result, error) {
 		}
 		res.SetupSeconds = time.Since(t).Seconds()
 	}
+	if err := measure(&res, e, w, spec); err != nil {
+		return res, err
+	}
+	closed = true
+	if err := e.Close(); err != nil {
+		return res, fmt.Errorf("close: %w", err)
+	}
+	// Leave nothing dirty for the next run to pay for.
+	syscall.Sync()
+	return res, nil
+}
+
+// measure runs w on the open engine as a measured phase and fills res
+// with what it did and cost.
+func measure(res *result, e Engine, w workload, spec childSpec) error {
 	// Start the measured phase from a clean slate: the setup's garbage
 	// returned to the OS, its dirty pages written back, the RSS peak reset.
 	debug.FreeOSMemory()
 	syscall.Sync()
+	var err error
 	if res.PeakRSSProcess, _, err = memStatus(); err != nil {
-		return res, err
+		return err
 	}
 	if err := resetPeakRSS(); err != nil {
-		return res, fmt.Errorf("reset peak RSS: %w", err)
+		return fmt.Errorf("reset peak RSS: %w", err)
 	}
 	before, err := readProcIO()
 	if err != nil {
-		return res, err
+		return err
 	}
 	if spec.CPUProfile != "" {
 		f, err := os.Create(spec.CPUProfile)
 		if err != nil {
-			return res, err
+			return err
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
+			return err
 		}
 	}
 
@@ -169,7 +204,7 @@ func runChild(spec childSpec) (result, error) {
 	res.SyncSeconds = time.Since(t1).Seconds()
 	after, err := readProcIO()
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.IO = after.sub(before)
 
@@ -186,29 +221,22 @@ func runChild(spec childSpec) (result, error) {
 	res.LiveBytes = ph.LiveBytes
 	du, err := diskUsage(spec.Dir)
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.DiskBytes, res.ApparentSize, res.TableBytes = du.Allocated, du.Apparent, du.Tables
 	res.SpaceAmp = num(ratio(float64(res.DiskBytes), float64(res.LiveBytes)))
 	res.SpaceAmpFiles = num(ratio(float64(res.ApparentSize), float64(res.LiveBytes)))
 	res.SpaceAmpTables = num(ratio(float64(res.TableBytes), float64(res.LiveBytes)))
 	if res.PeakRSS, _, err = memStatus(); err != nil {
-		return res, err
+		return err
 	}
 	res.PeakRSSProcess = max(res.PeakRSSProcess, res.PeakRSS)
 	res.EngineStats = e.Stats()
 	if runErr != nil {
-		return res, runErr
+		return runErr
 	}
-
-	closed = true
-	if err := e.Close(); err != nil {
-		return res, fmt.Errorf("close: %w", err)
-	}
-	// Leave nothing dirty for the next run to pay for.
-	syscall.Sync()
 	if res.Ops == 0 {
-		return res, errors.New("workload did no operations")
+		return errors.New("workload did no operations")
 	}
-	return res, nil
+	return nil
 }

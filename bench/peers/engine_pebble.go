@@ -251,3 +251,8 @@ func (e *pebbleEngine) Stats() any {
 }
 
 func (e *pebbleEngine) Close() error { return e.db.Close() }
+
+func (e *pebbleEngine) Shape() lsmShape {
+	m := e.db.Metrics()
+	return lsmShape{Debt: int64(m.Compact.EstimatedDebt), L0Files: m.Levels[0].TablesCount, Compacting: m.Compact.NumInProgress}
+}

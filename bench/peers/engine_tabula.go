@@ -92,3 +92,8 @@ func (e *tabulaEngine) Settle() error { return e.db.Compact(nil, nil) }
 func (e *tabulaEngine) Stats() any { return e.db.Metrics() }
 
 func (e *tabulaEngine) Close() error { return e.db.Close() }
+
+func (e *tabulaEngine) Shape() lsmShape {
+	m := e.db.Metrics()
+	return lsmShape{Debt: m.Compaction.Debt, L0Files: int64(m.Levels[0].Files), Compacting: int64(m.Compaction.Running)}
+}

@@ -18,6 +18,7 @@ func (rep *engineReport) resultsDoc() string {
 	b.WriteString(rep.header())
 	b.WriteString("\n")
 	b.WriteString(rep.markdown())
+	b.WriteString(rep.largeMD())
 	b.WriteString("\n")
 	b.WriteString(rep.configDoc("##"))
 	b.WriteString(methodDoc)

@@ -74,6 +74,7 @@ type engineReport struct {
 	Summary     []workloadSummary `json:"summary"`
 	GroupCommit *groupCommit      `json:"group_commit,omitempty"`
 	Profiles    []profileRun      `json:"profiles,omitempty"`
+	Large       *largeReport      `json:"large,omitempty"`
 }
 
 // engineSummary is one engine's medians on one workload.

@@ -25,6 +25,11 @@ type engineFlags struct {
 	profile   string
 	results   string
 	from      string
+
+	large       bool
+	memLimitMiB int64
+	drainLimit  time.Duration
+	sampleEvery time.Duration
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet) {
@@ -40,6 +45,39 @@ func (f *engineFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.profile, "profile", "auto", "CPU profiles of extra tabula and pebble runs: auto (workloads where tabula is below its bar), all, none")
 	fs.StringVar(&f.results, "results", "", "also write the full report (machine, method, tables) to this file, e.g. ../RESULTS.md")
 	fs.StringVar(&f.from, "from", "", "run nothing: render the reports again from a past run's engine.json (into its folder, or -out)")
+	fs.BoolVar(&f.large, "large", false, "the large run: one fill, then the other workloads on what it left, in one child per engine and repeat; "+
+		"unless given, -n 20000000, -workloads "+largeWorkloads+", -engines tabula,pebble, -read-dur 30s, -timeout 3h")
+	fs.Int64Var(&f.memLimitMiB, "mem-limit", 1024, "-large: memory (page cache included) of a child after its fill, in MiB, through a cgroup v1 memory controller; 0: no limit")
+	fs.DurationVar(&f.drainLimit, "drain-limit", 10*time.Minute, "-large: longest wait after the fill for the compaction debt to be paid")
+	fs.DurationVar(&f.sampleEvery, "sample", time.Second, "-large: period of the samples of each engine's shape")
+}
+
+// largeWorkloads is the large run's default chain.
+const largeWorkloads = "fillrandom,readrandom,scan,ycsba"
+
+// largeDefaults gives the large run its own defaults for the flags not
+// set on the command line.
+func (f *engineFlags) largeDefaults(fs *flag.FlagSet) {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if !set["n"] {
+		f.params.N = 20_000_000
+	}
+	if !set["workloads"] {
+		f.workloads = largeWorkloads
+	}
+	if !set["engines"] {
+		f.engines = subject + "," + baseline
+	}
+	if !set["read-dur"] {
+		f.params.ReadDur = 30 * time.Second
+	}
+	if !set["timeout"] {
+		f.timeout = 3 * time.Hour
+	}
+	if !set["profile"] {
+		f.profile = "none"
+	}
 }
 
 func (f *engineFlags) check() error {
@@ -53,6 +91,17 @@ func (f *engineFlags) check() error {
 	}
 	if len(splitList(f.workloads)) == 0 {
 		return errors.New("no workloads selected")
+	}
+	if f.large {
+		if err := checkChain(splitList(f.workloads)); err != nil {
+			return err
+		}
+		if f.profile != "none" {
+			return errors.New("-large takes no profiles (-profile none)")
+		}
+		if f.memLimitMiB < 0 || f.drainLimit < 0 || f.sampleEvery <= 0 {
+			return errors.New("-mem-limit and -drain-limit must not be negative, -sample must be positive")
+		}
 	}
 	if err := checkKeySpace(f.params.N); err != nil {
 		return err
@@ -98,6 +147,9 @@ func runEngineSuite(args []string, log io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("engine: unexpected arguments %q", fs.Args())
 	}
+	if f.large {
+		f.largeDefaults(fs)
+	}
 	if err := f.check(); err != nil {
 		return err
 	}
@@ -121,8 +173,12 @@ func runEngineSuite(args []string, log io.Writer) error {
 		Engines:   splitList(f.engines),
 		Workloads: splitList(f.workloads),
 	}
+	if f.large {
+		rep.Large = &largeReport{MemLimit: f.memLimitMiB << 20, DrainLimit: f.drainLimit, SampleEvery: f.sampleEvery}
+		runLarge(rep, env, log)
+	}
 	prog := newProgress(rep.Repeats * len(rep.Workloads) * len(rep.Engines))
-	for rpt := 1; rpt <= rep.Repeats; rpt++ {
+	for rpt := 1; rpt <= rep.Repeats && !f.large; rpt++ {
 		for _, wl := range rep.Workloads {
 			for _, eng := range rep.Engines {
 				prog.start(fmt.Sprintf("repeat %d %s %s", rpt, wl, eng))
@@ -188,6 +244,14 @@ func (rep *engineReport) write(out, resultsPath string) error {
 	if err := os.WriteFile(filepath.Join(out, "engine-throughput.svg"), []byte(rep.throughputChart().svg()), 0o644); err != nil {
 		return err
 	}
+	if lg := rep.Large; lg != nil {
+		if err := os.WriteFile(filepath.Join(out, "large-series.csv"), []byte(lg.seriesCSV()), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "large-debt.svg"), []byte(lg.debtChart().svg()), 0o644); err != nil {
+			return err
+		}
+	}
 	md := rep.engineMD()
 	if err := os.WriteFile(filepath.Join(out, "engine.md"), []byte(md), 0o644); err != nil {
 		return err
@@ -203,7 +267,7 @@ func (rep *engineReport) write(out, resultsPath string) error {
 // the run, its tables, the engines' configuration and its caveats, the
 // chart.
 func (rep *engineReport) engineMD() string {
-	return rep.header() + "\n" + rep.markdown() + "\n" + rep.configDoc("###") + "![engine throughput](engine-throughput.svg)\n"
+	return rep.header() + "\n" + rep.markdown() + rep.largeMD() + "\n" + rep.configDoc("###") + "![engine throughput](engine-throughput.svg)\n"
 }
 
 // throughputChart is the engines' median ops/s per workload.

@@ -119,3 +119,56 @@ func shortNum(v float64) string {
 	}
 	return fmt.Sprintf("%.2g", v)
 }
+
+// lineChart is a chart of series of (x, y) points on linear axes.
+type lineChart struct {
+	Title, XUnit, YUnit string
+	Series              []string
+	Points              [][][2]float64 // [series][point]{x, y}
+}
+
+// svg renders the chart as a standalone SVG document.
+func (c lineChart) svg() string {
+	const (
+		left, right, top, bottom = 70.0, 20.0, 40.0, 60.0
+		plotW, plotH             = 640.0, 260.0
+	)
+	width, height := left+plotW+right, top+plotH+bottom
+	xmax, ymax := 0.0, 0.0
+	for _, pts := range c.Points {
+		for _, pt := range pts {
+			xmax, ymax = math.Max(xmax, pt[0]), math.Max(ymax, pt[1])
+		}
+	}
+	xmax, ymax = math.Max(xmax, 1), math.Max(ymax*1.1, 1)
+	x := func(v float64) float64 { return left + v/xmax*plotW }
+	y := func(v float64) float64 { return top + plotH - v/ymax*plotH }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(c.Title))
+	fmt.Fprintf(&b, `<text x="14" y="%.0f" transform="rotate(-90 14 %.0f)" text-anchor="middle">%s</text>`+"\n", top+plotH/2, top+plotH/2, html.EscapeString(c.YUnit))
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`+"\n", left+plotW/2, top+plotH+32, html.EscapeString(c.XUnit))
+	for i := 0; i <= 5; i++ {
+		yv, xv := ymax*float64(i)/5, xmax*float64(i)/5
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#ddd"/>`+"\n", left, y(yv), left+plotW, y(yv))
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-4, y(yv)+4, html.EscapeString(shortNum(yv)))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n", x(xv), top+plotH+16, html.EscapeString(shortNum(xv)))
+	}
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", left, top, left, top+plotH)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", left, top+plotH, left+plotW, top+plotH)
+	for j, pts := range c.Points {
+		var path []string
+		for _, pt := range pts {
+			path = append(path, fmt.Sprintf("%.1f,%.1f", x(pt[0]), y(pt[1])))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", seriesColors[j%len(seriesColors)], strings.Join(path, " "))
+	}
+	for j, s := range c.Series {
+		lx := left + float64(j)*160
+		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
+			lx, height-18, seriesColors[j%len(seriesColors)], lx+14, height-9, html.EscapeString(s))
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
