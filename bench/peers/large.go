@@ -247,21 +247,30 @@ func drainPhase(fill *result, e Engine, limit time.Duration) error {
 	return nil
 }
 
-// drain waits until the engine has no compaction debt and no compaction
-// running, or limit has passed, and returns how long it waited and the
-// debt left. An engine that reports no shape is not waited for.
+// drain waits until the engine has no compaction debt and runs no
+// compaction, or has run none for a second (Pebble counts the few L0
+// files it leaves below its compaction threshold as debt, so its estimate
+// need not reach zero once it is done), or limit has passed. It returns
+// how long it waited and the debt the engine still estimates. An engine
+// that reports no shape is not waited for.
 func drain(e Engine, limit time.Duration) (seconds float64, debt int64) {
 	sh, ok := e.(shaper)
 	if !ok {
 		return 0, -1
 	}
-	start := time.Now()
+	const poll, quietPolls = 100 * time.Millisecond, 10
+	start, quiet := time.Now(), 0
 	for {
 		s := sh.Shape()
-		if (s.Debt == 0 && s.Compacting == 0) || time.Since(start) >= limit {
+		if s.Compacting == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if (s.Debt == 0 && s.Compacting == 0) || quiet >= quietPolls || time.Since(start) >= limit {
 			return time.Since(start).Seconds(), s.Debt
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(poll)
 	}
 }
 

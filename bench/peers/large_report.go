@@ -90,7 +90,8 @@ func (rep *engineReport) largeMD() string {
 	gib := func(n float64) string { return fmtFloat(n/(1<<30), 2) + " GiB" }
 	p("\n### The large run\n\n")
 	p("Each engine, in a child of its own per repeat, ran %s on one empty DB (%s of keys and values), then waited, "+
-		"up to %s and unmeasured, until it estimated no compaction debt and ran no compaction; the other workloads "+
+		"up to %s and unmeasured, until it estimated no compaction debt and ran no compaction, or had run none for a second "+
+		"(Pebble counts the L0 files it leaves below its compaction threshold as debt); the other workloads "+
 		"(%s) then ran one after the other on what the fill left, with no settle or manual compaction. ",
 		rep.Workloads[0], gib(float64(int64(rep.Params.N)*entryLen)), lg.DrainLimit, strings.Join(rep.Workloads[1:], ", "))
 	if lg.MemLimit > 0 {
