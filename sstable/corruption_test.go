@@ -37,8 +37,8 @@ func TestCorruptDataBlock(t *testing.T) {
 		t.Run(comp.String(), func(t *testing.T) {
 			data, all := corruptionTable(t, comp)
 			r := openTable(t, data, ReaderOptions{})
-			second := r.index.entries[1].handle
-			firstSep := base.InternalKey{UserKey: r.index.userKey(0), Trailer: r.index.entries[0].trailer}
+			second := r.index.handle(1)
+			firstSep := r.index.separator(0, nil)
 			r.Close()
 
 			for _, pos := range []uint64{second.offset, second.offset + second.length/2, second.offset + second.length /* type byte */, second.end() - 1} {
@@ -161,7 +161,7 @@ func TestBadFormatVersion(t *testing.T) {
 func TestMalformedBlockWithValidChecksum(t *testing.T) {
 	data, _ := corruptionTable(t, NoCompression)
 	r := openTable(t, data, ReaderOptions{})
-	h := r.index.entries[0].handle
+	h := r.index.handle(0)
 	r.Close()
 	for _, mutate := range []func(b []byte){
 		func(b []byte) { b[0] = 0xff },                                        // shared > 0 at a restart

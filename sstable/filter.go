@@ -8,6 +8,7 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cespare/xxhash/v2"
 	"github.com/tabuladb/tabula/internal/base"
+	"github.com/tabuladb/tabula/internal/manual"
 )
 
 // The filter is a cache-local bloom filter: its bits are split into lines
@@ -89,11 +90,14 @@ func (b *filterBuilder) finish() []byte {
 	return append(out, byte(k))
 }
 
-// bloomFilter is a decoded filter block, kept in memory by a Reader.
+// bloomFilter is a decoded filter block, kept in memory by a Reader for as
+// long as the table is open; its bits live outside the Go heap, as the
+// index does (index).
 type bloomFilter struct {
 	bits  *bitset.BitSet
 	lines uint64
 	k     uint32
+	mem   manual.Buf
 }
 
 func decodeFilter(data []byte) (*bloomFilter, error) {
@@ -104,7 +108,8 @@ func decodeFilter(data []byte) (*bloomFilter, error) {
 	if k == 0 || k > maxFilterProbes {
 		return nil, fmt.Errorf("filter block: bad probe count %d: %w", k, base.ErrCorruption)
 	}
-	words := make([]uint64, (len(data)-1)/8)
+	mem := manual.New(len(data) - 1)
+	words, _ := manual.Uint64s(mem.Bytes(), (len(data)-1)/8)
 	for i := range words {
 		words[i] = binary.LittleEndian.Uint64(data[8*i:])
 	}
@@ -113,7 +118,14 @@ func decodeFilter(data []byte) (*bloomFilter, error) {
 		bits:  bloom.FromWithM(words, m, uint(k)).BitSet(),
 		lines: uint64(m / filterLineBits),
 		k:     k,
+		mem:   mem,
 	}, nil
+}
+
+// free returns the filter's memory; it must not be used afterwards.
+func (f *bloomFilter) free() {
+	f.mem.Free()
+	*f = bloomFilter{}
 }
 
 // mayContain reports whether a key with hash h may have been added.

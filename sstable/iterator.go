@@ -61,7 +61,7 @@ func (it *iterator) loadBlock(i int) bool {
 		return true
 	}
 	it.block = -1
-	h := it.r.index.entries[i].handle
+	h := it.r.index.handle(i)
 	b, err := it.r.dataBlock(h, it.fillCache)
 	if err != nil {
 		return it.fail(err)
@@ -71,8 +71,8 @@ func (it *iterator) loadBlock(i int) bool {
 	}
 	it.block = i
 	// Keys of block i are <= its separator and > the previous one.
-	it.withinUpper = it.upper == nil || bytes.Compare(it.r.index.userKey(i), it.upper) < 0
-	it.withinLower = it.lower == nil || (i > 0 && bytes.Compare(it.r.index.userKey(i-1), it.lower) >= 0)
+	it.withinUpper = it.upper == nil || it.r.index.compareUserKey(i, it.upper) < 0
+	it.withinLower = it.lower == nil || (i > 0 && it.r.index.compareUserKey(i-1, it.lower) >= 0)
 	return true
 }
 
@@ -85,7 +85,7 @@ func (it *iterator) fail(err error) bool {
 
 // blockFailed turns a blockIter error into the iterator's error.
 func (it *iterator) blockFailed() bool {
-	return it.fail(it.r.blockErr(it.r.index.entries[it.block].handle, it.data.err))
+	return it.fail(it.r.blockErr(it.r.index.handle(it.block), it.data.err))
 }
 
 // decodeKey sets key from the block iterator's current entry.
@@ -133,7 +133,7 @@ func (it *iterator) nextBlock() bool {
 	for {
 		i := it.block + 1
 		if i >= it.r.index.len() ||
-			(it.upper != nil && bytes.Compare(it.r.index.userKey(i-1), it.upper) >= 0) {
+			(it.upper != nil && it.r.index.compareUserKey(i-1, it.upper) >= 0) {
 			it.pos = posAfterEnd
 			return false
 		}
@@ -153,7 +153,7 @@ func (it *iterator) nextBlock() bool {
 func (it *iterator) prevBlock() bool {
 	for {
 		i := it.block - 1
-		if i < 0 || (it.lower != nil && bytes.Compare(it.r.index.userKey(i), it.lower) < 0) {
+		if i < 0 || (it.lower != nil && it.r.index.compareUserKey(i, it.lower) < 0) {
 			it.pos = posBeforeStart
 			return false
 		}
@@ -232,7 +232,7 @@ func (it *iterator) SeekLT(key []byte) bool {
 // lastOf moves to the last entry of block i or, if it has none in bounds,
 // of the blocks before it.
 func (it *iterator) lastOf(i int) bool {
-	if i < 0 || (it.lower != nil && bytes.Compare(it.r.index.userKey(i), it.lower) < 0) {
+	if i < 0 || (it.lower != nil && it.r.index.compareUserKey(i, it.lower) < 0) {
 		it.pos = posBeforeStart
 		return false
 	}

@@ -61,11 +61,15 @@ func DecodeRawBlock(data, search []byte, maxEntries int) RawBlockDecoding {
 		d.SeekErr = it.err
 	}
 	_, _, _, d.GetErr = getInBlock(data, base.MakeSearchKey(search, 5))
-	_, d.IndexErr = decodeIndex(data, 1<<40)
+	var x index
+	if x, d.IndexErr = decodeIndex(data, 1<<40); d.IndexErr == nil {
+		x.free()
+	}
 	_, d.PropertiesErr = decodeProperties(data)
 	var f *bloomFilter
 	if f, d.FilterErr = decodeFilter(data); d.FilterErr == nil {
 		f.mayContain(keyHash(search))
+		f.free()
 	}
 	return d
 }

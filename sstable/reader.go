@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/tabuladb/tabula/internal/base"
+	"github.com/tabuladb/tabula/internal/manual"
 )
 
 // ReadableFile is what a Reader reads a table from. ReadAt must be safe for
@@ -36,6 +39,9 @@ type Reader struct {
 	zstd zstdDecoder
 	// iters recycles iterators: a scan then allocates nothing.
 	iters sync.Pool
+	// cleanup frees the index and filter of a Reader never closed.
+	cleanup runtime.Cleanup
+	closed  atomic.Bool
 }
 
 // NewReader opens the table in f, whose size is size. It reads and checks
@@ -77,22 +83,58 @@ func NewReader(f ReadableFile, size int64, opts ReaderOptions) (*Reader, error) 
 	if r.index, err = decodeIndex(data, dataEnd); err != nil {
 		return nil, r.wrapMeta("index", ft.index, err)
 	}
+	if err := r.readFilter(ft); err != nil {
+		r.index.free()
+		return nil, err
+	}
+	// The index and filter live outside the Go heap until Close; should a
+	// Reader be dropped unclosed, the collector still returns them.
+	r.cleanup = runtime.AddCleanup(r, freeMeta, meta{r.index.mem, r.filterMem()})
+	return r, nil
+}
+
+// readFilter checks the index against the properties and reads the
+// filter block.
+func (r *Reader) readFilter(ft footer) error {
 	if uint64(r.index.len()) != r.props.NumDataBlocks {
-		return nil, r.errorf("index has %d blocks, properties say %d: %w",
+		return r.errorf("index has %d blocks, properties say %d: %w",
 			r.index.len(), r.props.NumDataBlocks, base.ErrCorruption)
 	}
-
 	if ft.filter.length > 0 {
-		if data, err = r.readBlock(ft.filter, 0); err != nil {
-			return nil, r.wrapMeta("filter", ft.filter, err)
+		data, err := r.readBlock(ft.filter, 0)
+		if err != nil {
+			return r.wrapMeta("filter", ft.filter, err)
 		}
 		if r.filter, err = decodeFilter(data); err != nil {
-			return nil, r.wrapMeta("filter", ft.filter, err)
+			return r.wrapMeta("filter", ft.filter, err)
 		}
 	} else if r.props.PrefixFilter {
-		return nil, r.errorf("properties promise a prefix filter but there is no filter block: %w", base.ErrCorruption)
+		return r.errorf("properties promise a prefix filter but there is no filter block: %w", base.ErrCorruption)
 	}
-	return r, nil
+	return nil
+}
+
+// meta is the memory of a Reader's index and filter, for its cleanup.
+type meta struct{ index, filter manual.Buf }
+
+func freeMeta(m meta) {
+	m.index.Free()
+	m.filter.Free()
+}
+
+func (r *Reader) filterMem() manual.Buf {
+	if r.filter == nil {
+		return manual.Buf{}
+	}
+	return r.filter.mem
+}
+
+// live panics if the Reader is closed: its index and filter memory is
+// gone, and a lookup would find nothing where the table has keys.
+func (r *Reader) live() {
+	if r.closed.Load() {
+		panic(fmt.Sprintf("sstable %06d: use of a closed Reader", r.fileNum))
+	}
 }
 
 func (r *Reader) errorf(format string, args ...any) error {
@@ -199,6 +241,7 @@ func (r *Reader) dataBlock(h blockHandle, fill bool) ([]byte, error) {
 // it stays valid for as long as the caller holds it, but must not be
 // modified.
 func (r *Reader) Get(userKey []byte, seq base.SeqNum) (value []byte, kind base.Kind, found bool, err error) {
+	r.live()
 	if r.filter != nil && !r.filter.mayContain(keyHash(userKey)) {
 		return nil, 0, false, nil
 	}
@@ -207,7 +250,7 @@ func (r *Reader) Get(userKey []byte, seq base.SeqNum) (value []byte, kind base.K
 	if i == r.index.len() {
 		return nil, 0, false, nil
 	}
-	h := r.index.entries[i].handle
+	h := r.index.handle(i)
 	data, err := r.dataBlock(h, true)
 	if err != nil {
 		return nil, 0, false, err
@@ -229,6 +272,7 @@ func (r *Reader) Get(userKey []byte, seq base.SeqNum) (value []byte, kind base.K
 // MayContain reports whether the table may hold some version of userKey;
 // false is certain, true is not.
 func (r *Reader) MayContain(userKey []byte) bool {
+	r.live()
 	return r.filter == nil || r.filter.mayContain(keyHash(userKey))
 }
 
@@ -236,6 +280,7 @@ func (r *Reader) MayContain(userKey []byte) bool {
 // prefix (as configured when it was written) is prefix; false is certain.
 // It is true when the table has no prefix filter.
 func (r *Reader) MayContainPrefix(prefix []byte) bool {
+	r.live()
 	return r.filter == nil || !r.props.PrefixFilter || r.filter.mayContain(prefixHash(prefix))
 }
 
@@ -244,6 +289,7 @@ func (r *Reader) MayContainPrefix(prefix []byte) bool {
 // that the index proves to be wholly outside the bounds. It must be closed,
 // and not used after Close.
 func (r *Reader) NewIter(lower, upper []byte) base.InternalIterator {
+	r.live()
 	it := r.iters.Get().(*iterator)
 	it.init(r, lower, upper, true)
 	return it
@@ -255,6 +301,7 @@ func (r *Reader) NewIter(lower, upper []byte) base.InternalIterator {
 // blocks reads come back to, and hold memory for nothing (LevelDB's and
 // RocksDB's compactions read with fill_cache off for the same reasons).
 func (r *Reader) NewCompactionIter() base.InternalIterator {
+	r.live()
 	it := r.iters.Get().(*iterator)
 	it.init(r, nil, nil, false)
 	return it
@@ -264,9 +311,19 @@ func (r *Reader) NewCompactionIter() base.InternalIterator {
 // modified.
 func (r *Reader) Properties() Properties { return r.props }
 
-// Close closes the file. No Get or iterator may be in progress; values
-// already returned stay valid, since they live in memory.
+// Close closes the file and returns the index's and filter's memory. No
+// Get or iterator may be in progress, and none may start after it (it
+// panics); values already returned stay valid, since they live in blocks
+// on the heap.
 func (r *Reader) Close() error {
+	if r.closed.Swap(true) {
+		return errors.New("sstable: Reader closed twice")
+	}
+	r.cleanup.Stop()
+	r.index.free()
+	if r.filter != nil {
+		r.filter.free()
+	}
 	r.zstd.close()
 	return r.f.Close()
 }

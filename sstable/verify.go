@@ -92,8 +92,8 @@ func Verify(f ReadableFile, size int64) (Summary, error) {
 	if ft.filter.length > 0 {
 		spans = append(spans, span{"filter block", ft.filter})
 	}
-	for i := range r.index.entries {
-		spans = append(spans, span{fmt.Sprintf("data block %d", i), r.index.entries[i].handle})
+	for i := range r.index.len() {
+		spans = append(spans, span{fmt.Sprintf("data block %d", i), r.index.handle(i)})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return cmpUint(a.h.offset, b.h.offset) })
 	var at uint64
@@ -113,8 +113,8 @@ func Verify(f ReadableFile, size int64) (Summary, error) {
 		it       blockIter
 		dels     uint64
 	)
-	for i := range r.index.entries {
-		h := r.index.entries[i].handle
+	for i := range r.index.len() {
+		h := r.index.handle(i)
 		data, err := r.readBlock(h, r.props.MaxBlockSize)
 		if err != nil {
 			return bad(h.offset, fmt.Sprintf("data block %d", i), unwrapBlockErr(err))
@@ -122,7 +122,7 @@ func Verify(f ReadableFile, size int64) (Summary, error) {
 		if err := it.init(data); err != nil {
 			return bad(h.offset, fmt.Sprintf("data block %d", i), err)
 		}
-		sep := base.InternalKey{UserKey: r.index.userKey(i), Trailer: r.index.entries[i].trailer}
+		sep := r.index.separator(i, nil)
 		n := 0
 		for ok := it.first(); ok; ok = it.next() {
 			k, ok := base.DecodeInternalKey(it.key)

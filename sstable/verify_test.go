@@ -37,9 +37,9 @@ func TestVerify(t *testing.T) {
 			r := openTable(t, data, ReaderOptions{})
 			part := func(off int) (string, uint64, uint64) {
 				u := uint64(off)
-				for i, e := range r.index.entries {
-					if u >= e.handle.offset && u < e.handle.end() {
-						return fmt.Sprintf("data block %d", i), e.handle.offset, e.handle.end()
+				for i := range r.index.len() {
+					if h := r.index.handle(i); u >= h.offset && u < h.end() {
+						return fmt.Sprintf("data block %d", i), h.offset, h.end()
 					}
 				}
 				for _, p := range []struct {
