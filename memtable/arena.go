@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/tabuladb/tabula/internal/base"
+	"github.com/tabuladb/tabula/internal/manual"
 )
 
 // maxHeight is the tallest tower a node can have. With a branching
@@ -91,9 +92,9 @@ type arena struct {
 	// limit is len(buf). Space before sentinelsSize holds the sentinels
 	// and is not counted by size or available.
 	limit uint64
-	// mapped says buf is a mapping (mapArena) that release unmaps, and
-	// populator is what faults its pages in.
-	mapped    bool
+	// mem is buf's memory when it was asked for outside the heap, and
+	// populator what faults its pages in when it is a mapping.
+	mem       manual.Buf
 	populator *populator
 }
 
@@ -104,14 +105,14 @@ func newArena(size int, offHeap bool) *arena {
 	n := uint64(sentinelsSize) + uint64(size)
 	a := &arena{limit: n}
 	if offHeap {
-		a.buf, a.mapped = mapArena(int(n))
-	}
-	if a.buf == nil {
+		a.mem = manual.New(int(n))
+		a.buf = a.mem.Bytes()
+	} else {
 		a.buf = make([]byte, n)
 	}
 	a.used.Store(uint64(sentinelsSize))
 	adviseHugePages(a.buf)
-	if a.mapped {
+	if a.mem.Mapped() {
 		a.populator = startPopulating(a.buf, &a.used)
 	}
 	return a
@@ -120,12 +121,14 @@ func newArena(size int, offHeap bool) *arena {
 // release gives the arena's memory back. Any later use of buf panics (it
 // is nil) rather than reading memory that is gone.
 func (a *arena) release() {
-	buf := a.buf
-	a.buf = nil
-	if a.mapped && buf != nil {
-		a.populator.halt()
-		unmapArena(buf)
+	if a.buf == nil {
+		return
 	}
+	a.buf = nil
+	if a.populator != nil {
+		a.populator.halt()
+	}
+	a.mem.Free()
 }
 
 // alloc reserves n bytes (a multiple of nodeAlign) and returns their offset,

@@ -43,24 +43,7 @@ const populateChunk = hugePageSize
 // enough that an arena costs about what its entries use.
 const populateLead = 2 * hugePageSize
 
-// mapArena returns n bytes of zeroed memory outside the Go heap: a private
-// anonymous mapping. It reports false if the mapping fails.
-func mapArena(n int) ([]byte, bool) {
-	buf, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
-	if err != nil {
-		return nil, false
-	}
-	return buf, true
-}
-
-// unmapArena returns a mapArena mapping to the kernel.
-func unmapArena(buf []byte) {
-	// Munmap fails only for an address that is not a mapping, which
-	// release's nil check rules out.
-	_ = syscall.Munmap(buf)
-}
-
-// startPopulating starts a populator on a mapArena mapping whose
+// startPopulating starts a populator on an arena mapping whose
 // allocation offset is used.
 func startPopulating(buf []byte, used *atomic.Uint64) *populator {
 	p := &populator{
