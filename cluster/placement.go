@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -65,9 +66,10 @@ func (n *Node) SetGroupVoters(ctx context.Context, group uint64, voters []uint64
 //     replaced by a live node the group does not have, the one named in
 //     the fewest groups; a group with fewer than three voters gains one
 //     when a node is free for it;
-//   - balance: when no group needed that, one group of the node named in
-//     the most groups moves to the node named in the fewest, if they
-//     differ by two or more.
+//   - balance: when no group needed that, one group moves from the node
+//     carrying the most weight to the one carrying the least, if one
+//     evens them out (balanceMove); a group weighs its range's bytes and
+//     load (weight) plus a constant, so that empty groups spread too.
 //
 // A group named anew, by the controller or an operator, is left alone by
 // the balance for settleRounds rounds, time for its leader to move the
@@ -97,6 +99,9 @@ type placement struct {
 	// coldSince is when each range (by its group) was first seen cold
 	// with the range before it, in the looks since.
 	coldSince map[uint64]time.Time
+	// weights are the range groups' bytes and load, as weight counts
+	// them, at the last look at the ranges (reshape).
+	weights map[uint64]float64
 }
 
 // runPlacement runs the controller until the node stops.
@@ -213,7 +218,52 @@ func (p *placement) round(n *Node, now time.Time) {
 	if named > 0 || p.reshape(n, now, st.live) || len(usable) < 2 {
 		return
 	}
-	// Balance: one group from the fullest usable node to the emptiest.
+	// Balance: one group from the most loaded usable node to the least.
+	// The group named longest ago among those that even the two out goes:
+	// an operator's recent move stays as long as another can go instead.
+	settled := func(tg partition.TableGroup) bool {
+		return now.Sub(p.named[tg.Group.ID]) > settleRounds*n.cfg.PlacementInterval
+	}
+	if move, from, to := balanceMove(usable, groups, p.groupWeight, settled, p.named); move != nil {
+		want := slices.Clone(move.Group.Voters)
+		want[slices.Index(want, from)] = to
+		p.name(n, *move, want, now, "balance")
+	}
+}
+
+// groupBaseWeight is what a range group weighs on its nodes beyond its
+// bytes and load (weight): the cost of one more group (its raft state,
+// its share of the ticks), so that empty, idle groups spread evenly too.
+const groupBaseWeight = 16 << 20
+
+// groupWeight is a range group's weight on each node that holds it: its
+// range's bytes and load as the last look at the ranges saw them
+// (reshape), plus groupBaseWeight.
+func (p *placement) groupWeight(g uint64) float64 {
+	return groupBaseWeight + p.weights[g]
+}
+
+// balanceMove picks the group to move for balance, and from which usable
+// node to which: the nodes carrying the most and the least weight, and
+// among the groups on the first and not on the second that settled
+// accepts, one lighter than the difference between them (so the sum of
+// the squares of the nodes' loads falls with every move, and balance
+// moves cannot cycle while the weights hold), the one that leaves the two
+// closest to even, the one named longest ago among equals. With every
+// group of one weight it moves one group while the counts differ by two
+// or more, as counting groups did. It returns a nil group when no move
+// evens the load out.
+func balanceMove(usable []uint64, groups []partition.TableGroup, weight func(uint64) float64,
+	settled func(partition.TableGroup) bool, named map[uint64]time.Time) (*partition.TableGroup, uint64, uint64) {
+	if len(usable) < 2 {
+		return nil, 0, 0
+	}
+	load := map[uint64]float64{}
+	for _, tg := range groups {
+		for _, v := range tg.Group.Voters {
+			load[v] += weight(tg.Group.ID)
+		}
+	}
 	most, least := usable[0], usable[0]
 	for _, v := range usable {
 		if load[v] > load[most] {
@@ -223,23 +273,20 @@ func (p *placement) round(n *Node, now time.Time) {
 			least = v
 		}
 	}
-	if load[most]-load[least] < 2 {
-		return
-	}
-	// The group named longest ago moves: an operator's recent move stays
-	// as long as another group can go instead.
+	diff := load[most] - load[least]
 	var move *partition.TableGroup
+	var moveGap float64 // |diff - 2w| of move: how uneven the two are left
 	for i, tg := range groups {
-		if tg.Group.Has(most) && !tg.Group.Has(least) && now.Sub(p.named[tg.Group.ID]) > settleRounds*n.cfg.PlacementInterval &&
-			(move == nil || p.named[tg.Group.ID].Before(p.named[move.Group.ID])) {
-			move = &groups[i]
+		w := weight(tg.Group.ID)
+		if !tg.Group.Has(most) || tg.Group.Has(least) || w >= diff || !settled(tg) {
+			continue
+		}
+		gap := math.Abs(diff - 2*w)
+		if move == nil || gap < moveGap || gap == moveGap && named[tg.Group.ID].Before(named[move.Group.ID]) {
+			move, moveGap = &groups[i], gap
 		}
 	}
-	if move != nil {
-		want := slices.Clone(move.Group.Voters)
-		want[slices.Index(want, most)] = least
-		p.name(n, *move, want, now, "balance")
-	}
+	return move, most, least
 }
 
 // recordLiveness keeps the system group's record of the nodes down in
@@ -302,6 +349,10 @@ func (p *placement) reshape(n *Node, now time.Time, live map[uint64]bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 	defer cancel()
 	stats := n.rangeStats(ctx)
+	p.weights = map[uint64]float64{}
+	for _, rs := range stats {
+		p.weights[rs.Group] += weight(rs.RangeInfo)
+	}
 	return p.split(ctx, n, stats) || p.merge(ctx, n, stats, now, live)
 }
 
