@@ -44,9 +44,9 @@ func TestBalanceMove(t *testing.T) {
 			weights: map[uint64]float64{5: 100 << 20, 6: 30 << 20, 7: 40 << 20},
 		},
 		{
-			name:    "the group that evens the two out best moves",
-			usable:  []uint64{1, 2},
-			groups:  []partition.TableGroup{group(5, 1), group(6, 1), group(7, 1)},
+			name:   "the group that evens the two out best moves",
+			usable: []uint64{1, 2},
+			groups: []partition.TableGroup{group(5, 1), group(6, 1), group(7, 1)},
 			// 123 MiB apart with the bases: moving group 7 (56) leaves 11.
 			weights: map[uint64]float64{5: 10 << 20, 6: 25 << 20, 7: 40 << 20},
 			group:   7, from: 1, to: 2,
