@@ -208,6 +208,7 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 			st := r.rn.BasicStatus()
 			if transport.NodeOf(st.Lead) == m.GetFrom() && st.GetTerm() == term && st.RaftState == raft.StateFollower && st.GetCommit() >= commit {
 				r.quiesced.Store(true)
+				r.rlog.DropCache()
 				// Nothing ticks it now: what raft has ready for it (the
 				// entries up to that commit, to apply) is done this turn.
 				n.touch(r)
@@ -397,6 +398,8 @@ func (r *replica) maybeQuiesce() bool {
 	}
 	n.sendGroup(r.group, out)
 	r.quiesced.Store(true)
+	// Every live voter has every entry: none will be sent again soon.
+	r.rlog.DropCache()
 	return true
 }
 

@@ -223,3 +223,20 @@ func TestStalledQuiescedLeaderStepsDown(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleGroupDropsItsEntryCache: once a range group that took writes
+// is idle (quiesced), no replica keeps its recent entries in memory, so
+// that a node's memory is not held by the last writes of every range it
+// ever served (raftlog.Storage.DropCache).
+func TestIdleGroupDropsItsEntryCache(t *testing.T) {
+	c, g, _ := startIdleRangeGroup(t, 37)
+	for i := range 20 {
+		c.writeInGroup(g, "p", fmt.Sprintf("row%02d", i), i)
+	}
+	c.waitQuiesced(10 * time.Second)
+	for id, tn := range c.nodes {
+		if b := tn.node.group(g).rlog.CachedBytes(); b != 0 {
+			t.Errorf("node %d: the idle group still caches %d bytes of entries", id, b)
+		}
+	}
+}

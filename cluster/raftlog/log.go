@@ -29,6 +29,11 @@ import (
 // in memory when Options.CacheEntries is zero.
 const DefaultCacheEntries = 4096
 
+// DefaultCacheBytes bounds a group's cached entries when
+// Options.CacheBytes is zero: 4096 entries of a few hundred bytes, or a
+// few dozen large batches.
+const DefaultCacheBytes = 2 << 20
+
 // ErrClosed is returned by writes to a closed Log.
 var ErrClosed = errors.New("raftlog: closed")
 
@@ -40,6 +45,11 @@ type Options struct {
 	// memory for Entries and Term: 0 means DefaultCacheEntries, a negative
 	// value none (every read goes to the engine).
 	CacheEntries int
+	// CacheBytes bounds the size of a group's cached entries (their data,
+	// and 64 bytes each for the rest): 0 means DefaultCacheBytes. A node's
+	// entry caches are at most this times its groups that are not idle:
+	// an idle group's cache is dropped (Storage.DropCache).
+	CacheBytes int64
 	// MemTableSize is the engine's memtable size in bytes; 0 means the
 	// lsm default. Tests and fuzzing make it small.
 	MemTableSize int64
@@ -51,6 +61,7 @@ type Log struct {
 	dir          string
 	db           *lsm.DB
 	cacheEntries int
+	cacheBytes   int64
 
 	mu     sync.Mutex
 	groups map[uint64]*Storage
@@ -77,11 +88,14 @@ func Open(dir string, opts *Options) (*Log, error) {
 	case o.CacheEntries < 0:
 		o.CacheEntries = 0
 	}
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
 	db, err := lsm.Open(dir, &lsm.Options{FS: o.FS, MemTableSize: o.MemTableSize})
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}
-	l := &Log{dir: dir, db: db, cacheEntries: o.CacheEntries, groups: map[uint64]*Storage{}}
+	l := &Log{dir: dir, db: db, cacheEntries: o.CacheEntries, cacheBytes: o.CacheBytes, groups: map[uint64]*Storage{}}
 	if err := l.load(); err != nil {
 		db.Close()
 		return nil, err

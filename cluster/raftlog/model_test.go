@@ -27,10 +27,13 @@ var modelSeeds = flag.Int("raftlog-model-seeds", 4, "workloads of TestModel")
 // the default.
 func TestModel(t *testing.T) {
 	for seed := range uint64(*modelSeeds) {
-		cache := []int{-1, 3, 0}[seed%3]
+		cache := []int{-1, 3, 0, 0}[seed%4]
 		rng := rand.New(rand.NewPCG(seed, 42))
 		fs := vfs.NewMem()
 		opts := testOptions(fs, cache)
+		if seed%4 == 3 {
+			opts.CacheBytes = 200 // two or three entries of the generator's
+		}
 		l := mustOpen(t, opts)
 		groups := []uint64{1, 7, math.MaxUint64}
 		models := map[uint64]*raft.MemoryStorage{}
@@ -79,6 +82,10 @@ func TestModel(t *testing.T) {
 				if err := w.Commit(rng.IntN(2) == 0); err != nil {
 					t.Fatalf("seed %d step %d: Commit: %v", seed, step, err)
 				}
+			case op < 14: // the group goes idle
+				g := groups[rng.IntN(len(groups))]
+				touched = []uint64{g}
+				l.Group(g).DropCache()
 			case op < 18: // Compact
 				g := groups[rng.IntN(len(groups))]
 				touched = []uint64{g}
@@ -200,6 +207,13 @@ func checkCache(t *testing.T, s *Storage) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	c := s.cache
+	var size int64
+	for _, e := range c {
+		size += cachedSize(e)
+	}
+	if size != s.cacheBytes || size > s.log.cacheBytes {
+		t.Fatalf("group %d: cached entries hold %d bytes, counted as %d, bound %d", s.id, size, s.cacheBytes, s.log.cacheBytes)
+	}
 	if len(c) == 0 {
 		return
 	}

@@ -104,7 +104,7 @@ func (l *Log) resetGroup(group uint64, rec Replica) error {
 		return err
 	}
 	l.recordWritten()
-	s.hs, s.cs, s.truncIndex, s.truncTerm, s.last, s.cache = nil, nil, 0, 0, 0, nil
+	s.hs, s.cs, s.truncIndex, s.truncTerm, s.last, s.cache, s.cacheBytes = nil, nil, 0, 0, 0, nil, 0
 	s.rec = rec
 	return nil
 }

@@ -32,8 +32,10 @@ type Storage struct {
 	// The engine holds exactly the entries truncIndex+1..last.
 	last uint64
 	// cache holds the newest entries, contiguous and ending at last (or
-	// is empty).
-	cache []*pb.Entry
+	// is empty), within the Log's bounds; cacheBytes is their size as
+	// cachedSize counts it.
+	cache      []*pb.Entry
+	cacheBytes int64
 	// rec is the replica record (the zero Replica when none is stored).
 	rec Replica
 }
@@ -296,6 +298,25 @@ func (s *Storage) decodeEntry(i uint64, v []byte) (*pb.Entry, error) {
 	return e, nil
 }
 
+// DropCache empties the group's entry cache: the group is idle, every
+// follower has every entry, and an idle group's memory should not hold
+// its last few thousand writes (a node may have thousands of groups).
+// Entries are read from the engine again if ever needed.
+func (s *Storage) DropCache() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropCached(len(s.cache))
+	s.cache = nil
+}
+
+// CachedBytes returns the size of the group's entry cache, as counted
+// against Options.CacheBytes.
+func (s *Storage) CachedBytes() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cacheBytes
+}
+
 // cached returns entry i from the cache, or nil.
 func (s *Storage) cached(i uint64) *pb.Entry {
 	if len(s.cache) == 0 || i < s.cache[0].GetIndex() {
@@ -435,7 +456,7 @@ func (s *Storage) Compact(index uint64) error {
 	}
 	s.truncIndex, s.truncTerm = index, term
 	if cf := s.cacheFirst(); index >= cf {
-		s.cache = s.cache[min(index+1-cf, uint64(len(s.cache))):]
+		s.dropCached(int(min(index+1-cf, uint64(len(s.cache)))))
 	}
 	return nil
 }

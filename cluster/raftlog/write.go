@@ -271,7 +271,7 @@ func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 func (s *Storage) install(g *groupWrite, p groupPlan) {
 	if p.snap {
 		s.truncIndex, s.truncTerm = p.truncIndex, p.truncTerm
-		s.cache = nil
+		s.cache, s.cacheBytes = nil, 0
 	}
 	for _, ents := range p.appends {
 		s.cacheAppend(ents)
@@ -289,22 +289,41 @@ func (s *Storage) install(g *groupWrite, p groupPlan) {
 }
 
 // cacheAppend adds appended entries to the cache, replacing the cached
-// suffix they overwrite, and drops the oldest beyond the cache's size.
+// suffix they overwrite, and drops the oldest beyond the cache's bounds.
 func (s *Storage) cacheAppend(ents []*pb.Entry) {
-	n := s.log.cacheEntries
-	if n == 0 {
+	if s.log.cacheEntries == 0 {
 		return
 	}
 	first := ents[0].GetIndex()
 	if cf := s.cacheFirst(); len(s.cache) > 0 && first >= cf {
 		// first <= last+1: the entries continue or overwrite the cache.
+		for _, e := range s.cache[first-cf:] {
+			s.cacheBytes -= cachedSize(e)
+		}
 		s.cache = append(s.cache[:first-cf], ents...)
 	} else {
 		// The cache is empty or the entries replace all of it.
-		s.cache = append(s.cache[:0:0], ents...)
+		s.cache, s.cacheBytes = append(s.cache[:0:0], ents...), 0
 	}
-	if extra := len(s.cache) - n; extra > 0 {
-		clear(s.cache[:extra]) // let the dropped entries be collected
-		s.cache = s.cache[extra:]
+	for _, e := range ents {
+		s.cacheBytes += cachedSize(e)
 	}
+	drop := 0
+	for over := s.cacheBytes - s.log.cacheBytes; drop < len(s.cache) && (len(s.cache)-drop > s.log.cacheEntries || over > 0); drop++ {
+		over -= cachedSize(s.cache[drop])
+	}
+	s.dropCached(drop)
+}
+
+// cachedSize is what a cached entry is counted as: its data, and about
+// what the decoded entry costs beside it.
+func cachedSize(e *pb.Entry) int64 { return int64(len(e.GetData())) + 64 }
+
+// dropCached drops the k oldest cached entries.
+func (s *Storage) dropCached(k int) {
+	for _, e := range s.cache[:k] {
+		s.cacheBytes -= cachedSize(e)
+	}
+	clear(s.cache[:k]) // let the dropped entries be collected
+	s.cache = s.cache[k:]
 }
