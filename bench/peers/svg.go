@@ -82,13 +82,19 @@ func (c barChart) svg() string {
 		cx := x0 + float64(len(c.Series))*barW/2
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="end" transform="rotate(-40 %.1f %.0f)">%s</text>`+"\n", cx, top+plotH+14, cx, top+plotH+14, html.EscapeString(cat))
 	}
-	for j, s := range c.Series {
-		x := left + float64(j)*120
-		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
+	writeLegend(&b, c.Series, left, 120, height)
+	return b.String()
+}
+
+// writeLegend writes a chart's legend, one colored box and name per
+// series, step apart, along its bottom edge, and ends the document.
+func writeLegend(b *strings.Builder, series []string, left, step, height float64) {
+	for j, s := range series {
+		x := left + float64(j)*step
+		fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
 			x, height-18, seriesColors[j%len(seriesColors)], x+14, height-9, html.EscapeString(s))
 	}
 	b.WriteString("</svg>\n")
-	return b.String()
 }
 
 // ticks are the value axis' gridlines: powers of ten on a log axis, five
@@ -164,11 +170,6 @@ func (c lineChart) svg() string {
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", seriesColors[j%len(seriesColors)], strings.Join(path, " "))
 	}
-	for j, s := range c.Series {
-		lx := left + float64(j)*160
-		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
-			lx, height-18, seriesColors[j%len(seriesColors)], lx+14, height-9, html.EscapeString(s))
-	}
-	b.WriteString("</svg>\n")
+	writeLegend(&b, c.Series, left, 160, height)
 	return b.String()
 }
