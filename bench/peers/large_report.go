@@ -79,8 +79,10 @@ func runLargeChild(rep *engineReport, env *suiteEnv, eng string, rpt int) (resul
 }
 
 // largeMD is the large run's section of the report: the shape of each
-// engine's tree over the run, and what its reads cost the disk.
-func (rep *engineReport) largeMD() string {
+// engine's tree over the run, and what its reads cost the disk. Its chart
+// is linked as runDir + "large-debt.svg": runDir is the run's folder
+// relative to the report ("" beside it).
+func (rep *engineReport) largeMD(runDir string) string {
 	lg := rep.Large
 	if lg == nil {
 		return ""
@@ -100,7 +102,9 @@ func (rep *engineReport) largeMD() string {
 	} else {
 		p("Memory was not limited: the page cache may hold the data, so reads need not go to the disk. ")
 	}
-	p("The engine's shape was sampled every %s (`large-series.csv` in the run's folder). ", lg.SampleEvery)
+	p("The engine's shape was sampled every %s (`large-series.csv` in the run's folder); the debt is each engine's "+
+		"own estimate (Tabula's `Compaction.Debt`, Pebble's `EstimatedDebt`), computed differently, so the curves "+
+		"show each engine's backlog over time rather than one measure. ", lg.SampleEvery)
 	p("Caches differ here more than in the standard runs: after the fill Pebble's memtables are nearly empty, so " +
 		"the two memtables' worth its cache was given beyond the block cache (see the configuration) holds blocks " +
 		"too, up to three times Tabula's; Tabula keeps every open table's index and bloom filter outside its block " +
@@ -160,7 +164,7 @@ func (rep *engineReport) largeMD() string {
 		}
 		p("\n")
 	}
-	p("\n![compaction debt over time](large-debt.svg)\n")
+	p("\n![compaction debt over time](%slarge-debt.svg)\n", runDir)
 	return b.String()
 }
 

@@ -148,7 +148,7 @@ func TestReportsKeepCaveats(t *testing.T) {
 	}
 	caveats := []string{"How the engines are configured", "| compression | **S2** (Tabula's default)", "| bloom filter |",
 		"| block cache |", "| memtable / write buffer |", "Pebble's `Get` does not consult the bloom filters of L6 tables"}
-	for name, doc := range map[string]string{"all": string(allMD), "engine RESULTS.md": rep.resultsDoc()} {
+	for name, doc := range map[string]string{"all": string(allMD), "engine RESULTS.md": rep.resultsDoc("")} {
 		for _, c := range caveats {
 			if n := strings.Count(doc, c); n != 1 {
 				t.Errorf("%s report: %q appears %d times, want once", name, c, n)

@@ -258,7 +258,11 @@ func (rep *engineReport) write(out, resultsPath string) error {
 	}
 	fmt.Print(md)
 	if resultsPath != "" {
-		return os.WriteFile(resultsPath, []byte(rep.resultsDoc()), 0o644)
+		runDir, err := filepath.Rel(filepath.Dir(resultsPath), out)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(resultsPath, []byte(rep.resultsDoc(filepath.ToSlash(runDir)+"/")), 0o644)
 	}
 	return nil
 }
@@ -267,7 +271,7 @@ func (rep *engineReport) write(out, resultsPath string) error {
 // the run, its tables, the engines' configuration and its caveats, the
 // chart.
 func (rep *engineReport) engineMD() string {
-	return rep.header() + "\n" + rep.markdown() + rep.largeMD() + "\n" + rep.configDoc("###") + "![engine throughput](engine-throughput.svg)\n"
+	return rep.header() + "\n" + rep.markdown() + rep.largeMD("") + "\n" + rep.configDoc("###") + "![engine throughput](engine-throughput.svg)\n"
 }
 
 // throughputChart is the engines' median ops/s per workload.
