@@ -108,3 +108,21 @@ func TestMemoryCgroup(t *testing.T) {
 		t.Errorf("cgroup %s still there: %v", dir, err)
 	}
 }
+
+// TestRelDir: the results file links the run's folder whether either path
+// is relative or absolute.
+func TestRelDir(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ base, dir, want string }{
+		{"..", "../latest/x", "latest/x"},
+		{"..", filepath.Join(filepath.Dir(wd), "latest", "x"), "latest/x"},
+		{filepath.Dir(wd), "../latest/x", "latest/x"},
+	} {
+		if got, err := relDir(c.base, c.dir); err != nil || filepath.ToSlash(got) != c.want {
+			t.Errorf("relDir(%q, %q) = %q, %v; want %q", c.base, c.dir, got, err, c.want)
+		}
+	}
+}

@@ -258,13 +258,27 @@ func (rep *engineReport) write(out, resultsPath string) error {
 	}
 	fmt.Print(md)
 	if resultsPath != "" {
-		runDir, err := filepath.Rel(filepath.Dir(resultsPath), out)
+		runDir, err := relDir(filepath.Dir(resultsPath), out)
 		if err != nil {
 			return err
 		}
 		return os.WriteFile(resultsPath, []byte(rep.resultsDoc(filepath.ToSlash(runDir)+"/")), 0o644)
 	}
 	return nil
+}
+
+// relDir is dir relative to base, either of them relative to the working
+// directory or absolute.
+func relDir(base, dir string) (string, error) {
+	absBase, err := filepath.Abs(base)
+	if err != nil {
+		return "", err
+	}
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Rel(absBase, absDir)
 }
 
 // engineMD is engine.md, the engine suite's section of the all report:
