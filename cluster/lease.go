@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -70,7 +71,11 @@ func (n *Node) balanceLeases() {
 		load += rate
 	}
 	n.live.load = uint64(load + 0.5)
-	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= uint64(busyLeaseElections*n.cfg.ElectionTicks)
+	busyEvery := uint64(busyLeaseElections * n.cfg.ElectionTicks)
+	if n.busyLeaseTicks != 0 {
+		busyEvery = n.busyLeaseTicks
+	}
+	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= busyEvery
 	slices.SortStableFunc(led, func(a, b *replica) int {
 		if a.quiesced.Load() == b.quiesced.Load() {
 			return 0
@@ -98,7 +103,7 @@ func (n *Node) balanceLeases() {
 		}
 		if to != 0 {
 			if !idle {
-				n.live.busyLeaseAt = n.live.ticks
+				n.busyHandedOver(r.group)
 			}
 			r.handOver(to)
 			n.live.leases[toNode]++ // until its next liveness message
@@ -107,8 +112,19 @@ func (n *Node) balanceLeases() {
 			return
 		}
 	}
-	if busyOK && n.spreadLoad(led, rates) {
-		n.live.busyLeaseAt = n.live.ticks
+	if busyOK {
+		if g, ok := n.spreadLoad(led, rates); ok {
+			n.busyHandedOver(g)
+		}
+	}
+}
+
+// busyHandedOver notes the hand-over of a busy group's lease: the next
+// waits busyLeaseElections election timeouts.
+func (n *Node) busyHandedOver(group uint64) {
+	n.live.busyLeaseAt = n.live.ticks
+	if n.onBusyHandOver != nil {
+		n.onBusyHandOver(group)
 	}
 }
 
@@ -145,10 +161,23 @@ func (n *Node) ledRates(led []*replica) map[uint64]float64 {
 
 // spreadLoad hands over the lease of the busy group, among led, that
 // evens this node's load and a voter's node's out best, if there is one
-// worth it (balanceLeases), and reports whether it did. It does not make
-// the lease counts uneven: the other node holds no more than this one.
-func (n *Node) spreadLoad(led []*replica, rates map[uint64]float64) bool {
+// worth it (balanceLeases), and returns the group if it did. It does not
+// make the lease counts uneven: the other node holds no more than this one.
+//
+// Only the most loaded live node moves load (ties to the smallest id), as
+// the nodes' liveness messages tell them all: two nodes that both saw the
+// same idle node would otherwise both hand it their busy lease at once,
+// and it would lead both. And a move must bring the two loads nearer by a
+// margin (minLeaseLoadGap, and a quarter of their gap): a group carrying
+// nearly all of this node's load, moved to an idle node, would only swap
+// the two nodes' roles, and the next look would move it back.
+func (n *Node) spreadLoad(led []*replica, rates map[uint64]float64) (uint64, bool) {
 	mine := float64(n.live.load)
+	for node, load := range n.live.loads {
+		if n.isLive(node) && (float64(load) > mine || float64(load) == mine && node < n.cfg.ID) {
+			return 0, false
+		}
+	}
 	var pick *replica
 	var to, toNode uint64
 	best := 0.0
@@ -164,7 +193,8 @@ func (n *Node) spreadLoad(led []*replica, rates map[uint64]float64) bool {
 			}
 			theirs := float64(n.live.loads[node])
 			gap := mine - theirs
-			if gap < minLeaseLoadGap || gap < theirs/4 || rate >= gap {
+			margin := max(minLeaseLoadGap, gap/4)
+			if gap < minLeaseLoadGap || gap < theirs/4 || math.Abs(gap-2*rate) > gap-margin {
 				continue
 			}
 			// How much the sum of the squares of the two loads falls.
@@ -174,13 +204,13 @@ func (n *Node) spreadLoad(led []*replica, rates map[uint64]float64) bool {
 		}
 	}
 	if pick == nil {
-		return false
+		return 0, false
 	}
 	pick.handOver(to)
 	n.live.loads[toNode] += uint64(rates[pick.group]) // until its next liveness message
 	n.log.Info("cluster: handing a lease over to spread the load", "group", pick.group, "to", toNode,
 		"rate", rates[pick.group], "load", mine, "theirs", n.live.loads[toNode]-uint64(rates[pick.group]))
-	return true
+	return pick.group, true
 }
 
 // ErrNotHosted is returned for a request about a range group this node

@@ -97,6 +97,11 @@ type Node struct {
 	// beforeSpanIngest, set by tests before Run, is called on an ingest's
 	// goroutine before the span snapshot is written into the store.
 	beforeSpanIngest func(group uint64)
+	// busyLeaseTicks, set by tests before Run, replaces the ticks between
+	// two hand-overs of busy leases (lease.go; 0: the default), and
+	// onBusyHandOver is called on the loop as one is handed over.
+	busyLeaseTicks uint64
+	onBusyHandOver func(group uint64)
 }
 
 // ErrStopped is returned to requests once the node has stopped.

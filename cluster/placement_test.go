@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,7 +275,19 @@ func TestLeasesSpread(t *testing.T) {
 // node leads take all the writes; the node hands one of the two leases to
 // another node, so the load is spread too.
 func TestLeasesFollowLoad(t *testing.T) {
-	c := newPlacementCluster(t, 3, 55, time.Minute)
+	// Busy leases may move every 20 ticks, not every 300 election
+	// timeouts, so that the stay-put check below gives the balancer many
+	// chances to move one back; 20 ms ticks, as spurious elections on a
+	// loaded machine move leases too (those the check tells apart).
+	const tick, busyEvery = 20 * time.Millisecond, 20
+	var busyHandOvers atomic.Int64
+	c := &testCluster{t: t, net: newSimNet(55), nodes: map[uint64]*testNode{}, rangeGroups: true,
+		placementInterval: 50 * time.Millisecond, deadAfter: time.Minute, tick: tick}
+	c.prepare = func(tn *testNode) {
+		tn.node.busyLeaseTicks = busyEvery
+		tn.node.onBusyHandOver = func(uint64) { busyHandOvers.Add(1) }
+	}
+	c.startAll(3)
 	tables := []string{"one", "two", "three", "four", "five", "six"}
 	for _, tb := range tables {
 		createVia(c, tb)
@@ -324,9 +337,36 @@ func TestLeasesFollowLoad(t *testing.T) {
 	}
 	defer func() { close(stop); wg.Wait() }()
 	apart := func() bool { l := leaders(); return l[hot[0]] != 0 && l[hot[1]] != 0 && l[hot[0]] != l[hot[1]] }
-	for deadline := time.Now().Add(30 * time.Second); !apart(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the two busy tables %v are still led by one node: %v", hot, leaders())
+	waitApart := func(deadline time.Time) {
+		for ; !apart(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the two busy tables %v are still led by one node: %v", hot, leaders())
+			}
+		}
+	}
+	waitApart(time.Now().Add(30 * time.Second))
+
+	// The load stays spread: while the two busy tables are led apart, for
+	// many hand-over periods of busy leases, the balancer hands no busy
+	// lease over (moving one could only make the loads less even). An
+	// election that brings the two together meanwhile (or a hand-over
+	// that does, which the next attempt would catch again) starts the
+	// window over.
+	window := 15 * busyEvery * tick
+	for deadline, restarts := time.Now().Add(time.Minute), 0; ; restarts++ {
+		waitApart(deadline)
+		before, start := busyHandOvers.Load(), time.Now()
+		for apart() && time.Since(start) < window {
+			time.Sleep(20 * time.Millisecond)
+		}
+		moved := busyHandOvers.Load() - before
+		switch {
+		case moved > 0 && apart():
+			t.Fatalf("the balancer handed %d busy leases over while the load was spread: %v", moved, leaders())
+		case time.Since(start) >= window && moved == 0:
+			return // a whole window apart, nothing moved
+		case time.Now().After(deadline):
+			t.Fatalf("no window of %v with the busy tables led apart in a minute (%d restarts, the last after %d busy hand-overs)", window, restarts, moved)
 		}
 	}
 }
