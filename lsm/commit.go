@@ -107,7 +107,7 @@ type PendingCommit struct {
 // it. It is not yet durable, nor visible to Get, iterators or snapshots
 // (an unsynced batch may already be); only GetApplied sees it. Enqueue
 // never waits for I/O, but may wait for room in the memtables (a write
-// stall) like Apply.
+// stall), or be paced while L0 is large (slowdown.go), like Apply.
 //
 // The caller must call Wait on the result, and soon: no batch enqueued
 // after this one becomes visible before Wait has run, and no memtable
@@ -133,6 +133,7 @@ func (db *DB) Enqueue(b *Batch, wo *WriteOptions) (PendingCommit, error) {
 	sync := wo == nil || wo.Sync
 	c := &db.commit
 
+	db.slowWrite(b)
 	c.mu.Lock()
 	mem, err := db.makeRoomForWrite(b)
 	if err != nil {

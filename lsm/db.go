@@ -79,6 +79,8 @@ type DB struct {
 	bgWG          sync.WaitGroup
 
 	metrics dbMetrics
+	// slowdown paces writes while L0 is large (slowdown.go).
+	slowdown pacer
 }
 
 // memTable is a memtable together with the WAL segment that holds its writes.

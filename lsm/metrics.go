@@ -59,6 +59,12 @@ type Metrics struct {
 		Count    int64
 		Duration time.Duration
 	}
+	// Slowdown counts the writes slowed because L0 reached
+	// L0SlowdownWritesThreshold, and the time they waited in total.
+	Slowdown struct {
+		Count    int64
+		Duration time.Duration
+	}
 	Snapshots int
 	// VisibleSeqNum is the newest sequence number visible to reads.
 	VisibleSeqNum uint64
@@ -98,6 +104,7 @@ func (m *Metrics) String() string {
 	fmt.Fprintf(&b, "block cache: %d hits, %d misses, %d bytes\n", m.BlockCache.Hits, m.BlockCache.Misses, m.BlockCache.Size)
 	fmt.Fprintf(&b, "table cache: %d hits, %d misses, %d open\n", m.TableCache.Hits, m.TableCache.Misses, m.TableCache.Open)
 	fmt.Fprintf(&b, "stalls: %d, %s\n", m.Stall.Count, m.Stall.Duration)
+	fmt.Fprintf(&b, "slowed writes: %d, %s\n", m.Slowdown.Count, m.Slowdown.Duration)
 	return b.String()
 }
 
@@ -115,6 +122,8 @@ type dbMetrics struct {
 	levelWritten      [NumLevels]atomic.Int64
 	stallCount        atomic.Int64
 	stallNanos        atomic.Int64
+	slowdownCount     atomic.Int64
+	slowdownNanos     atomic.Int64
 	walSyncs          *histogram // nanoseconds per WAL fsync
 	walGroups         *histogram // synced writes per WAL fsync
 }
@@ -199,6 +208,8 @@ func (db *DB) Metrics() Metrics {
 	m.TableCache.Open = db.tableCache.openCount()
 	m.Stall.Count = db.metrics.stallCount.Load()
 	m.Stall.Duration = time.Duration(db.metrics.stallNanos.Load())
+	m.Slowdown.Count = db.metrics.slowdownCount.Load()
+	m.Slowdown.Duration = time.Duration(db.metrics.slowdownNanos.Load())
 	m.VisibleSeqNum = db.visibleSeq.Load()
 	return m
 }

@@ -156,7 +156,7 @@ func (db *DB) recover() error {
 		return err
 	}
 	vs.current.unref()
-	vs.current = nv
+	vs.setCurrent(nv)
 	vs.lastSeq = lastSeq
 	db.commit.logSeq.Store(uint64(lastSeq))
 	db.visibleSeq.Store(uint64(lastSeq))

@@ -62,6 +62,13 @@ type Options struct {
 	// L0StopWritesThreshold is the number of L0 tables at which writes
 	// stall until compaction catches up. Default 12.
 	L0StopWritesThreshold int
+	// L0SlowdownWritesThreshold is the number of L0 tables from which
+	// writes are slowed to about 16 MiB/s in all, so that compaction
+	// catches up before L0 reaches L0StopWritesThreshold: many short waits
+	// instead of one long stall (LevelDB's slowdown trigger, RocksDB's
+	// delayed writes). Default 8, and never below L0CompactionThreshold;
+	// at or above L0StopWritesThreshold, writes are never slowed.
+	L0SlowdownWritesThreshold int
 	// LBaseMaxBytes is the target size of L1; each deeper level is
 	// LevelMultiplier times larger. Default 64 MiB.
 	LBaseMaxBytes int64
@@ -118,6 +125,8 @@ func (o *Options) withDefaults() Options {
 	if r.L0StopWritesThreshold < r.L0CompactionThreshold {
 		r.L0StopWritesThreshold = r.L0CompactionThreshold
 	}
+	setDefault(&r.L0SlowdownWritesThreshold, 8)
+	r.L0SlowdownWritesThreshold = max(r.L0SlowdownWritesThreshold, r.L0CompactionThreshold)
 	if r.MaxOpenFiles < 16 {
 		r.MaxOpenFiles = 16
 	}

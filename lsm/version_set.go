@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tabuladb/tabula/internal/base"
 	"github.com/tabuladb/tabula/vfs"
@@ -46,6 +47,16 @@ type versionSet struct {
 	err error
 
 	onObsolete func([]*fileMetadata)
+	// l0Tables is the current version's L0 table count, for the writers'
+	// slowdown, which takes no lock (DB.slowWrite).
+	l0Tables atomic.Int32
+}
+
+// setCurrent makes v the current version (the caller has dealt with the
+// old one's reference).
+func (vs *versionSet) setCurrent(v *version) {
+	vs.current = v
+	vs.l0Tables.Store(int32(len(v.levels[0])))
 }
 
 func newVersionSet(dir string, opts *Options, onObsolete func([]*fileMetadata)) *versionSet {
@@ -122,7 +133,7 @@ func (vs *versionSet) load() (exists bool, err error) {
 		v = nv
 		vs.applyCounters(e)
 	}
-	vs.current = v
+	vs.setCurrent(v)
 	return true, nil
 }
 
@@ -191,7 +202,7 @@ func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
 		vs.applyCounters(e)
 	}
 	vs.current.unref()
-	vs.current = nv
+	vs.setCurrent(nv)
 	return nil
 }
 
