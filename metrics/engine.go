@@ -23,6 +23,7 @@ type engineCollector struct {
 	compactionSeconds                                          *prometheus.Desc
 	flushes, flushBytes, flushSeconds                          *prometheus.Desc
 	stalls, stallSeconds                                       *prometheus.Desc
+	slowdowns, slowdownSeconds                                 *prometheus.Desc
 	blockCacheHits, blockCacheMisses, blockCacheBytes          *prometheus.Desc
 	tableCacheHits, tableCacheMisses, tableCacheOpen           *prometheus.Desc
 	walFiles, walBytes, walWritten                             *prometheus.Desc
@@ -53,6 +54,8 @@ func newEngineCollector(store func() *partition.Store) *engineCollector {
 		flushSeconds:       d("flush_seconds_total", "Time spent flushing."),
 		stalls:             d("write_stalls_total", "Times writes waited for a flush or a compaction (too many memtables or L0 tables)."),
 		stallSeconds:       d("write_stall_seconds_total", "Time writes spent stalled."),
+		slowdowns:          d("write_slowdowns_total", "Writes paced while L0 held L0SlowdownWritesThreshold tables or more."),
+		slowdownSeconds:    d("write_slowdown_seconds_total", "Time writes spent paced."),
 		blockCacheHits:     d("block_cache_hits_total", "Block cache hits."),
 		blockCacheMisses:   d("block_cache_misses_total", "Block cache misses (blocks read from disk)."),
 		blockCacheBytes:    d("block_cache_bytes", "Bytes held in the block cache."),
@@ -74,7 +77,7 @@ func (c *engineCollector) descs() []*prometheus.Desc {
 		c.memtableBytes, c.memtablesImmutable, c.levelFiles, c.levelBytes, c.levelScore,
 		c.compactionDebt, c.compactionsRunning, c.compactions, c.trivialMoves, c.compactionRead,
 		c.compactionWrite, c.compactionSeconds, c.flushes, c.flushBytes, c.flushSeconds,
-		c.stalls, c.stallSeconds, c.blockCacheHits, c.blockCacheMisses, c.blockCacheBytes,
+		c.stalls, c.stallSeconds, c.slowdowns, c.slowdownSeconds, c.blockCacheHits, c.blockCacheMisses, c.blockCacheBytes,
 		c.tableCacheHits, c.tableCacheMisses, c.tableCacheOpen, c.walFiles, c.walBytes,
 		c.walWritten, c.walSyncSeconds, c.walGroupSize, c.snapshots, c.visibleSeq,
 	}
@@ -118,6 +121,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.flushSeconds, m.Flush.Duration.Seconds())
 	counter(c.stalls, float64(m.Stall.Count))
 	counter(c.stallSeconds, m.Stall.Duration.Seconds())
+	counter(c.slowdowns, float64(m.Slowdown.Count))
+	counter(c.slowdownSeconds, m.Slowdown.Duration.Seconds())
 	counter(c.blockCacheHits, float64(m.BlockCache.Hits))
 	counter(c.blockCacheMisses, float64(m.BlockCache.Misses))
 	gauge(c.blockCacheBytes, float64(m.BlockCache.Size))
