@@ -32,11 +32,12 @@ func TestPacer(t *testing.T) {
 
 // TestWritesSlowDownBeforeTheyStall: with L0 at the slowdown threshold
 // (compactions held back, the stop threshold out of reach), writes go on,
-// paced; below it, none is paced. (A write may still wait for a flush of
-// the small memtables on a loaded machine: that stall is not L0's.)
+// paced; below it, none is paced. L0 grows only by explicit flushes: the
+// memtable holds every write of the test.
 func TestWritesSlowDownBeforeTheyStall(t *testing.T) {
 	opts := smallOptions()
 	opts.FS = vfs.NewMem()
+	opts.MemTableSize, opts.InitialMemTableSize = 8<<20, -1
 	opts.L0SlowdownWritesThreshold, opts.L0StopWritesThreshold = 2, 1000
 	db, err := Open("/db", opts)
 	if err != nil {
@@ -51,27 +52,26 @@ func TestWritesSlowDownBeforeTheyStall(t *testing.T) {
 	// unpaced, even under the race detector.
 	value := func(j int) []byte { return bytes.Repeat(faultValue(j), 8<<10/len(faultValue(j))) }
 	i := 0
-	write := func() {
+	writeFlush := func(n int) Metrics {
 		t.Helper()
-		if err := db.Set(faultKey(i), value(i), &WriteOptions{}); err != nil {
+		for range n {
+			if err := db.Set(faultKey(i), value(i), &WriteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			i++
+		}
+		m := db.Metrics()
+		if err := db.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		i++
+		return m
 	}
-	for db.Metrics().Levels[0].Files < 1 {
-		write()
+	writeFlush(10) // L0: 1 table
+	if m := writeFlush(200); m.Slowdown.Count != 0 || m.Levels[0].Files != 1 {
+		t.Fatalf("with %d L0 table: %d writes slowed", m.Levels[0].Files, m.Slowdown.Count)
 	}
-	if m := db.Metrics(); m.Slowdown.Count != 0 {
-		t.Fatalf("%d writes slowed with %d L0 table", m.Slowdown.Count, m.Levels[0].Files)
-	}
-	for db.Metrics().Levels[0].Files < 2 {
-		write()
-	}
-	for range 200 { // 1.6 MB at 16 MiB/s: about 100 ms of waits
-		write()
-	}
-	m := db.Metrics()
-	if m.Slowdown.Count == 0 || m.Slowdown.Duration < time.Millisecond {
+	// L0: 2 tables. 1.6 MB at 16 MiB/s: about 100 ms of waits.
+	if m := writeFlush(200); m.Slowdown.Count == 0 || m.Slowdown.Duration < time.Millisecond || m.Levels[0].Files != 2 {
 		t.Fatalf("with %d L0 tables: %d writes slowed for %v", m.Levels[0].Files, m.Slowdown.Count, m.Slowdown.Duration)
 	}
 	for j := range i {
