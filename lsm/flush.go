@@ -93,15 +93,19 @@ func (db *DB) flushOne() bool {
 	}
 	v.unref()
 
-	flushed := false
-	defer func() {
-		// The DB's reference, dropped outside mu: the last unref unmaps
-		// the arena, which takes a while for a large one. Readers still
-		// holding it keep it until they are done.
-		if flushed {
-			m.unref()
-		}
-	}()
+	if !db.installFlush(m, metas, err, start) {
+		return false
+	}
+	// The DB's reference, dropped outside mu: the last unref unmaps the
+	// arena, which takes a while for a large one. Readers still holding
+	// it keep it until they are done.
+	m.unref()
+	return true
+}
+
+// installFlush logs the tables a flush of m wrote (or records err, the
+// flush's failure) and takes m off the queue. It reports whether it did.
+func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start time.Time) bool {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	edit := &versionEdit{logNum: db.mem.mutable.logNum}
@@ -123,7 +127,6 @@ func (db *DB) flushOne() bool {
 	}
 	db.mem.queue = db.mem.queue[1:]
 	db.updateReadState()
-	flushed = true
 	db.metrics.flushCount.Add(1)
 	db.metrics.flushNanos.Add(int64(time.Since(start)))
 	for _, meta := range metas {
