@@ -129,34 +129,36 @@ func runChild(spec childSpec) (result, error) {
 	if err := checkKeySpace(spec.Params.N); err != nil {
 		return res, err
 	}
+	err = withEngine(spec, func(e Engine) error {
+		if w.Prefill {
+			t := time.Now()
+			if err := prefill(e, spec.Params); err != nil {
+				return fmt.Errorf("prefill: %w", err)
+			}
+			res.SetupSeconds = time.Since(t).Seconds()
+		}
+		return measure(&res, e, w, spec)
+	})
+	return res, err
+}
+
+// withEngine opens spec's engine in spec.Dir, runs body on it and closes
+// it. After a body that succeeded, a failed close is the run's error, and
+// sync(2) leaves nothing dirty for the next run to pay for.
+func withEngine(spec childSpec, body func(Engine) error) error {
 	e, err := openEngine(spec.Engine, spec.Dir, spec.Config)
 	if err != nil {
-		return res, fmt.Errorf("open %s: %w", spec.Engine, err)
+		return fmt.Errorf("open %s: %w", spec.Engine, err)
 	}
-	closed := false
-	defer func() {
-		if !closed {
-			_ = e.Close()
-		}
-	}()
-
-	if w.Prefill {
-		t := time.Now()
-		if err := prefill(e, spec.Params); err != nil {
-			return res, fmt.Errorf("prefill: %w", err)
-		}
-		res.SetupSeconds = time.Since(t).Seconds()
+	if err := body(e); err != nil {
+		_ = e.Close()
+		return err
 	}
-	if err := measure(&res, e, w, spec); err != nil {
-		return res, err
-	}
-	closed = true
 	if err := e.Close(); err != nil {
-		return res, fmt.Errorf("close: %w", err)
+		return fmt.Errorf("close: %w", err)
 	}
-	// Leave nothing dirty for the next run to pay for.
 	syscall.Sync()
-	return res, nil
+	return nil
 }
 
 // measure runs w on the open engine as a measured phase and fills res

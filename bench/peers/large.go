@@ -175,59 +175,41 @@ func runChain(spec childSpec) (result, error) {
 			return res, fmt.Errorf("join memory cgroup: %w", err)
 		}
 	}
-	e, err := openEngine(spec.Engine, spec.Dir, spec.Config)
-	if err != nil {
-		return res, fmt.Errorf("open %s: %w", spec.Engine, err)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			_ = e.Close()
-		}
-	}()
-	smp, err := startSampler(e, spec.Dir, lg.SampleEvery)
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if res.Samples == nil {
-			res.Samples = smp.stop()
-		}
-	}()
-
-	for i, name := range spec.Chain {
-		w, err := findWorkload(name)
+	err := withEngine(spec, func(e Engine) error {
+		smp, err := startSampler(e, spec.Dir, lg.SampleEvery)
 		if err != nil {
-			return res, err
+			return err
 		}
-		if i == 1 && lg.Cgroup != "" && lg.MemLimit > 0 {
-			if err := limitMemory(lg.Cgroup, lg.MemLimit); err != nil {
-				return res, err
+		defer func() { res.Samples = smp.stop() }()
+		for i, name := range spec.Chain {
+			w, err := findWorkload(name)
+			if err != nil {
+				return err
+			}
+			if i == 1 && lg.Cgroup != "" && lg.MemLimit > 0 {
+				if err := limitMemory(lg.Cgroup, lg.MemLimit); err != nil {
+					return err
+				}
+			}
+			smp.setPhase(name)
+			ph := result{Engine: spec.Engine, Workload: name, Repeat: spec.Repeat, N: spec.Params.N}
+			err = measure(&ph, e, w, spec)
+			if err == nil && i == 0 {
+				smp.setPhase("drain")
+				err = drainPhase(&ph, e, lg.DrainLimit)
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", name, err)
+				ph.Error = err.Error()
+			}
+			res.Phases = append(res.Phases, ph)
+			if err != nil {
+				return err
 			}
 		}
-		smp.setPhase(name)
-		ph := result{Engine: spec.Engine, Workload: name, Repeat: spec.Repeat, N: spec.Params.N}
-		err = measure(&ph, e, w, spec)
-		if err == nil && i == 0 {
-			smp.setPhase("drain")
-			err = drainPhase(&ph, e, lg.DrainLimit)
-		}
-		if err != nil {
-			err = fmt.Errorf("%s: %w", name, err)
-			ph.Error = err.Error()
-		}
-		res.Phases = append(res.Phases, ph)
-		if err != nil {
-			return res, err
-		}
-	}
-	res.Samples = smp.stop()
-	closed = true
-	if err := e.Close(); err != nil {
-		return res, fmt.Errorf("close: %w", err)
-	}
-	syscall.Sync()
-	return res, nil
+		return nil
+	})
+	return res, err
 }
 
 // drainPhase drains the fill's compaction debt and records in its result
