@@ -30,7 +30,7 @@ import (
 const DefaultCacheEntries = 4096
 
 // DefaultCacheBytes bounds a group's cached entries when
-// Options.CacheBytes is zero: 4096 entries of a few hundred bytes, or a
+// Options.CacheBytes is not positive: 4096 entries of a few hundred bytes, or a
 // few dozen large batches.
 const DefaultCacheBytes = 2 << 20
 
@@ -46,7 +46,7 @@ type Options struct {
 	// value none (every read goes to the engine).
 	CacheEntries int
 	// CacheBytes bounds the size of a group's cached entries (their data,
-	// and 64 bytes each for the rest): 0 means DefaultCacheBytes. A node's
+	// and 64 bytes each for the rest): 0 or less means DefaultCacheBytes. A node's
 	// entry caches are at most this times its groups that are not idle:
 	// an idle group's cache is dropped (Storage.DropCache).
 	CacheBytes int64
