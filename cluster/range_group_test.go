@@ -47,6 +47,28 @@ func (c *testCluster) writeInGroup(g uint64, pk, rk string, n int) partition.Sto
 	return partition.StoredEntity{}
 }
 
+// readInGroup reads entity (pk, rk) through range group g's leader,
+// retrying while its lease moves (a node hands over the leases of busy
+// groups it leads, and answers ServerBusy while it does).
+func (c *testCluster) readInGroup(g uint64, pk, rk string) partition.StoredEntity {
+	c.t.Helper()
+	for range 200 {
+		ld := c.groupLeader(g, 10*time.Second)
+		e, err := ld.node.getInGroup(context.Background(), g, acct, "ranges", pk, rk)
+		var se *svcerr.Error
+		if errors.As(err, &se) && se.Code == "ServerBusy" {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			c.t.Fatalf("group %d: read %s/%s: %v", g, pk, rk, err)
+		}
+		return e
+	}
+	c.t.Fatalf("group %d: no leader took the read", g)
+	return partition.StoredEntity{}
+}
+
 // waitQuiesced waits until every replica of every range group on the
 // running nodes is quiesced.
 func (c *testCluster) waitQuiesced(timeout time.Duration) {
@@ -102,11 +124,7 @@ func TestRangeGroupsReplicate(t *testing.T) {
 		}
 	}
 	for _, g := range c.groups {
-		ld := c.groupLeader(g, 10*time.Second)
-		e, err := ld.node.getInGroup(context.Background(), g, acct, "ranges", fmt.Sprintf("g%d", g), "r09")
-		if err != nil {
-			t.Fatalf("group %d: read: %v", g, err)
-		}
+		e := c.readInGroup(g, fmt.Sprintf("g%d", g), "r09")
 		if n := entityN(t, e); n != int(g)*100+9 {
 			t.Fatalf("group %d: read N=%d, want %d", g, n, int(g)*100+9)
 		}
