@@ -103,9 +103,11 @@ func sstCheckTable(t *testing.T, data []byte) {
 		probes = append(probes, fwd[i*len(fwd)/8].UserKey)
 	}
 	for _, k := range probes {
-		_, _, _, err := r.Get(k, base.SeqNumMax)
+		v, _, err := r.Get(k, base.SeqNumMax)
+		v.Release()
 		sstCheckErr(t, "Get", err)
-		_, _, _, err = r.Get(k, 1)
+		v, _, err = r.Get(k, 1)
+		v.Release()
 		sstCheckErr(t, "Get", err)
 		r.MayContain(k)
 		r.MayContainPrefix(k)

@@ -267,7 +267,8 @@ func (db *DB) GetFunc(key []byte, fn func(value []byte)) error {
 	if err != nil {
 		return err
 	}
-	fn(v)
+	defer v.Release()
+	fn(v.Bytes)
 	return nil
 }
 
@@ -326,26 +327,27 @@ func (db *DB) WaitVisible(seq uint64) error {
 	return db.waitVisibleLocked(base.SeqNum(seq))
 }
 
-// get returns key's newest value at or below seq in rs, aliasing where it
-// was found: valid while rs is held.
-func (db *DB) get(rs *readState, key []byte, seq base.SeqNum) ([]byte, error) {
+// get returns the newest value of key at seq, or ErrNotFound. A value
+// from a memtable aliases its arena, mapped while rs is held; one from a
+// table holds its block. The caller releases it.
+func (db *DB) get(rs *readState, key []byte, seq base.SeqNum) (sstable.Value, error) {
 	if v, kind, ok := rs.mem.Get(key, seq); ok {
-		return foundValue(v, kind)
+		return foundValue(sstable.Value{Bytes: v, Kind: kind})
 	}
 	for i := len(rs.queue) - 1; i >= 0; i-- {
 		if v, kind, ok := rs.queue[i].Get(key, seq); ok {
-			return foundValue(v, kind)
+			return foundValue(sstable.Value{Bytes: v, Kind: kind})
 		}
 	}
 	for _, f := range rs.current.levels[0] {
 		if bytes.Compare(key, f.smallest.UserKey) < 0 || bytes.Compare(key, f.largest.UserKey) > 0 {
 			continue
 		}
-		if v, kind, ok, err := db.tableGet(f, key, seq); err != nil || ok {
+		if v, ok, err := db.tableGet(f, key, seq); err != nil || ok {
 			if err != nil {
-				return nil, err
+				return sstable.Value{}, err
 			}
-			return foundValue(v, kind)
+			return foundValue(v)
 		}
 	}
 	for level := 1; level < NumLevels; level++ {
@@ -356,14 +358,14 @@ func (db *DB) get(rs *readState, key []byte, seq base.SeqNum) ([]byte, error) {
 		if i == len(files) || bytes.Compare(key, files[i].smallest.UserKey) < 0 {
 			continue
 		}
-		if v, kind, ok, err := db.tableGet(files[i], key, seq); err != nil || ok {
+		if v, ok, err := db.tableGet(files[i], key, seq); err != nil || ok {
 			if err != nil {
-				return nil, err
+				return sstable.Value{}, err
 			}
-			return foundValue(v, kind)
+			return foundValue(v)
 		}
 	}
-	return nil, ErrNotFound
+	return sstable.Value{}, ErrNotFound
 }
 
 // getCopy is get with a copy of the value, which outlives rs.
@@ -372,25 +374,28 @@ func (db *DB) getCopy(rs *readState, key []byte, seq base.SeqNum) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	return slices.Clone(v), nil
+	defer v.Release()
+	return slices.Clone(v.Bytes), nil
 }
 
-func (db *DB) tableGet(f *fileMetadata, key []byte, seq base.SeqNum) ([]byte, base.Kind, bool, error) {
+func (db *DB) tableGet(f *fileMetadata, key []byte, seq base.SeqNum) (sstable.Value, bool, error) {
 	r, e, err := db.tableCache.acquire(f)
 	if err != nil {
-		return nil, 0, false, err
+		return sstable.Value{}, false, err
 	}
-	v, kind, ok, err := r.Get(key, seq)
+	// The value holds its block, not the table: the table may be closed
+	// before the value is released.
+	v, ok, err := r.Get(key, seq)
 	db.tableCache.release(e)
-	return v, kind, ok, err
+	return v, ok, err
 }
 
-// foundValue returns the value found, aliasing where it was found (the
-// caller copies it if it is to outlive the read state), or ErrNotFound
-// for a deletion.
-func foundValue(v []byte, kind base.Kind) ([]byte, error) {
-	if kind == base.KindDelete {
-		return nil, ErrNotFound
+// foundValue returns the value found, or ErrNotFound (with the value
+// released) for a deletion.
+func foundValue(v sstable.Value) (sstable.Value, error) {
+	if v.Kind == base.KindDelete {
+		v.Release()
+		return sstable.Value{}, ErrNotFound
 	}
 	return v, nil
 }

@@ -369,6 +369,10 @@ func (db *DB) Close() error {
 	db.mu.Unlock()
 	db.deleteObsoleteTables()
 	db.tableCache.close()
+	if db.blockCache != nil {
+		// Blocks held by iterators still open are freed as they close.
+		db.blockCache.Close()
+	}
 	if lerr := db.dirLock.Close(); err == nil && lerr != nil {
 		err = lerr
 	}

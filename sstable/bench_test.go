@@ -57,15 +57,17 @@ func BenchmarkGet(b *testing.B) {
 				keys[i] = benchKey(rng.IntN(benchKeys))
 			}
 			for i := range benchKeys { // warm the cache
-				r.Get(benchKey(i), base.SeqNumMax)
+				v, _, _ := r.Get(benchKey(i), base.SeqNumMax)
+				v.Release()
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
-				_, _, found, err := r.Get(keys[i&4095], base.SeqNumMax)
+				v, found, err := r.Get(keys[i&4095], base.SeqNumMax)
 				if !found || err != nil {
 					b.Fatal(found, err)
 				}
+				v.Release()
 			}
 		})
 	}
@@ -79,9 +81,11 @@ func BenchmarkGetUncached(b *testing.B) {
 	b.ReportAllocs()
 	rng := rand.New(rand.NewPCG(5, 6))
 	for b.Loop() {
-		if _, _, found, err := r.Get(benchKey(rng.IntN(benchKeys)), base.SeqNumMax); !found || err != nil {
+		v, found, err := r.Get(benchKey(rng.IntN(benchKeys)), base.SeqNumMax)
+		if !found || err != nil {
 			b.Fatal(found, err)
 		}
+		v.Release()
 	}
 }
 
@@ -95,7 +99,7 @@ func BenchmarkGetMissing(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if _, _, found, err := r.Get(keys[i&4095], base.SeqNumMax); found || err != nil {
+		if _, found, err := r.Get(keys[i&4095], base.SeqNumMax); found || err != nil {
 			b.Fatal(found, err)
 		}
 	}

@@ -2,6 +2,9 @@ package sstable
 
 import (
 	"sync"
+	"sync/atomic"
+
+	"github.com/tabuladb/tabula/internal/manual"
 )
 
 // A cache is split into up to maxCacheShards shards so that concurrent
@@ -23,13 +26,17 @@ const cacheEntryOverhead = 96
 // own lock, and is safe for concurrent use. One Cache is usually shared by
 // every Reader of a DB.
 //
-// Cached blocks are immutable and never recycled: eviction only drops the
-// cache's reference, so a block (and values sliced from it) stays valid for
-// as long as anyone holds it.
+// Blocks live outside the Go heap, in a manual.Slab: on the heap, the
+// collector would let garbage grow to the cache's size again before each
+// collection, doubling what the cache costs in resident memory. So a
+// block is freed by hand, when nothing uses it: the cache holds one
+// reference to each cached block, and every Get's value and iterator
+// position one more (see Value), so that eviction drops only the cache's.
 type Cache struct {
 	shards []cacheShard
 	// shift maps a 64-bit hash to a shard: len(shards) is 1<<(64-shift).
 	shift uint
+	slab  *manual.Slab
 	// zstd is shared by every Reader using this cache, so that open
 	// tables do not each hold a decoder.
 	zstd zstdDecoder
@@ -39,10 +46,22 @@ type cacheKey struct {
 	fileNum, offset uint64
 }
 
+// cacheEntry is a block in the cache's memory, with its references: the
+// cache's own while it is cached, and its users'.
 type cacheEntry struct {
 	key        cacheKey
-	data       []byte
+	buf        manual.Buf
+	data       []byte // the block: buf's bytes without what the read left past it
+	refs       atomic.Int32
+	slab       *manual.Slab
 	prev, next *cacheEntry
+}
+
+// release drops a reference, freeing the block with the last.
+func (e *cacheEntry) release() {
+	if e.refs.Add(-1) == 0 {
+		e.slab.Free(e.buf)
+	}
 }
 
 type cacheShard struct {
@@ -63,6 +82,9 @@ type CacheMetrics struct {
 	Hits, Misses int64
 	// Size is the bytes charged for the cached blocks, Count their number.
 	Size, Count int64
+	// Mapped is the memory the blocks are allocated from (cached ones,
+	// ones still in use after eviction, and free slots), in use or not.
+	Mapped int64
 }
 
 // NewCache returns a cache holding up to about capacityBytes of blocks. A
@@ -73,7 +95,7 @@ func NewCache(capacityBytes int64) *Cache {
 	for n > 1 && capacityBytes/int64(n) < minCacheShardSize {
 		n, shift = n/2, shift+1
 	}
-	c := &Cache{shards: make([]cacheShard, n), shift: shift}
+	c := &Cache{shards: make([]cacheShard, n), shift: shift, slab: manual.NewSlab()}
 	perShard := capacityBytes / int64(n)
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -90,8 +112,9 @@ func (c *Cache) shard(k cacheKey) *cacheShard {
 	return &c.shards[h>>c.shift]
 }
 
-// get returns the cached block, or nil.
-func (c *Cache) get(fileNum, offset uint64) []byte {
+// get returns the cached block, or nil, with a reference the caller
+// must release.
+func (c *Cache) get(fileNum, offset uint64) *cacheEntry {
 	k := cacheKey{fileNum, offset}
 	s := c.shard(k)
 	s.mu.Lock()
@@ -106,35 +129,48 @@ func (c *Cache) get(fileNum, offset uint64) []byte {
 		s.unlink(e)
 		s.pushFront(e)
 	}
-	data := e.data
+	e.refs.Add(1)
 	s.mu.Unlock()
-	return data
+	return e
 }
 
-// set caches a block, evicting the least recently used ones as needed. A
-// block bigger than a whole shard is not cached.
-func (c *Cache) set(fileNum, offset uint64, data []byte) {
+// alloc returns memory for a block of n bytes, to be filled and passed to
+// set.
+func (c *Cache) alloc(n int) manual.Buf { return c.slab.Alloc(n) }
+
+// set caches block data, which lies at the start of buf (from alloc),
+// evicting the least recently used blocks as needed, and returns the
+// cached entry with a reference the caller must release. A block bigger
+// than a whole shard is not cached, but returned all the same (freed with
+// its last reference). If another reader cached the same block
+// meanwhile, buf is freed and that one returned.
+func (c *Cache) set(fileNum, offset uint64, buf manual.Buf, data []byte) *cacheEntry {
 	k := cacheKey{fileNum, offset}
 	s := c.shard(k)
-	charge := int64(len(data)) + cacheEntryOverhead
+	e := &cacheEntry{key: k, buf: buf, data: data, slab: c.slab}
+	charge := int64(cap(buf.Bytes())) + cacheEntryOverhead
 	if charge > s.capacity {
-		return
+		e.refs.Store(1)
+		return e
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.entries[k]; e != nil {
-		// Another reader loaded the same block concurrently.
-		s.unlink(e)
-		s.pushFront(e)
-		return
+	if old := s.entries[k]; old != nil {
+		s.unlink(old)
+		s.pushFront(old)
+		old.refs.Add(1)
+		s.mu.Unlock()
+		c.slab.Free(buf)
+		return old
 	}
-	e := &cacheEntry{key: k, data: data}
+	e.refs.Store(2)
 	s.entries[k] = e
 	s.pushFront(e)
 	s.size += charge
 	for s.size > s.capacity {
 		s.remove(s.lru.prev)
 	}
+	s.mu.Unlock()
+	return e
 }
 
 func (s *cacheShard) unlink(e *cacheEntry) {
@@ -149,23 +185,37 @@ func (s *cacheShard) pushFront(e *cacheEntry) {
 	s.lru.next = e
 }
 
+// remove takes e out of the shard and drops the cache's reference.
 func (s *cacheShard) remove(e *cacheEntry) {
 	s.unlink(e)
 	e.prev, e.next = nil, nil
 	delete(s.entries, e.key)
-	s.size -= int64(len(e.data)) + cacheEntryOverhead
+	s.size -= int64(cap(e.buf.Bytes())) + cacheEntryOverhead
+	e.release()
 }
 
-// EvictFile drops every block of a file, typically one being deleted. It
-// walks every entry of the cache, which is fine at the rate files are
-// deleted.
+// EvictFile drops every block of a file, typically one being deleted (a
+// block still in use stays until its users release it). It walks every
+// entry of the cache, which is fine at the rate files are deleted.
 func (c *Cache) EvictFile(fileNum uint64) {
+	c.evict(func(k cacheKey) bool { return k.fileNum == fileNum })
+}
+
+// Close drops every block; each is freed once its users release it, and
+// the memory they came from when the last is. The cache must not be used
+// after it.
+func (c *Cache) Close() {
+	c.evict(func(cacheKey) bool { return true })
+	c.slab.Close()
+}
+
+func (c *Cache) evict(match func(cacheKey) bool) {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
 		for e := s.lru.next; e != &s.lru; {
 			next := e.next
-			if e.key.fileNum == fileNum {
+			if match(e.key) {
 				s.remove(e)
 			}
 			e = next
@@ -186,5 +236,6 @@ func (c *Cache) Metrics() CacheMetrics {
 		m.Count += int64(len(s.entries))
 		s.mu.Unlock()
 	}
+	m.Mapped = c.slab.Stats().Mapped
 	return m
 }

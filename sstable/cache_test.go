@@ -10,46 +10,69 @@ import (
 	"github.com/tabuladb/tabula/internal/base"
 )
 
+// put caches an n-byte block at (fileNum, offset), as a Reader does.
+func put(c *Cache, fileNum, offset uint64, n int) {
+	mem := c.alloc(n)
+	c.set(fileNum, offset, mem, mem.Bytes()[:n]).release()
+}
+
+// cached reports whether the block at (fileNum, offset) is cached.
+func cached(c *Cache, fileNum, offset uint64) bool {
+	e := c.get(fileNum, offset)
+	if e != nil {
+		e.release()
+	}
+	return e != nil
+}
+
 func TestCacheLRU(t *testing.T) {
 	c := NewCache(1000 << 10) // one shard
+	defer c.Close()
 	if len(c.shards) != 1 {
 		t.Fatalf("%d shards for 1000 KiB", len(c.shards))
 	}
-	block := make([]byte, 100<<10)
 	for i := range 9 {
-		c.set(1, uint64(i), block)
+		put(c, 1, uint64(i), 100<<10)
 	}
 	if m := c.Metrics(); m.Count != 9 {
 		t.Fatalf("metrics %+v", m)
 	}
 	// Touch block 0 so that adding more evicts 1 first.
-	if c.get(1, 0) == nil {
+	if !cached(c, 1, 0) {
 		t.Fatal("block 0 missing")
 	}
-	c.set(1, 100, block)
-	c.set(1, 101, block)
-	if c.get(1, 0) == nil {
+	put(c, 1, 100, 100<<10)
+	put(c, 1, 101, 100<<10)
+	if !cached(c, 1, 0) {
 		t.Fatal("recently used block 0 evicted")
 	}
-	if c.get(1, 1) != nil {
+	if cached(c, 1, 1) {
 		t.Fatal("least recently used block 1 kept")
 	}
 	m := c.Metrics()
 	if m.Size > 1000<<10 || m.Hits != 2 || m.Misses != 1 {
 		t.Fatalf("metrics %+v", m)
 	}
+	// The blocks evicted are freed: what is in use is what is cached.
+	if inUse := c.slab.Stats().InUse; inUse != m.Size-m.Count*cacheEntryOverhead {
+		t.Fatalf("%d bytes in use, %d cached", inUse, m.Size-m.Count*cacheEntryOverhead)
+	}
 	// A block larger than a shard is not cached.
-	c.set(2, 0, make([]byte, 2<<20))
-	if c.get(2, 0) != nil {
+	put(c, 2, 0, 2<<20)
+	if cached(c, 2, 0) {
 		t.Fatal("oversized block cached")
+	}
+	if inUse := c.slab.Stats().InUse; inUse != m.Size-m.Count*cacheEntryOverhead {
+		t.Fatalf("an oversized block was not freed after use: %d bytes in use", inUse)
 	}
 }
 
 func TestCacheEvictFile(t *testing.T) {
 	c := NewCache(64 << 20)
+	defer c.Close()
 	for f := range uint64(4) {
 		for off := range uint64(100) {
-			c.set(f, off*4096, make([]byte, 4096))
+			put(c, f, off*4096, 4096)
 		}
 	}
 	c.EvictFile(2)
@@ -57,10 +80,10 @@ func TestCacheEvictFile(t *testing.T) {
 		t.Fatalf("after EvictFile: %+v", m)
 	}
 	for off := range uint64(100) {
-		if c.get(2, off*4096) != nil {
+		if cached(c, 2, off*4096) {
 			t.Fatal("evicted file's block still cached")
 		}
-		if c.get(3, off*4096) == nil {
+		if !cached(c, 3, off*4096) {
 			t.Fatal("other file's block evicted")
 		}
 	}
@@ -68,8 +91,9 @@ func TestCacheEvictFile(t *testing.T) {
 
 func TestCacheZeroCapacity(t *testing.T) {
 	c := NewCache(0)
-	c.set(1, 0, []byte("x"))
-	if c.get(1, 0) != nil || c.Metrics().Count != 0 {
+	defer c.Close()
+	put(c, 1, 0, 1)
+	if cached(c, 1, 0) || c.Metrics().Count != 0 || c.slab.Stats().InUse != 0 {
 		t.Fatal("zero-capacity cache cached a block")
 	}
 }
@@ -98,11 +122,12 @@ func TestConcurrentReads(t *testing.T) {
 			for i := range 400 {
 				tb := tables[rng.IntN(len(tables))]
 				e := tb.all[rng.IntN(len(tb.all))]
-				v, kind, found, err := tb.r.Get(e.key.UserKey, e.key.SeqNum())
-				if err != nil || !found || kind != e.key.Kind() || !bytes.Equal(v, e.value) {
-					errs <- fmt.Errorf("Get(%s) = %q %s %v %v", e.key, v, kind, found, err)
+				v, found, err := tb.r.Get(e.key.UserKey, e.key.SeqNum())
+				if err != nil || !found || v.Kind != e.key.Kind() || !bytes.Equal(v.Bytes, e.value) {
+					errs <- fmt.Errorf("Get(%s) = %q %s %v %v", e.key, v.Bytes, v.Kind, found, err)
 					return
 				}
+				v.Release()
 				if i%20 == 0 {
 					it := tb.r.NewIter(e.key.UserKey, nil)
 					n := 0
@@ -146,23 +171,85 @@ func cachedTable(t *testing.T, cache *Cache) (*Reader, []kv) {
 }
 
 // TestGetValueOutlivesEviction checks that a value returned by Get stays
-// intact after its block is evicted and the cache reuses its space.
+// intact after its block is evicted and the cache reuses the memory of
+// others, until it is released, and that its block's memory is then freed.
 func TestGetValueOutlivesEviction(t *testing.T) {
 	cache := NewCache(1 << 20)
 	r, all := cachedTable(t, cache)
 	defer r.Close()
-	v, _, found, err := r.Get([]byte("k000000"), 1)
+	v, found, err := r.Get([]byte("k000000"), 1)
 	if err != nil || !found {
 		t.Fatal(found, err)
 	}
 	cache.EvictFile(1)
+	inUse := cache.slab.Stats().InUse
+	if inUse == 0 {
+		t.Fatal("an evicted block still held by a value was freed")
+	}
 	for _, e := range all {
-		if _, _, _, err := r.Get(e.key.UserKey, 1); err != nil {
+		w, _, err := r.Get(e.key.UserKey, 1)
+		if err != nil {
 			t.Fatal(err)
 		}
+		w.Release()
 	}
-	if string(v) != "value-000000" {
-		t.Fatalf("value changed to %q", v)
+	if string(v.Bytes) != "value-000000" {
+		t.Fatalf("value changed to %q", v.Bytes)
+	}
+	cache.EvictFile(1)
+	before := cache.slab.Stats().InUse
+	v.Release()
+	if after := cache.slab.Stats().InUse; after >= before {
+		t.Fatalf("releasing the last reference to an evicted block freed nothing (%d bytes in use, was %d)", after, before)
+	}
+}
+
+// TestIteratorHoldsItsBlock checks that an iterator's loaded block stays
+// intact through eviction and reuse of the cache's memory, and is freed
+// once the iterator moves on; and that Close frees what no one holds.
+func TestIteratorHoldsItsBlock(t *testing.T) {
+	cache := NewCache(1 << 20)
+	r, all := cachedTable(t, cache)
+	defer r.Close()
+	it := r.NewIter(nil, nil)
+	if !it.First() {
+		t.Fatal(it.Error())
+	}
+	value := it.Value()
+	cache.EvictFile(1)
+	for _, e := range all[len(all)/2:] {
+		w, _, err := r.Get(e.key.UserKey, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Release()
+	}
+	if string(value) != "value-000000" || string(it.Key().UserKey) != "k000000" {
+		t.Fatalf("the loaded block changed: %s = %q", it.Key(), value)
+	}
+	n := 1
+	for it.Next() {
+		n++
+	}
+	if err := it.Close(); err != nil || n != len(all) {
+		t.Fatalf("scan: %d entries, err %v", n, err)
+	}
+	cached := cache.Metrics().Size
+	if inUse := cache.slab.Stats().InUse; inUse+int64(cache.Metrics().Count)*cacheEntryOverhead != cached {
+		t.Fatalf("%d bytes in use with the iterator closed, want the %d the cache holds", inUse, cached)
+	}
+
+	v, _, err := r.Get(all[7].key.UserKey, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache.Close()
+	if st := cache.slab.Stats(); st.Mapped == 0 || string(v.Bytes) != "value-000007" {
+		t.Fatalf("Close freed a block a value holds (%+v, %q)", st, v.Bytes)
+	}
+	v.Release()
+	if st := cache.slab.Stats(); st.Mapped != 0 || st.InUse != 0 {
+		t.Fatalf("after Close and the last release: %+v, want nothing mapped", st)
 	}
 }
 

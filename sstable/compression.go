@@ -90,36 +90,55 @@ func (z *zstdDecoder) close() {
 	}
 }
 
-// decompress decodes a stored block of type typ into a new buffer of
-// exactly its decoded size, which is checked against limit before anything
-// is allocated.
-func decompress(typ byte, src []byte, zd *zstdDecoder, limit uint64) ([]byte, error) {
+// decodedLen returns the decoded size of a stored block of type typ,
+// refusing one above limit, so that nothing is allocated for a damaged
+// block's claim.
+func decodedLen(typ byte, src []byte, limit uint64) (int, error) {
 	limit = min(limit, maxBlockLen)
 	switch typ {
 	case blockTypeS2:
 		n, err := s2.DecodedLen(src)
 		if err != nil || uint64(n) > limit {
-			return nil, fmt.Errorf("s2 block: bad decoded length: %w", base.ErrCorruption)
+			return 0, fmt.Errorf("s2 block: bad decoded length: %w", base.ErrCorruption)
 		}
-		out, err := s2.Decode(make([]byte, n), src)
-		if err != nil || len(out) != n {
-			return nil, fmt.Errorf("s2 block: %v: %w", err, base.ErrCorruption)
-		}
-		return out, nil
+		return n, nil
 	case blockTypeZstd:
 		n, k := binary.Uvarint(src)
 		if k <= 0 || n > limit {
-			return nil, fmt.Errorf("zstd block: bad decoded length: %w", base.ErrCorruption)
+			return 0, fmt.Errorf("zstd block: bad decoded length: %w", base.ErrCorruption)
 		}
+		return int(n), nil
+	}
+	return 0, fmt.Errorf("unknown block type %d: %w", typ, base.ErrCorruption)
+}
+
+// decompress decodes a stored block of type typ into dst, whose length is
+// its decodedLen.
+func decompress(typ byte, src, dst []byte, zd *zstdDecoder) error {
+	switch typ {
+	case blockTypeS2:
+		out, err := s2.Decode(dst, src)
+		if err != nil || !sameBytes(out, dst) {
+			return fmt.Errorf("s2 block: %v: %w", err, base.ErrCorruption)
+		}
+		return nil
+	case blockTypeZstd:
+		_, k := binary.Uvarint(src)
 		dec, err := zd.get()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out, err := dec.DecodeAll(src[k:], make([]byte, 0, n))
-		if err != nil || uint64(len(out)) != n {
-			return nil, fmt.Errorf("zstd block: decoded %d of %d bytes (%v): %w", len(out), n, err, base.ErrCorruption)
+		out, err := dec.DecodeAll(src[k:], dst[:0])
+		if err != nil || !sameBytes(out, dst) {
+			return fmt.Errorf("zstd block: decoded %d of %d bytes (%v): %w", len(out), len(dst), err, base.ErrCorruption)
 		}
-		return out, nil
+		return nil
 	}
-	return nil, fmt.Errorf("unknown block type %d: %w", typ, base.ErrCorruption)
+	return fmt.Errorf("unknown block type %d: %w", typ, base.ErrCorruption)
+}
+
+// sameBytes reports whether a decoder's output is dst itself, filled: one
+// that outgrew dst was given a block longer than its header said.
+func sameBytes(out, dst []byte) bool {
+	return len(out) == len(dst) && (len(dst) == 0 || &out[0] == &dst[0])
 }

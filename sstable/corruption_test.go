@@ -80,7 +80,9 @@ func TestCorruptDataBlock(t *testing.T) {
 						break
 					}
 				}
-				_, _, _, err = r.Get(target, base.SeqNumMax)
+				var v Value
+				v, _, err = r.Get(target, base.SeqNumMax)
+				v.Release()
 				checkCorruption(t, "Get", err, wantMsg)
 				r.Close()
 			}
@@ -183,7 +185,8 @@ func TestMalformedBlockWithValidChecksum(t *testing.T) {
 		for ok := it.Last(); ok; ok = it.Prev() {
 		}
 		err2 := it.Close()
-		_, _, _, err3 := r.Get([]byte("pk000|row00003"), base.SeqNumMax)
+		v, _, err3 := r.Get([]byte("pk000|row00003"), base.SeqNumMax)
+		v.Release()
 		for _, err := range []error{err1, err2, err3} {
 			if err != nil && !errors.Is(err, base.ErrCorruption) {
 				t.Fatalf("error %v does not wrap ErrCorruption", err)

@@ -28,7 +28,8 @@ const (
 type iterator struct {
 	r            *Reader
 	lower, upper []byte
-	block        int // index of the block loaded in data; -1 if none
+	block        int   // index of the block loaded in data; -1 if none
+	blk          block // the loaded block, held until another is loaded
 	data         blockIter
 	key          base.InternalKey
 	pos          iterPos
@@ -60,13 +61,14 @@ func (it *iterator) loadBlock(i int) bool {
 	if it.block == i {
 		return true
 	}
-	it.block = -1
+	it.releaseBlock()
 	h := it.r.index.handle(i)
 	b, err := it.r.dataBlock(h, it.fillCache)
 	if err != nil {
 		return it.fail(err)
 	}
-	if err := it.data.init(b); err != nil {
+	it.blk = b
+	if err := it.data.init(b.data); err != nil {
 		return it.fail(it.r.blockErr(h, err))
 	}
 	it.block = i
@@ -76,10 +78,19 @@ func (it *iterator) loadBlock(i int) bool {
 	return true
 }
 
+// releaseBlock lets the loaded block go: the values read from it must no
+// longer be used.
+func (it *iterator) releaseBlock() {
+	it.blk.release()
+	it.blk = block{}
+	it.block = -1
+	it.data.data, it.data.val = nil, nil
+}
+
 func (it *iterator) fail(err error) bool {
 	it.err = err
 	it.pos = posInvalid
-	it.block = -1
+	it.releaseBlock()
 	return false
 }
 
@@ -325,8 +336,8 @@ func (it *iterator) Prev() bool {
 // positioning call overwrites.
 func (it *iterator) Key() base.InternalKey { return it.key }
 
-// Value returns the current value. It aliases an immutable block, so in
-// fact it stays valid after the iterator moves on.
+// Value returns the current value. It aliases the loaded block, so it
+// stays valid until the iterator loads another block or is closed.
 func (it *iterator) Value() []byte { return it.data.val }
 
 // Error returns the first error the iterator met.
@@ -342,8 +353,7 @@ func (it *iterator) Close() error {
 	it.r, it.lower, it.upper, it.err = nil, nil, nil, nil
 	it.key = base.InternalKey{}
 	// Keep the key and prev buffers for reuse, but not the block.
-	it.data.data, it.data.val = nil, nil
-	it.block = -1
+	it.releaseBlock()
 	r.iters.Put(it)
 	return err
 }

@@ -187,86 +187,175 @@ func readFull(f io.ReaderAt, buf []byte, off int64) error {
 
 // readBlock reads the block at h, verifies its checksum and decompresses
 // it, refusing a decompressed size above maxDecoded (0: the block must be
-// stored uncompressed). The result is never modified afterwards, so it may
-// be cached and handed to any number of readers.
+// stored uncompressed). The result is on the heap.
 func (r *Reader) readBlock(h blockHandle, maxDecoded uint64) ([]byte, error) {
 	buf := make([]byte, h.length+blockTrailerLen)
-	if err := readFull(r.f, buf, int64(h.offset)); err != nil {
-		return nil, &blockError{r.fileNum, h.offset, err}
-	}
-	n := h.length
-	typ := buf[n]
-	if got, want := xxhash.Sum64(buf[:n+1]), binary.LittleEndian.Uint64(buf[n+1:]); got != want {
-		return nil, &blockError{r.fileNum, h.offset, fmt.Errorf("checksum mismatch (computed %#x, stored %#x): %w", got, want, base.ErrCorruption)}
+	typ, err := r.readRaw(h, buf)
+	if err != nil {
+		return nil, err
 	}
 	if typ == blockTypeNone {
-		return buf[:n:n], nil
+		return buf[:h.length:h.length], nil
 	}
+	n, err := r.decodedLen(h, typ, buf[:h.length], maxDecoded)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, n)
+	return out, r.decompress(h, typ, buf[:h.length], out)
+}
+
+// readRaw reads the block at h with its trailer into buf, of h.length +
+// blockTrailerLen bytes, verifies its checksum and returns its type.
+func (r *Reader) readRaw(h blockHandle, buf []byte) (byte, error) {
+	if err := readFull(r.f, buf, int64(h.offset)); err != nil {
+		return 0, &blockError{r.fileNum, h.offset, err}
+	}
+	n := h.length
+	if got, want := xxhash.Sum64(buf[:n+1]), binary.LittleEndian.Uint64(buf[n+1:]); got != want {
+		return 0, &blockError{r.fileNum, h.offset, fmt.Errorf("checksum mismatch (computed %#x, stored %#x): %w", got, want, base.ErrCorruption)}
+	}
+	return buf[n], nil
+}
+
+func (r *Reader) decodedLen(h blockHandle, typ byte, src []byte, maxDecoded uint64) (int, error) {
 	if maxDecoded == 0 {
-		return nil, &blockError{r.fileNum, h.offset, fmt.Errorf("block type %d where only uncompressed blocks are allowed: %w", typ, base.ErrCorruption)}
+		return 0, &blockError{r.fileNum, h.offset, fmt.Errorf("block type %d where only uncompressed blocks are allowed: %w", typ, base.ErrCorruption)}
 	}
+	n, err := decodedLen(typ, src, maxDecoded)
+	if err != nil {
+		return 0, &blockError{r.fileNum, h.offset, err}
+	}
+	return n, nil
+}
+
+func (r *Reader) decompress(h blockHandle, typ byte, src, dst []byte) error {
 	zd := &r.zstd
 	if r.cache != nil {
 		zd = &r.cache.zstd
 	}
-	out, err := decompress(typ, buf[:n], zd, maxDecoded)
-	if err != nil {
-		return nil, &blockError{r.fileNum, h.offset, err}
+	if err := decompress(typ, src, dst, zd); err != nil {
+		return &blockError{r.fileNum, h.offset, err}
 	}
-	return out, nil
+	return nil
 }
 
-// dataBlock returns data block h from the cache or the file, adding a
-// block read from the file to the cache if fill.
-func (r *Reader) dataBlock(h blockHandle, fill bool) ([]byte, error) {
-	if r.cache != nil {
-		if b := r.cache.get(r.fileNum, h.offset); b != nil {
-			return b, nil
-		}
+// rawBlocks recycles the buffers blocks are read into before they are
+// decompressed or copied into the cache's memory.
+var rawBlocks = sync.Pool{New: func() any { return new([]byte) }}
+
+// readCached reads the block at h into the cache's memory and caches it.
+// The entry comes with a reference for the caller.
+func (r *Reader) readCached(h blockHandle) (*cacheEntry, error) {
+	raw := rawBlocks.Get().(*[]byte)
+	defer rawBlocks.Put(raw)
+	if need := int(h.length + blockTrailerLen); cap(*raw) < need {
+		*raw = make([]byte, need)
 	}
-	b, err := r.readBlock(h, r.props.MaxBlockSize)
+	buf := (*raw)[:h.length+blockTrailerLen]
+	typ, err := r.readRaw(h, buf)
 	if err != nil {
 		return nil, err
 	}
-	if fill && r.cache != nil {
-		r.cache.set(r.fileNum, h.offset, b)
+	src := buf[:h.length]
+	n := len(src)
+	if typ != blockTypeNone {
+		if n, err = r.decodedLen(h, typ, src, r.props.MaxBlockSize); err != nil {
+			return nil, err
+		}
 	}
-	return b, nil
+	mem := r.cache.alloc(n)
+	data := mem.Bytes()[:n:n]
+	if typ == blockTypeNone {
+		copy(data, src)
+	} else if err := r.decompress(h, typ, src, data); err != nil {
+		r.cache.slab.Free(mem)
+		return nil, err
+	}
+	return r.cache.set(r.fileNum, h.offset, mem, data), nil
+}
+
+// block is a data block, and the cache entry it lives in: nil for one
+// read onto the heap, which the collector frees.
+type block struct {
+	data []byte
+	e    *cacheEntry
+}
+
+func (b block) release() {
+	if b.e != nil {
+		b.e.release()
+	}
+}
+
+// dataBlock returns data block h from the cache or the file, adding a
+// block read from the file to the cache if fill. The caller releases it.
+func (r *Reader) dataBlock(h blockHandle, fill bool) (block, error) {
+	if r.cache != nil {
+		if e := r.cache.get(r.fileNum, h.offset); e != nil {
+			return block{e.data, e}, nil
+		}
+		if fill {
+			e, err := r.readCached(h)
+			if err != nil {
+				return block{}, err
+			}
+			return block{e.data, e}, nil
+		}
+	}
+	b, err := r.readBlock(h, r.props.MaxBlockSize)
+	return block{data: b}, err
+}
+
+// Value is a value Get found, and the block it lies in, which stays in
+// memory (in the block cache, or out of it once evicted) until Release.
+// Bytes must not be modified, nor used after Release.
+type Value struct {
+	Bytes []byte
+	Kind  base.Kind
+	block *cacheEntry
+}
+
+// Release lets the value's block go. A Value made elsewhere, with no
+// block, releases nothing.
+func (v Value) Release() {
+	if v.block != nil {
+		v.block.release()
+	}
 }
 
 // Get returns the newest version of userKey with a sequence number <= seq
-// in this table: its value and kind, found=false if the table holds no such
-// version. The bloom filter is consulted first, so a missing key usually
-// costs no I/O. value aliases a block that is never modified or recycled:
-// it stays valid for as long as the caller holds it, but must not be
-// modified.
-func (r *Reader) Get(userKey []byte, seq base.SeqNum) (value []byte, kind base.Kind, found bool, err error) {
+// in this table, found=false if the table holds no such version. The
+// bloom filter is consulted first, so a missing key usually costs no I/O.
+// A found value must be released.
+func (r *Reader) Get(userKey []byte, seq base.SeqNum) (v Value, found bool, err error) {
 	r.live()
 	if r.filter != nil && !r.filter.mayContain(keyHash(userKey)) {
-		return nil, 0, false, nil
+		return Value{}, false, nil
 	}
 	search := base.MakeSearchKey(userKey, min(seq, base.SeqNumMax))
 	i := r.index.seek(search)
 	if i == r.index.len() {
-		return nil, 0, false, nil
+		return Value{}, false, nil
 	}
 	h := r.index.handle(i)
-	data, err := r.dataBlock(h, true)
+	b, err := r.dataBlock(h, true)
 	if err != nil {
-		return nil, 0, false, err
+		return Value{}, false, err
 	}
 	// The block holds the first key >= search if the table has one: its
 	// separator is >= search, and the separator is either its last key
 	// or a key between its last key and the next block's first that no
 	// version of userKey can equal.
-	value, trailer, match, err := getInBlock(data, search)
-	if err != nil {
-		return nil, 0, false, r.blockErr(h, err)
+	value, trailer, match, err := getInBlock(b.data, search)
+	if err != nil || !match {
+		b.release()
+		if err != nil {
+			err = r.blockErr(h, err)
+		}
+		return Value{}, false, err
 	}
-	if !match {
-		return nil, 0, false, nil
-	}
-	return value, trailer.Kind(), true, nil
+	return Value{Bytes: value, Kind: trailer.Kind(), block: b.e}, true, nil
 }
 
 // MayContain reports whether the table may hold some version of userKey;
@@ -313,8 +402,8 @@ func (r *Reader) Properties() Properties { return r.props }
 
 // Close closes the file and returns the index's and filter's memory. No
 // Get or iterator may be in progress, and none may start after it (it
-// panics); values already returned stay valid, since they live in blocks
-// on the heap.
+// panics); values not yet released stay valid, since they hold their
+// blocks.
 func (r *Reader) Close() error {
 	if r.closed.Swap(true) {
 		return errors.New("sstable: Reader closed twice")

@@ -47,12 +47,13 @@ func TestReaderMetaOutsideHeap(t *testing.T) {
 		t.Errorf("%.1f suffix bytes per separator: the common prefix is stored again", perBlock)
 	}
 	for i, k := range keys {
-		v, _, found, err := r.Get(k, base.SeqNumMax)
-		if err != nil || !found || len(v) != 200 {
-			t.Fatalf("Get(%s): found %v, %d bytes, err %v", k, found, len(v), err)
+		v, found, err := r.Get(k, base.SeqNumMax)
+		if err != nil || !found || len(v.Bytes) != 200 {
+			t.Fatalf("Get(%s): found %v, %d bytes, err %v", k, found, len(v.Bytes), err)
 		}
+		v.Release()
 		missing := fmt.Appendf(nil, "devstoreaccount1/t0001/pk%06d/rk%06d", i/100, 2*(i%100)+1)
-		if _, _, found, err := r.Get(missing, base.SeqNumMax); err != nil || found {
+		if _, found, err := r.Get(missing, base.SeqNumMax); err != nil || found {
 			t.Fatalf("Get(%s) of an absent key: found %v, err %v", missing, found, err)
 		}
 	}

@@ -215,14 +215,15 @@ func randomGets(t *testing.T, rng *rand.Rand, r *Reader, all []kv) {
 		if rng.IntN(4) == 0 {
 			seq = base.SeqNumMax
 		}
-		v, kind, found, err := r.Get(k, seq)
+		v, found, err := r.Get(k, seq)
 		if err != nil {
 			t.Fatalf("Get(%q, %d): %v", k, seq, err)
 		}
 		want, wantFound := modelGet(all, k, seq)
-		if found != wantFound || (found && (kind != want.key.Kind() || !bytes.Equal(v, want.value))) {
-			t.Fatalf("Get(%q, %d) = %q %s %v, want %s %v", k, seq, v, kind, found, fmtKV(want.key, want.value), wantFound)
+		if found != wantFound || (found && (v.Kind != want.key.Kind() || !bytes.Equal(v.Bytes, want.value))) {
+			t.Fatalf("Get(%q, %d) = %q %s %v, want %s %v", k, seq, v.Bytes, v.Kind, found, fmtKV(want.key, want.value), wantFound)
 		}
+		v.Release()
 	}
 }
 
@@ -371,7 +372,7 @@ func TestEmptyTable(t *testing.T) {
 	if err := it.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, found, err := r.Get([]byte("a"), base.SeqNumMax); found || err != nil {
+	if _, found, err := r.Get([]byte("a"), base.SeqNumMax); found || err != nil {
 		t.Fatalf("Get on empty table: %v %v", found, err)
 	}
 }
@@ -472,10 +473,11 @@ func TestLargeValues(t *testing.T) {
 		r := openTable(t, data, ReaderOptions{})
 		fullScans(t, r, all)
 		for _, e := range all {
-			v, _, found, err := r.Get(e.key.UserKey, 1)
-			if err != nil || !found || !bytes.Equal(v, e.value) {
+			v, found, err := r.Get(e.key.UserKey, 1)
+			if err != nil || !found || !bytes.Equal(v.Bytes, e.value) {
 				t.Fatalf("%s: Get(%s): found %v, err %v", comp, e.key, found, err)
 			}
+			v.Release()
 		}
 		r.Close()
 	}

@@ -7,7 +7,8 @@
 // again before a collection (at GOGC 100), so long-lived, pointer-free
 // data costs about twice its size in resident memory. Memory from New
 // costs its size. It must hold no Go pointers, and must not be used after
-// Free.
+// Free. A Slab does the same for many smaller buffers of similar sizes,
+// such as a block cache's blocks.
 package manual
 
 import "unsafe"
@@ -17,10 +18,12 @@ import "unsafe"
 // heap's overhead on so little is small.
 const minMapped = 16 << 10
 
-// Buf is memory from New.
+// Buf is memory from New, or from a Slab's Alloc (which its Free, not
+// Buf.Free, gives back).
 type Buf struct {
 	b      []byte
 	mapped bool // outside the heap, to be unmapped by Free
+	slab   bool // a Slab's, to be given back to it (Free does nothing)
 }
 
 // New returns n zeroed bytes, 8-byte aligned, outside the Go heap when n

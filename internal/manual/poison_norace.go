@@ -1,0 +1,7 @@
+//go:build !race
+
+package manual
+
+const poisonFreed = false
+
+const poisonByte = 0xdb
