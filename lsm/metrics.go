@@ -48,6 +48,9 @@ type Metrics struct {
 		Hits, Misses int64
 		Size         int64
 		Count        int64
+		// Mapped is the memory outside the Go heap the blocks come from:
+		// cached, evicted but still in use, or free for the next ones.
+		Mapped int64
 	}
 	TableCache struct {
 		Hits, Misses int64
@@ -202,6 +205,7 @@ func (db *DB) Metrics() Metrics {
 	if db.blockCache != nil {
 		cm := db.blockCache.Metrics()
 		m.BlockCache.Hits, m.BlockCache.Misses, m.BlockCache.Size, m.BlockCache.Count = cm.Hits, cm.Misses, cm.Size, cm.Count
+		m.BlockCache.Mapped = cm.Mapped
 	}
 	m.TableCache.Hits = db.tableCache.hits.Load()
 	m.TableCache.Misses = db.tableCache.misses.Load()

@@ -122,3 +122,39 @@ func TestMetricsCompactionDebtOnADB(t *testing.T) {
 		t.Errorf("debt %d after a full compaction:\n%s", m.Compaction.Debt, &m)
 	}
 }
+
+// TestMetricsBlockCache reads a DB larger than its block cache twice: the
+// cache stays within its capacity, and the memory its blocks come from
+// holds at least what is cached and stays near the capacity, however many
+// blocks came and went.
+func TestMetricsBlockCache(t *testing.T) {
+	opts := smallOptions()
+	opts.CacheSize = 1 << 20
+	db := openTestDB(t, t.TempDir(), opts)
+	defer db.Close()
+	value := make([]byte, 200)
+	const n = 20000 // about 4.4 MB of keys and values
+	for i := range n {
+		if err := db.Set(fmt.Appendf(nil, "k%06d", i), value, &WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		for i := range n {
+			if v, err := db.Get(fmt.Appendf(nil, "k%06d", i)); err != nil || len(v) != len(value) {
+				t.Fatalf("Get k%06d: %d bytes, %v", i, len(v), err)
+			}
+		}
+	}
+	m := db.Metrics().BlockCache
+	if m.Hits == 0 || m.Misses == 0 || m.Size > opts.CacheSize || m.Count == 0 {
+		t.Fatalf("block cache after reading %d keys twice: %+v", n, m)
+	}
+	// Size charges each block its slot and 96 bytes of bookkeeping.
+	if m.Mapped < m.Size-m.Count*96 || m.Mapped > opts.CacheSize+8<<20 {
+		t.Fatalf("block cache memory: %d bytes mapped for %d cached (capacity %d)", m.Mapped, m.Size, opts.CacheSize)
+	}
+}

@@ -25,6 +25,7 @@ type engineCollector struct {
 	stalls, stallSeconds                                       *prometheus.Desc
 	slowdowns, slowdownSeconds                                 *prometheus.Desc
 	blockCacheHits, blockCacheMisses, blockCacheBytes          *prometheus.Desc
+	blockCacheMapped                                           *prometheus.Desc
 	tableCacheHits, tableCacheMisses, tableCacheOpen           *prometheus.Desc
 	walFiles, walBytes, walWritten                             *prometheus.Desc
 	walSyncSeconds, walGroupSize                               *prometheus.Desc
@@ -59,6 +60,7 @@ func newEngineCollector(store func() *partition.Store) *engineCollector {
 		blockCacheHits:     d("block_cache_hits_total", "Block cache hits."),
 		blockCacheMisses:   d("block_cache_misses_total", "Block cache misses (blocks read from disk)."),
 		blockCacheBytes:    d("block_cache_bytes", "Bytes held in the block cache."),
+		blockCacheMapped:   d("block_cache_mapped_bytes", "Memory outside the Go heap that cached blocks come from, cached, in use or free."),
 		tableCacheHits:     d("table_cache_hits_total", "Table cache hits (a table already open)."),
 		tableCacheMisses:   d("table_cache_misses_total", "Table cache misses (a table opened)."),
 		tableCacheOpen:     d("table_cache_open", "Tables open in the table cache."),
@@ -77,7 +79,7 @@ func (c *engineCollector) descs() []*prometheus.Desc {
 		c.memtableBytes, c.memtablesImmutable, c.levelFiles, c.levelBytes, c.levelScore,
 		c.compactionDebt, c.compactionsRunning, c.compactions, c.trivialMoves, c.compactionRead,
 		c.compactionWrite, c.compactionSeconds, c.flushes, c.flushBytes, c.flushSeconds,
-		c.stalls, c.stallSeconds, c.slowdowns, c.slowdownSeconds, c.blockCacheHits, c.blockCacheMisses, c.blockCacheBytes,
+		c.stalls, c.stallSeconds, c.slowdowns, c.slowdownSeconds, c.blockCacheHits, c.blockCacheMisses, c.blockCacheBytes, c.blockCacheMapped,
 		c.tableCacheHits, c.tableCacheMisses, c.tableCacheOpen, c.walFiles, c.walBytes,
 		c.walWritten, c.walSyncSeconds, c.walGroupSize, c.snapshots, c.visibleSeq,
 	}
@@ -126,6 +128,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.blockCacheHits, float64(m.BlockCache.Hits))
 	counter(c.blockCacheMisses, float64(m.BlockCache.Misses))
 	gauge(c.blockCacheBytes, float64(m.BlockCache.Size))
+	gauge(c.blockCacheMapped, float64(m.BlockCache.Mapped))
 	counter(c.tableCacheHits, float64(m.TableCache.Hits))
 	counter(c.tableCacheMisses, float64(m.TableCache.Misses))
 	gauge(c.tableCacheOpen, float64(m.TableCache.Open))

@@ -37,6 +37,9 @@ type Cache struct {
 	// shift maps a 64-bit hash to a shard: len(shards) is 1<<(64-shift).
 	shift uint
 	slab  *manual.Slab
+	// raw recycles the buffers blocks are read into before they are
+	// decompressed or copied into the slab.
+	raw sync.Pool
 	// zstd is shared by every Reader using this cache, so that open
 	// tables do not each hold a decoder.
 	zstd zstdDecoder
@@ -96,6 +99,7 @@ func NewCache(capacityBytes int64) *Cache {
 		n, shift = n/2, shift+1
 	}
 	c := &Cache{shards: make([]cacheShard, n), shift: shift, slab: manual.NewSlab()}
+	c.raw.New = func() any { return new([]byte) }
 	perShard := capacityBytes / int64(n)
 	for i := range c.shards {
 		s := &c.shards[i]

@@ -240,15 +240,11 @@ func (r *Reader) decompress(h blockHandle, typ byte, src, dst []byte) error {
 	return nil
 }
 
-// rawBlocks recycles the buffers blocks are read into before they are
-// decompressed or copied into the cache's memory.
-var rawBlocks = sync.Pool{New: func() any { return new([]byte) }}
-
 // readCached reads the block at h into the cache's memory and caches it.
 // The entry comes with a reference for the caller.
 func (r *Reader) readCached(h blockHandle) (*cacheEntry, error) {
-	raw := rawBlocks.Get().(*[]byte)
-	defer rawBlocks.Put(raw)
+	raw := r.cache.raw.Get().(*[]byte)
+	defer r.cache.raw.Put(raw)
 	if need := int(h.length + blockTrailerLen); cap(*raw) < need {
 		*raw = make([]byte, need)
 	}
