@@ -419,10 +419,11 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 	return nil
 }
 
-// walBytesPerSync is how much unsynced log a WAL segment may hold before
-// its writer fsyncs it in the background: the rotation to a new segment
-// closes the old one, fsyncing it, under the commit lock, and with no
-// synced writes a full memtable's segment (64 MiB) took 50-60 ms there.
+// walBytesPerSync is how much of a WAL segment its writer lets the kernel
+// hold unwritten before starting writeback (wal.WriterOptions.BytesPerSync):
+// the rotation to a new segment closes the old one, fsyncing it, under the
+// commit lock, and with no synced writes a full memtable's segment (64
+// MiB) took 50-60 ms there.
 const walBytesPerSync = 2 << 20
 
 // createLog creates WAL segment num and makes its name durable. onSync

@@ -34,12 +34,16 @@ type WriterOptions struct {
 	// for: Close's, or one BytesPerSync made).
 	// It must be quick: the next fsync waits for it. It is for metrics.
 	OnSync func(d time.Duration, waiters int)
-	// BytesPerSync, when positive, makes the background goroutine fsync
-	// whenever that many bytes were written out since the last fsync,
-	// though no SyncTo asked for it. Close must make everything durable,
-	// and an unsynced log of tens of MiB then took tens of milliseconds,
-	// on its caller's time; writing back as the log grows, off the
-	// writers' path, leaves Close little to do.
+	// BytesPerSync, when positive, makes the background goroutine start
+	// the kernel's writeback of the file whenever that many bytes were
+	// written out since the last fsync or writeback, though no SyncTo
+	// asked for it: sync_file_range(2) on Linux, which does not wait for
+	// the disk; an fsync where that is not available. Close must make
+	// everything durable, and an unsynced log of tens of MiB then took
+	// tens of milliseconds, on its caller's time; writing back as the log
+	// grows leaves Close little to do. (An fsync here held the writers up
+	// instead: while it ran, nothing was written out, and they met
+	// MaxBuffered.)
 	BytesPerSync int
 }
 
@@ -334,6 +338,9 @@ func (w *Writer) rotateLocked() {
 func (w *Writer) flushLoop() {
 	defer close(w.done)
 	var batch []*block
+	// writtenBack is the offset up to which the file was fsynced or its
+	// writeback started.
+	var writtenBack int64
 	for {
 		select {
 		case <-w.wake:
@@ -350,8 +357,10 @@ func (w *Writer) flushLoop() {
 			cur := w.cur
 			from, to := cur.written, cur.n
 			start, target := w.flushed, w.logical
-			doSync := w.syncReq > w.synced || (w.bytesPerSync > 0 && target-w.synced >= w.bytesPerSync)
-			if len(batch) == 0 && from == to && !doSync {
+			doSync := w.syncReq > w.synced
+			writtenBack = max(writtenBack, w.synced)
+			writeBack := !doSync && w.bytesPerSync > 0 && target-writtenBack >= w.bytesPerSync
+			if len(batch) == 0 && from == to && !doSync && !writeBack {
 				break
 			}
 			// Every SyncTo caller that joined since the last round asked
@@ -361,6 +370,12 @@ func (w *Writer) flushLoop() {
 			w.mu.Unlock()
 
 			err := w.writeOut(batch, cur, from, to, start)
+			if err == nil && writeBack {
+				if !startWriteback(w.f, writtenBack, target-writtenBack) {
+					doSync = true
+				}
+				writtenBack = target
+			}
 			var syncTime time.Duration
 			if err == nil && doSync {
 				t0 := time.Now()

@@ -1,0 +1,67 @@
+package wal
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// writebackHere says whether this platform starts writeback without an
+// fsync (writeback_sync_file_range.go).
+var writebackHere = runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")
+
+// TestBytesPerSyncStartsWriteback checks that on an OS file BytesPerSync
+// starts the kernel's writeback instead of fsyncing (where the system
+// can), so that no fsync holds the flusher up before Close, which still
+// fsyncs everything; and that a file with no descriptor gets fsyncs.
+func TestBytesPerSyncStartsWriteback(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got := startWriteback(f, 0, 0); got != writebackHere {
+		t.Fatalf("startWriteback on an OS file: %v, want %v on %s/%s", got, writebackHere, runtime.GOOS, runtime.GOARCH)
+	}
+	if startWriteback(&memFile{}, 0, 0) {
+		t.Fatal("startWriteback on a file with no descriptor reported success")
+	}
+
+	var syncs atomic.Int32
+	w := NewWriter(f, WriterOptions{BytesPerSync: 64 << 10, OnSync: func(time.Duration, int) { syncs.Add(1) }})
+	var end int64
+	for i := range 64 {
+		if end, err = w.WriteRecord(record(i, 8<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.mu.Lock()
+	for w.pending || w.flushed < end {
+		w.mu.Unlock()
+		time.Sleep(100 * time.Microsecond)
+		w.mu.Lock()
+	}
+	w.mu.Unlock()
+	if n := syncs.Load(); writebackHere && n != 0 {
+		t.Fatalf("%d fsyncs before Close, where writeback can be started without one", n)
+	} else if !writebackHere && n == 0 {
+		t.Fatal("no fsync before Close, where BytesPerSync must fall back to fsync")
+	}
+	before := syncs.Load()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if syncs.Load() != before+1 {
+		t.Fatalf("Close made %d fsyncs, want 1", syncs.Load()-before)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != end {
+		t.Fatalf("file of %d bytes, want %d", fi.Size(), end)
+	}
+}
