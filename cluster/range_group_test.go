@@ -30,21 +30,9 @@ func (c *testCluster) groupLeader(g uint64, timeout time.Duration) *testNode {
 // retrying while leadership moves.
 func (c *testCluster) writeInGroup(g uint64, pk, rk string, n int) partition.StoredEntity {
 	c.t.Helper()
-	for range 200 {
-		ld := c.groupLeader(g, 10*time.Second)
-		e, err := ld.node.applyInGroup(context.Background(), g, acct, "ranges", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent(pk, rk, n)})
-		var se *svcerr.Error
-		if errors.As(err, &se) && se.Code == "ServerBusy" {
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			c.t.Fatalf("group %d: write %s/%s: %v", g, pk, rk, err)
-		}
-		return e
-	}
-	c.t.Fatalf("group %d: no leader took the write", g)
-	return partition.StoredEntity{}
+	return c.inGroup(g, "write "+pk+"/"+rk, func(ld *testNode) (partition.StoredEntity, error) {
+		return ld.node.applyInGroup(context.Background(), g, acct, "ranges", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent(pk, rk, n)})
+	})
 }
 
 // readInGroup reads entity (pk, rk) through range group g's leader,
@@ -52,20 +40,29 @@ func (c *testCluster) writeInGroup(g uint64, pk, rk string, n int) partition.Sto
 // groups it leads, and answers ServerBusy while it does).
 func (c *testCluster) readInGroup(g uint64, pk, rk string) partition.StoredEntity {
 	c.t.Helper()
+	return c.inGroup(g, "read "+pk+"/"+rk, func(ld *testNode) (partition.StoredEntity, error) {
+		return ld.node.getInGroup(context.Background(), g, acct, "ranges", pk, rk)
+	})
+}
+
+// inGroup runs op on range group g's leader until it is not refused with
+// ServerBusy (leadership or the lease moving), failing the test on any
+// other error.
+func (c *testCluster) inGroup(g uint64, what string, op func(ld *testNode) (partition.StoredEntity, error)) partition.StoredEntity {
+	c.t.Helper()
 	for range 200 {
-		ld := c.groupLeader(g, 10*time.Second)
-		e, err := ld.node.getInGroup(context.Background(), g, acct, "ranges", pk, rk)
+		e, err := op(c.groupLeader(g, 10*time.Second))
 		var se *svcerr.Error
 		if errors.As(err, &se) && se.Code == "ServerBusy" {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		if err != nil {
-			c.t.Fatalf("group %d: read %s/%s: %v", g, pk, rk, err)
+			c.t.Fatalf("group %d: %s: %v", g, what, err)
 		}
 		return e
 	}
-	c.t.Fatalf("group %d: no leader took the read", g)
+	c.t.Fatalf("group %d: %s: no leader took it", g, what)
 	return partition.StoredEntity{}
 }
 

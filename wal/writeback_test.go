@@ -38,13 +38,7 @@ func TestBytesPerSyncStartsWriteback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w.mu.Lock()
-	for w.pending || w.flushed < end {
-		w.mu.Unlock()
-		time.Sleep(100 * time.Microsecond)
-		w.mu.Lock()
-	}
-	w.mu.Unlock()
+	waitRoundDone(w, end)
 	if n := syncs.Load(); writebackHere && n != 0 {
 		t.Fatalf("%d fsyncs before Close, where writeback can be started without one", n)
 	} else if !writebackHere && n == 0 {

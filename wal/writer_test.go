@@ -331,6 +331,18 @@ func waitFileHolds(t *testing.T, f *memFile, end int64) {
 	}
 }
 
+// waitRoundDone waits until the flusher has written out everything up to
+// end and finished its round (including any fsync or writeback in it).
+func waitRoundDone(w *Writer, end int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.pending || w.flushed < end {
+		w.mu.Unlock()
+		time.Sleep(100 * time.Microsecond)
+		w.mu.Lock()
+	}
+}
+
 func TestUnsyncedRecordsReachFile(t *testing.T) {
 	f := &memFile{}
 	w := NewWriter(f, WriterOptions{})
@@ -365,13 +377,7 @@ func TestBytesPerSync(t *testing.T) {
 		// Wait until everything reached the file, then for the flusher
 		// to finish its round.
 		waitFileHolds(t, f, end)
-		w.mu.Lock()
-		for w.pending || w.flushed < end {
-			w.mu.Unlock()
-			time.Sleep(100 * time.Microsecond)
-			w.mu.Lock()
-		}
-		w.mu.Unlock()
+		waitRoundDone(w, end)
 		synced := f.syncedLen()
 		if perSync == 0 && synced != 0 {
 			t.Fatalf("without BytesPerSync %d bytes were fsynced before Close", synced)
