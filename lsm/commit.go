@@ -392,18 +392,34 @@ func (db *DB) writeErrLocked() error {
 
 // rotateMemTable queues the mutable memtable for flush and starts a new one
 // on a new WAL segment. Called with commit.mu held.
+//
+// The old segment is closed (written out and fsynced) in the background,
+// and writers go on into the new one meanwhile: its writer hands the file
+// nothing until that close is done (wal.WriterOptions.Previous). So a
+// segment never holds a byte before every older one is durable: recovery
+// may treat a torn record as the end of the log only in the newest
+// segment holding a byte, and a newer synced batch can never survive an
+// older lost one. Waiting for the close here held every writer up for it
+// (several milliseconds at each rotation).
 func (db *DB) rotateMemTable(newLogNum uint64) error {
-	// Finish the old segment before the new one gets a record: recovery
-	// may then treat a torn record as the end of the log only in the last
-	// segment, and a newer synced batch can never survive an older lost one.
-	if err := db.log.writer.Close(); err != nil {
-		return fmt.Errorf("lsm: close WAL %06d: %w", db.log.num, err)
-	}
-	if err := db.log.file.Close(); err != nil {
-		return fmt.Errorf("lsm: close WAL %06d: %w", db.log.num, err)
-	}
-	f, w, err := createLog(db.fs, db.dir, newLogNum, db.metrics.recordSync)
+	oldNum, oldFile, oldWriter := db.log.num, db.log.file, db.log.writer
+	closed := make(chan error, 1)
+	go func() {
+		err := oldWriter.Close()
+		if cerr := oldFile.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			err = fmt.Errorf("lsm: close WAL %06d: %w", oldNum, err)
+		}
+		closed <- err
+	}()
+	previousClosed := sync.OnceValue(func() error { return <-closed })
+	f, w, err := createLog(db.fs, db.dir, newLogNum, db.metrics.recordSync, previousClosed)
 	if err != nil {
+		if perr := previousClosed(); perr != nil {
+			err = errors.Join(err, perr)
+		}
 		return err
 	}
 	db.mu.Lock()
@@ -413,7 +429,7 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 	db.mem.queue = append(db.mem.queue, old)
 	db.mem.size = min(2*db.mem.size, db.opts.MemTableSize)
 	db.mem.mutable = db.newMemTable(db.mem.size, newLogNum)
-	db.log.num, db.log.file, db.log.writer = newLogNum, f, w
+	db.log.num, db.log.file, db.log.writer, db.log.previousClosed = newLogNum, f, w, previousClosed
 	db.updateReadState()
 	signal(db.flushSignal)
 	return nil
@@ -427,8 +443,10 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 const walBytesPerSync = 2 << 20
 
 // createLog creates WAL segment num and makes its name durable. onSync
-// receives the writer's fsyncs (wal.WriterOptions.OnSync).
-func createLog(fs vfs.FS, dir string, num uint64, onSync func(time.Duration, int)) (vfs.File, *wal.Writer, error) {
+// receives the writer's fsyncs (wal.WriterOptions.OnSync); previous, if
+// not nil, waits for the segment before it to be closed
+// (wal.WriterOptions.Previous).
+func createLog(fs vfs.FS, dir string, num uint64, onSync func(time.Duration, int), previous func() error) (vfs.File, *wal.Writer, error) {
 	name := makeFilename(dir, fileTypeLog, num)
 	f, err := fs.Create(name)
 	if err != nil {
@@ -438,7 +456,7 @@ func createLog(fs vfs.FS, dir string, num uint64, onSync func(time.Duration, int
 		f.Close()
 		return nil, nil, fmt.Errorf("lsm: create WAL %s: %w", name, err)
 	}
-	return f, wal.NewWriter(f, wal.WriterOptions{OnSync: onSync, BytesPerSync: walBytesPerSync}), nil
+	return f, wal.NewWriter(f, wal.WriterOptions{OnSync: onSync, BytesPerSync: walBytesPerSync, Previous: previous}), nil
 }
 
 // signal wakes a background goroutine without blocking.

@@ -51,6 +51,10 @@ type DB struct {
 		num    uint64
 		file   vfs.File
 		writer *wal.Writer
+		// previousClosed waits until the segment before this one is
+		// closed (rotateMemTable closes it in the background) and returns
+		// the close's error; nil for the first segment of a run.
+		previousClosed func() error
 	}
 	versions   *versionSet
 	snapshots  snapshotList

@@ -23,6 +23,9 @@ func (db *DB) Flush() error {
 		return err
 	}
 	var target *memTable
+	// walClosed waits for the close of the WAL segment the rotation ended
+	// (in the background), whose failure Flush reports too.
+	var walClosed func() error
 	if !db.mem.mutable.unwritten() {
 		target = db.mem.mutable
 		newLogNum := db.versions.newFileNum()
@@ -31,12 +34,25 @@ func (db *DB) Flush() error {
 			db.commit.mu.Unlock()
 			return db.failWrites(err)
 		}
+		walClosed = db.log.previousClosed
 		db.mu.Lock()
 	} else if n := len(db.mem.queue); n > 0 {
 		target = db.mem.queue[n-1]
 	}
 	db.commit.mu.Unlock()
-	defer db.mu.Unlock()
+	err := db.waitFlushedLocked(target)
+	db.mu.Unlock()
+	if err == nil && walClosed != nil {
+		if cerr := walClosed(); cerr != nil {
+			return db.failWrites(cerr)
+		}
+	}
+	return err
+}
+
+// waitFlushedLocked waits until memtable target (nil: none) is flushed.
+// Called with db.mu held.
+func (db *DB) waitFlushedLocked(target *memTable) error {
 	for target != nil && slices.Contains(db.mem.queue, target) {
 		if db.closed.Load() {
 			return ErrClosed

@@ -118,8 +118,12 @@ func (db *DB) recover() error {
 	slices.Sort(logs)
 	lastSeq := vs.lastSeq
 	edit := &versionEdit{}
+	newest, err := newestWithBytes(db.fs, db.dir, logs)
+	if err != nil {
+		return err
+	}
 	for i, num := range logs {
-		seq, metas, err := db.replayLog(num, i == len(logs)-1, lastSeq)
+		seq, metas, err := db.replayLog(num, i >= newest, lastSeq)
 		for _, m := range metas {
 			edit.added = append(edit.added, newFileEntry{level: 0, meta: m})
 		}
@@ -133,7 +137,7 @@ func (db *DB) recover() error {
 	// The recovered writes are in tables now; a fresh WAL segment takes new
 	// writes, and a fresh manifest records it all.
 	logNum := vs.newFileNum()
-	f, w, err := createLog(db.fs, db.dir, logNum, db.metrics.recordSync)
+	f, w, err := createLog(db.fs, db.dir, logNum, db.metrics.recordSync, nil)
 	if err != nil {
 		db.removeTables(tablesOf(edit))
 		return err
@@ -167,6 +171,26 @@ func (db *DB) recover() error {
 	return nil
 }
 
+// newestWithBytes returns the index in logs (WAL segment numbers,
+// ascending) of the newest segment whose file holds a byte, 0 if none
+// does. A segment gets its first byte only once every older one is
+// durable (rotateMemTable closes the old one in the background, and the
+// new one's writer waits for it), so a crash may tear the newest segment
+// holding a byte, with empty newer ones after it; a torn record in an
+// older segment is corruption.
+func newestWithBytes(fs vfs.FS, dir string, logs []uint64) (int, error) {
+	for i := len(logs) - 1; i > 0; i-- {
+		info, err := fs.Stat(makeFilename(dir, fileTypeLog, logs[i]))
+		if err != nil {
+			return 0, fmt.Errorf("lsm: WAL %06d: %w", logs[i], err)
+		}
+		if info.Size() > 0 {
+			return i, nil
+		}
+	}
+	return 0, nil
+}
+
 func tablesOf(e *versionEdit) []*fileMetadata {
 	var out []*fileMetadata
 	for _, a := range e.added {
@@ -177,8 +201,9 @@ func tablesOf(e *versionEdit) []*fileMetadata {
 
 // replayLog reads WAL segment num into memtables and writes them out as L0
 // tables. A torn record ends the last segment cleanly (the crash cut it
-// before it was acknowledged); anywhere else it is corruption. It returns
-// the last sequence number it saw.
+// before it was acknowledged); anywhere else it is corruption. last says
+// whether num is the newest segment holding a byte (newestWithBytes). It
+// returns the last sequence number it saw.
 func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum, []*fileMetadata, error) {
 	name := makeFilename(db.dir, fileTypeLog, num)
 	f, err := db.fs.Open(name)
@@ -247,7 +272,7 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 		}
 	}
 	if torn, off := r.TornTail(); torn && !last {
-		return lastSeq, metas, fmt.Errorf("%s: record at offset %d is torn, but a newer WAL segment follows: %w", name, off, ErrCorruption)
+		return lastSeq, metas, fmt.Errorf("%s: record at offset %d is torn, but a newer WAL segment holding bytes follows: %w", name, off, ErrCorruption)
 	}
 	if err := flushMem(); err != nil {
 		return lastSeq, metas, err

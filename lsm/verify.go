@@ -299,9 +299,13 @@ func (v *verifier) logs(logNum uint64) error {
 		}
 	}
 	slices.Sort(nums)
+	newest, err := newestWithBytes(v.fs, v.dir, nums)
+	if err != nil {
+		return fmt.Errorf("lsm: verify %s: %w", v.dir, err)
+	}
 	var lastSeq base.SeqNum
 	for i, num := range nums {
-		seq, err := v.log(num, i == len(nums)-1, lastSeq)
+		seq, err := v.log(num, i >= newest, lastSeq)
 		if err != nil {
 			return err
 		}
@@ -355,7 +359,7 @@ func (v *verifier) log(num uint64, last bool, prevSeq base.SeqNum) (base.SeqNum,
 	}
 	if torn, end := r.TornTail(); torn && !last {
 		off, why, _ := r.TornDamage()
-		return prevSeq, v.fail(fileTypeLog, num, off, "torn (%s) after the last intact record at %d, but a newer WAL segment follows: %w", why, end, ErrCorruption)
+		return prevSeq, v.fail(fileTypeLog, num, off, "torn (%s) after the last intact record at %d, but a newer WAL segment holding bytes follows: %w", why, end, ErrCorruption)
 	}
 	if err := v.tornTail(r, fileTypeLog, num, info.Size()); err != nil {
 		return prevSeq, err

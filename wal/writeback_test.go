@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -57,5 +58,68 @@ func TestBytesPerSyncStartsWriteback(t *testing.T) {
 	}
 	if fi.Size() != end {
 		t.Fatalf("file of %d bytes, want %d", fi.Size(), end)
+	}
+}
+
+// TestPreviousGatesTheFile checks that a Writer with Previous takes
+// records at once but hands its file nothing, and fsyncs nothing, until
+// Previous returns; that a SyncTo waits for it; and that Previous's error
+// stops the Writer.
+func TestPreviousGatesTheFile(t *testing.T) {
+	release := make(chan error)
+	f := &memFile{}
+	w := NewWriter(f, WriterOptions{Previous: func() error { return <-release }})
+	end, err := w.WriteRecord(record(1, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- w.SyncTo(end) }()
+	time.Sleep(20 * time.Millisecond)
+	if f.len() != 0 || f.syncs != 0 {
+		t.Fatalf("%d bytes and %d fsyncs reached the file before the previous segment was closed", f.len(), f.syncs)
+	}
+	select {
+	case err := <-synced:
+		t.Fatalf("SyncTo returned (%v) before the previous segment was closed", err)
+	default:
+	}
+	release <- nil
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	if f.syncedLen() != int(end) {
+		t.Fatalf("%d of %d bytes synced", f.syncedLen(), end)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A Writer that never got a record waits for Previous in Close, and
+	// returns its error.
+	failed := errors.New("previous segment's fsync failed")
+	w = NewWriter(&memFile{}, WriterOptions{Previous: func() error { return failed }})
+	if err := w.Close(); !errors.Is(err, failed) {
+		t.Fatalf("Close: %v, want the previous segment's error", err)
+	}
+
+	// Previous's error stops the Writer like a failed write.
+	f = &memFile{}
+	w = NewWriter(f, WriterOptions{Previous: func() error { return failed }})
+	end, err = w.WriteRecord(record(2, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SyncTo(end); !errors.Is(err, failed) {
+		t.Fatalf("SyncTo: %v, want the previous segment's error", err)
+	}
+	if _, err := w.WriteRecord(record(3, 100)); !errors.Is(err, failed) {
+		t.Fatalf("WriteRecord after the failure: %v", err)
+	}
+	if f.len() != 0 {
+		t.Fatalf("%d bytes reached the file after the previous segment failed", f.len())
+	}
+	if err := w.Close(); !errors.Is(err, failed) {
+		t.Fatalf("Close: %v", err)
 	}
 }

@@ -45,6 +45,13 @@ type WriterOptions struct {
 	// instead: while it ran, nothing was written out, and they met
 	// MaxBuffered.)
 	BytesPerSync int
+	// Previous, when set, is called (once) before the Writer hands its
+	// file a first byte or fsync, and blocks until the log segment before
+	// this one is closed: written out and fsynced. A non-nil error stops
+	// the Writer as a failed write would. So a segment never holds a byte
+	// before every older one is durable, without the writers waiting for
+	// that close: they append to this Writer's buffers meanwhile.
+	Previous func() error
 }
 
 // ErrWriterClosed is returned by calls made on a Writer after Close.
@@ -70,6 +77,9 @@ type Writer struct {
 	maxBuffered  int64
 	bytesPerSync int64
 	onSync       func(time.Duration, int)
+	previous     func() error
+	previousOnce sync.Once
+	previousErr  error
 	// maxFree bounds the recycled blocks kept for reuse, so that one huge
 	// record does not pin its memory for the life of the Writer.
 	maxFree int
@@ -139,6 +149,7 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 		f:            f,
 		maxBuffered:  int64(maxBuffered),
 		bytesPerSync: int64(opts.BytesPerSync),
+		previous:     opts.Previous,
 		onSync:       opts.OnSync,
 		maxFree:      maxBuffered/BlockSize + 2,
 		wake:         make(chan struct{}, 1),
@@ -284,6 +295,14 @@ func (w *Writer) Close() error {
 		w.signalLocked()
 		w.cond.Wait()
 	}
+	w.mu.Unlock()
+	// A Writer that got no record still waits for the segment before it:
+	// its Close, like any, leaves everything before it durable.
+	perr := w.awaitPrevious()
+	w.mu.Lock()
+	if w.err == nil && perr != nil {
+		w.err = perr
+	}
 	w.closed = true
 	err := w.err
 	w.cond.Broadcast()
@@ -291,6 +310,19 @@ func (w *Writer) Close() error {
 	close(w.quit)
 	<-w.done
 	return err
+}
+
+// awaitPrevious waits for the segment before this one to be closed
+// (WriterOptions.Previous), the first time it is called.
+func (w *Writer) awaitPrevious() error {
+	w.previousOnce.Do(func() {
+		if w.previous != nil {
+			if err := w.previous(); err != nil {
+				w.previousErr = fmt.Errorf("wal: the previous segment: %w", err)
+			}
+		}
+	})
+	return w.previousErr
 }
 
 // usableLocked returns the error that stops new records, if any.
@@ -369,7 +401,10 @@ func (w *Writer) flushLoop() {
 			w.joined = 0
 			w.mu.Unlock()
 
-			err := w.writeOut(batch, cur, from, to, start)
+			err := w.awaitPrevious()
+			if err == nil {
+				err = w.writeOut(batch, cur, from, to, start)
+			}
 			if err == nil && writeBack {
 				if !startWriteback(w.f, writtenBack, target-writtenBack) {
 					doSync = true
