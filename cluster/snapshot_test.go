@@ -21,16 +21,22 @@ func TestSnapshotKeptWhileStreamed(t *testing.T) {
 	c.snapshotKeep = 20 * time.Millisecond
 	c.restartAll()
 	ctx := context.Background()
-	ld := c.leader(10 * time.Second)
-	s := ld.node.Store()
-	if _, err := s.CreateTable(ctx, acct, "snap"); err != nil {
+	// The cluster just restarted: leadership may still move, and a write
+	// it refuses in passing is retried, as a client would.
+	if _, err := retryLeader(c, func(s *Store) (partition.StoredEntity, error) {
+		_, err := s.CreateTable(ctx, acct, "snap")
+		return partition.StoredEntity{}, err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 200 {
-		if _, err := s.Apply(ctx, acct, "snap", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", strings.Repeat("k", 100)+string(rune('a'+i%26))+string(rune('a'+i/26)), i)}); err != nil {
+		if _, err := retryLeader(c, func(s *Store) (partition.StoredEntity, error) {
+			return s.Apply(ctx, acct, "snap", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", strings.Repeat("k", 100)+string(rune('a'+i%26))+string(rune('a'+i/26)), i)})
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	ld := c.leader(10 * time.Second)
 	take := func() *servedSnapshot {
 		var ss *servedSnapshot
 		if err := ld.node.onApply(func() (err error) {
