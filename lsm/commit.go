@@ -442,21 +442,40 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 // MiB) took 50-60 ms there.
 const walBytesPerSync = 2 << 20
 
-// createLog creates WAL segment num and makes its name durable. onSync
-// receives the writer's fsyncs (wal.WriterOptions.OnSync); previous, if
-// not nil, waits for the segment before it to be closed
-// (wal.WriterOptions.Previous).
+// createLog creates WAL segment num. onSync receives the writer's fsyncs
+// (wal.WriterOptions.OnSync). The segment's name is made durable before
+// its writer hands the file a byte: at once when previous is nil (a run's
+// first segment), else after previous (the older segment's close:
+// wal.WriterOptions.Previous), off the writers' path: a directory fsync
+// waits for the journal commit that the close's fsync may be in, and held
+// every writer up for milliseconds at a rotation.
 func createLog(fs vfs.FS, dir string, num uint64, onSync func(time.Duration, int), previous func() error) (vfs.File, *wal.Writer, error) {
 	name := makeFilename(dir, fileTypeLog, num)
 	f, err := fs.Create(name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lsm: create WAL: %w", err)
 	}
-	if err := vfs.SyncDir(fs, dir); err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("lsm: create WAL %s: %w", name, err)
+	syncName := func() error {
+		if err := vfs.SyncDir(fs, dir); err != nil {
+			return fmt.Errorf("lsm: create WAL %s: %w", name, err)
+		}
+		return nil
 	}
-	return f, wal.NewWriter(f, wal.WriterOptions{OnSync: onSync, BytesPerSync: walBytesPerSync, Previous: previous}), nil
+	gate := previous
+	if previous == nil {
+		if err := syncName(); err != nil {
+			f.Close()
+			return nil, nil, err
+		}
+	} else {
+		gate = func() error {
+			if err := previous(); err != nil {
+				return err
+			}
+			return syncName()
+		}
+	}
+	return f, wal.NewWriter(f, wal.WriterOptions{OnSync: onSync, BytesPerSync: walBytesPerSync, Previous: gate}), nil
 }
 
 // signal wakes a background goroutine without blocking.

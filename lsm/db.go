@@ -408,7 +408,10 @@ func foundValue(v sstable.Value) (sstable.Value, error) {
 // them: a failed WAL write or sync, flush or compaction. It is sticky;
 // every later write, Flush and Compact fails with it, while reads keep
 // working. Reopening the DB (once the disk is healthy) recovers every
-// acknowledged write.
+// acknowledged write, except after a failure of the WAL itself (a write,
+// fsync or close of a segment, or the directory fsync that makes a new
+// segment's name durable): unsynced writes acknowledged before it may be
+// lost with the records the log's writer held.
 func (db *DB) Err() error {
 	db.mu.Lock()
 	defer db.mu.Unlock()

@@ -211,10 +211,12 @@ func randomFaultRound(t *testing.T, seed uint64) (int, int, bool) {
 		t.Fatalf("%s: reopening on a healthy disk after %v: %v", where, failure, err)
 	}
 	defer db.Close()
-	// On a healthy disk nothing is lost unless a WAL write failed, which
-	// can take unsynced batches with it.
+	// On a healthy disk nothing is lost unless the WAL failed (a write,
+	// fsync or close of a segment, or the directory fsync making a new
+	// segment's name durable, which its writer waits for before writing),
+	// which can take unsynced batches with it.
 	lo := acked
-	if fault.Op == vfs.OpWrite || fault.Op == vfs.OpSync || fault.Op == vfs.OpClose {
+	if fault.Op == vfs.OpWrite || fault.Op == vfs.OpSync || fault.Op == vfs.OpClose || fault.Op == vfs.OpSyncDir {
 		lo = lastSynced + 1
 	}
 	matchPrefix(t, where+": reopened", db, batches, lo, len(batches))
