@@ -30,11 +30,14 @@ type iterator struct {
 	lower, upper []byte
 	block        int   // index of the block loaded in data; -1 if none
 	blk          block // the loaded block, held until another is loaded
-	data         blockIter
-	key          base.InternalKey
-	pos          iterPos
-	withinLower  bool
-	withinUpper  bool
+	// scratch holds the loaded block when it is not cached (a compaction
+	// reads through no cache), reused for the next.
+	scratch     blockScratch
+	data        blockIter
+	key         base.InternalKey
+	pos         iterPos
+	withinLower bool
+	withinUpper bool
 	// fillCache says blocks read from the file go into the block cache.
 	fillCache bool
 	err       error
@@ -63,7 +66,7 @@ func (it *iterator) loadBlock(i int) bool {
 	}
 	it.releaseBlock()
 	h := it.r.index.handle(i)
-	b, err := it.r.dataBlock(h, it.fillCache)
+	b, err := it.r.dataBlock(h, it.fillCache, &it.scratch)
 	if err != nil {
 		return it.fail(err)
 	}

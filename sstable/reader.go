@@ -189,7 +189,29 @@ func readFull(f io.ReaderAt, buf []byte, off int64) error {
 // it, refusing a decompressed size above maxDecoded (0: the block must be
 // stored uncompressed). The result is on the heap.
 func (r *Reader) readBlock(h blockHandle, maxDecoded uint64) ([]byte, error) {
-	buf := make([]byte, h.length+blockTrailerLen)
+	return r.readBlockInto(h, maxDecoded, &blockScratch{})
+}
+
+// blockScratch is memory a reader of blocks that it uses one at a time
+// (an iterator that does not fill the cache: a compaction's) reads each
+// next block into, so that its reads make no garbage.
+type blockScratch struct {
+	raw, data []byte
+}
+
+// grow returns b resized to n bytes, reallocated only if too small.
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+// readBlockInto is readBlock into scratch's memory: the block is valid
+// until scratch is used again.
+func (r *Reader) readBlockInto(h blockHandle, maxDecoded uint64, scratch *blockScratch) ([]byte, error) {
+	scratch.raw = grow(scratch.raw, int(h.length+blockTrailerLen))
+	buf := scratch.raw
 	typ, err := r.readRaw(h, buf)
 	if err != nil {
 		return nil, err
@@ -201,8 +223,8 @@ func (r *Reader) readBlock(h blockHandle, maxDecoded uint64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, n)
-	return out, r.decompress(h, typ, buf[:h.length], out)
+	scratch.data = grow(scratch.data, n)
+	return scratch.data, r.decompress(h, typ, buf[:h.length], scratch.data)
 }
 
 // readRaw reads the block at h with its trailer into buf, of h.length +
@@ -286,7 +308,9 @@ func (b block) release() {
 
 // dataBlock returns data block h from the cache or the file, adding a
 // block read from the file to the cache if fill. The caller releases it.
-func (r *Reader) dataBlock(h blockHandle, fill bool) (block, error) {
+// A block not cached is read into scratch when it is not nil (valid until
+// scratch is used again), else onto the heap.
+func (r *Reader) dataBlock(h blockHandle, fill bool, scratch *blockScratch) (block, error) {
 	if r.cache != nil {
 		if e := r.cache.get(r.fileNum, h.offset); e != nil {
 			return block{e.data, e}, nil
@@ -299,7 +323,10 @@ func (r *Reader) dataBlock(h blockHandle, fill bool) (block, error) {
 			return block{e.data, e}, nil
 		}
 	}
-	b, err := r.readBlock(h, r.props.MaxBlockSize)
+	if scratch == nil {
+		scratch = &blockScratch{}
+	}
+	b, err := r.readBlockInto(h, r.props.MaxBlockSize, scratch)
 	return block{data: b}, err
 }
 
@@ -335,7 +362,7 @@ func (r *Reader) Get(userKey []byte, seq base.SeqNum) (v Value, found bool, err 
 		return Value{}, false, nil
 	}
 	h := r.index.handle(i)
-	b, err := r.dataBlock(h, true)
+	b, err := r.dataBlock(h, true, nil)
 	if err != nil {
 		return Value{}, false, err
 	}
