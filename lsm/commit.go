@@ -437,9 +437,9 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 
 // walBytesPerSync is how much of a WAL segment its writer lets the kernel
 // hold unwritten before starting writeback (wal.WriterOptions.BytesPerSync):
-// the rotation to a new segment closes the old one, fsyncing it, under the
-// commit lock, and with no synced writes a full memtable's segment (64
-// MiB) took 50-60 ms there.
+// a rotation closes the old segment with an fsync, which the new
+// segment's first byte waits for, and with no synced writes a full
+// memtable's segment (64 MiB) took 50-60 ms to fsync at once.
 const walBytesPerSync = 2 << 20
 
 // createLog creates WAL segment num. onSync receives the writer's fsyncs
