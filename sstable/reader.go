@@ -211,44 +211,37 @@ func grow(b []byte, n int) []byte {
 // until scratch is used again.
 func (r *Reader) readBlockInto(h blockHandle, maxDecoded uint64, scratch *blockScratch) ([]byte, error) {
 	scratch.raw = grow(scratch.raw, int(h.length+blockTrailerLen))
-	buf := scratch.raw
-	typ, err := r.readRaw(h, buf)
-	if err != nil {
-		return nil, err
-	}
-	if typ == blockTypeNone {
-		return buf[:h.length:h.length], nil
-	}
-	n, err := r.decodedLen(h, typ, buf[:h.length], maxDecoded)
-	if err != nil {
-		return nil, err
+	typ, src, n, err := r.readStored(h, maxDecoded, scratch.raw)
+	if err != nil || typ == blockTypeNone {
+		return src, err
 	}
 	scratch.data = grow(scratch.data, n)
-	return scratch.data, r.decompress(h, typ, buf[:h.length], scratch.data)
+	return scratch.data, r.decompress(h, typ, src, scratch.data)
 }
 
-// readRaw reads the block at h with its trailer into buf, of h.length +
-// blockTrailerLen bytes, verifies its checksum and returns its type.
-func (r *Reader) readRaw(h blockHandle, buf []byte) (byte, error) {
+// readStored reads the block at h with its trailer into buf, of h.length
+// + blockTrailerLen bytes, and verifies its checksum. It returns the
+// block's type, its stored bytes (in buf) and its decoded size, refused
+// above maxDecoded (0: the block must be stored uncompressed).
+func (r *Reader) readStored(h blockHandle, maxDecoded uint64, buf []byte) (typ byte, src []byte, n int, err error) {
 	if err := readFull(r.f, buf, int64(h.offset)); err != nil {
-		return 0, &blockError{r.fileNum, h.offset, err}
+		return 0, nil, 0, &blockError{r.fileNum, h.offset, err}
 	}
-	n := h.length
-	if got, want := xxhash.Sum64(buf[:n+1]), binary.LittleEndian.Uint64(buf[n+1:]); got != want {
-		return 0, &blockError{r.fileNum, h.offset, fmt.Errorf("checksum mismatch (computed %#x, stored %#x): %w", got, want, base.ErrCorruption)}
+	src = buf[:h.length:h.length]
+	if got, want := xxhash.Sum64(buf[:h.length+1]), binary.LittleEndian.Uint64(buf[h.length+1:]); got != want {
+		return 0, nil, 0, &blockError{r.fileNum, h.offset, fmt.Errorf("checksum mismatch (computed %#x, stored %#x): %w", got, want, base.ErrCorruption)}
 	}
-	return buf[n], nil
-}
-
-func (r *Reader) decodedLen(h blockHandle, typ byte, src []byte, maxDecoded uint64) (int, error) {
+	typ = buf[h.length]
+	if typ == blockTypeNone {
+		return typ, src, len(src), nil
+	}
 	if maxDecoded == 0 {
-		return 0, &blockError{r.fileNum, h.offset, fmt.Errorf("block type %d where only uncompressed blocks are allowed: %w", typ, base.ErrCorruption)}
+		return 0, nil, 0, &blockError{r.fileNum, h.offset, fmt.Errorf("block type %d where only uncompressed blocks are allowed: %w", typ, base.ErrCorruption)}
 	}
-	n, err := decodedLen(typ, src, maxDecoded)
-	if err != nil {
-		return 0, &blockError{r.fileNum, h.offset, err}
+	if n, err = decodedLen(typ, src, maxDecoded); err != nil {
+		return 0, nil, 0, &blockError{r.fileNum, h.offset, err}
 	}
-	return n, nil
+	return typ, src, n, nil
 }
 
 func (r *Reader) decompress(h blockHandle, typ byte, src, dst []byte) error {
@@ -267,20 +260,10 @@ func (r *Reader) decompress(h blockHandle, typ byte, src, dst []byte) error {
 func (r *Reader) readCached(h blockHandle) (*cacheEntry, error) {
 	raw := r.cache.raw.Get().(*[]byte)
 	defer r.cache.raw.Put(raw)
-	if need := int(h.length + blockTrailerLen); cap(*raw) < need {
-		*raw = make([]byte, need)
-	}
-	buf := (*raw)[:h.length+blockTrailerLen]
-	typ, err := r.readRaw(h, buf)
+	*raw = grow(*raw, int(h.length+blockTrailerLen))
+	typ, src, n, err := r.readStored(h, r.props.MaxBlockSize, *raw)
 	if err != nil {
 		return nil, err
-	}
-	src := buf[:h.length]
-	n := len(src)
-	if typ != blockTypeNone {
-		if n, err = r.decodedLen(h, typ, src, r.props.MaxBlockSize); err != nil {
-			return nil, err
-		}
 	}
 	mem := r.cache.alloc(n)
 	data := mem.Bytes()[:n:n]
