@@ -143,15 +143,13 @@ func (db *DB) pinCheckpoint() (*checkpointPin, error) {
 		}
 		db.mu.Lock()
 	}
-	if wait := db.log.previousClosed; wait != nil {
-		// The segments copied must be complete: the last rotation's close
-		// (this one's or an earlier one's) may still be under way.
-		db.mu.Unlock()
-		if err := wait(); err != nil {
-			return nil, db.failWrites(err)
-		}
-		db.mu.Lock()
+	// The segments copied must be complete: the last rotation's close
+	// (this one's or an earlier one's) may still be under way.
+	db.mu.Unlock()
+	if err := db.awaitLogClose(db.log.previousClosed); err != nil {
+		return nil, err
 	}
+	db.mu.Lock()
 	defer db.mu.Unlock()
 	// The mutable memtable is empty, so the segment it writes to holds no
 	// record yet: every batch up to seq is in an older, closed segment,

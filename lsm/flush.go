@@ -42,12 +42,23 @@ func (db *DB) Flush() error {
 	db.commit.mu.Unlock()
 	err := db.waitFlushedLocked(target)
 	db.mu.Unlock()
-	if err == nil && walClosed != nil {
-		if cerr := walClosed(); cerr != nil {
-			return db.failWrites(cerr)
-		}
+	if err != nil {
+		return err
 	}
-	return err
+	return db.awaitLogClose(walClosed)
+}
+
+// awaitLogClose waits for the background close of a WAL segment (nil:
+// none), as given by db.log.previousClosed, and stops writes if it
+// failed.
+func (db *DB) awaitLogClose(closed func() error) error {
+	if closed == nil {
+		return nil
+	}
+	if err := closed(); err != nil {
+		return db.failWrites(err)
+	}
+	return nil
 }
 
 // waitFlushedLocked waits until memtable target (nil: none) is flushed.
