@@ -3,10 +3,13 @@ package lsm
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"maps"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // sortedKeys returns want's keys within [lower, upper) in order.
@@ -98,4 +101,37 @@ func matchPrefixOf(t *testing.T, what string, got model, batches [][]mutation, l
 	t.Fatalf("%s: the DB holds no prefix of batches %d..%d of %d; against the longest: %s",
 		what, lo, hi, len(batches), strings.Join(diff, "; "))
 	return 0
+}
+
+// readAll returns name's contents.
+func readAll(t *testing.T, fs vfs.FS, name string) []byte {
+	t.Helper()
+	f, err := fs.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// writeFile replaces name's contents with data, synced.
+func writeFile(t *testing.T, fs vfs.FS, name string, data []byte) {
+	t.Helper()
+	f, err := fs.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -185,15 +185,7 @@ func TestReadRefusesNewerTableVersion(t *testing.T) {
 		t.Fatalf("%d tables, want 1", len(tables))
 	}
 	name := makeFilename("/db", fileTypeTable, tables[0].FileNum)
-	f, err := fs.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readAll(t, fs, name)
 	// The footer layout of docs/sstable.md: the version at 48, the
 	// checksum of bytes 0..52 at 52, in the last 68 bytes.
 	ft := data[len(data)-68:]
@@ -203,16 +195,7 @@ func TestReadRefusesNewerTableVersion(t *testing.T) {
 	newer := sstable.FormatVersion + 1
 	binary.LittleEndian.PutUint32(ft[48:], newer)
 	binary.LittleEndian.PutUint64(ft[52:], xxhash.Sum64(ft[:52]))
-	out, err := fs.Create(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := out.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, fs, name, data)
 
 	db, err := Open("/db", &Options{FS: fs})
 	if err == nil {

@@ -2,7 +2,6 @@ package lsm
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -164,36 +163,4 @@ func walSizes(t *testing.T, fs vfs.FS, dir string) []int64 {
 		sizes = append(sizes, info.Size())
 	}
 	return sizes
-}
-
-func readAll(t *testing.T, fs vfs.FS, name string) []byte {
-	t.Helper()
-	f, err := fs.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
-// writeFile replaces name's contents with data, synced.
-func writeFile(t *testing.T, fs vfs.FS, name string, data []byte) {
-	t.Helper()
-	f, err := fs.Create(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
