@@ -79,7 +79,7 @@ func slabClass(n int) (class, size int) {
 	return class, 1<<(k-1) + sub*step
 }
 
-// Alloc returns a buffer of n bytes (n > 0), whose capacity is its class's
+// Alloc returns a buffer of n bytes (n >= 0), whose capacity is its class's
 // size. Its contents are whatever its last user left.
 func (s *Slab) Alloc(n int) Buf {
 	class, size := slabClass(n)

@@ -82,6 +82,12 @@ func TestSlabLargeBuffers(t *testing.T) {
 	if st := s.Stats(); st.InUse != 0 {
 		t.Fatalf("stats after Free %+v", st)
 	}
+	// An empty buffer (a damaged block claiming no bytes) is a small one.
+	if z := s.Alloc(0); len(z.Bytes()) != 0 || !z.slab {
+		t.Fatalf("Alloc(0): len %d, slab %v", len(z.Bytes()), z.slab)
+	} else {
+		s.Free(z)
+	}
 	s.Close()
 }
 
