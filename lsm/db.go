@@ -85,6 +85,10 @@ type DB struct {
 	metrics dbMetrics
 	// slowdown paces writes while L0 is large (slowdown.go).
 	slowdown pacer
+	// batches recycles the batches of Set and Delete (singleWrite), and
+	// tableScratch the sstable writers' memory (one per table being
+	// written).
+	batches, tableScratch sync.Pool
 }
 
 // memTable is a memtable together with the WAL segment that holds its writes.
@@ -420,16 +424,35 @@ func (db *DB) Err() error {
 
 // Set writes value under key.
 func (db *DB) Set(key, value []byte, wo *WriteOptions) error {
-	b := Batch{}
-	b.Set(key, value)
-	return db.Apply(&b, wo)
+	return db.singleWrite(base.KindSet, key, value, wo)
 }
 
 // Delete removes key. Deleting an absent key is not an error.
 func (db *DB) Delete(key []byte, wo *WriteOptions) error {
-	b := Batch{}
-	b.Delete(key)
-	return db.Apply(&b, wo)
+	return db.singleWrite(base.KindDelete, key, nil, wo)
+}
+
+// maxPooledBatch bounds the encoding a batch may keep when it goes back to
+// the pool, so that one huge value does not pin its memory.
+const maxPooledBatch = 64 << 10
+
+// singleWrite applies a batch of one write through a recycled Batch. A
+// fresh one per call allocated its encoding, and grew it, every time:
+// garbage that a stream of small synced writes, slow enough that the
+// collector rarely runs, turned into megabytes of heap. Apply does not
+// retain the batch (Enqueue copies it), so it is free again on return.
+func (db *DB) singleWrite(kind base.Kind, key, value []byte, wo *WriteOptions) error {
+	b, _ := db.batches.Get().(*Batch)
+	if b == nil {
+		b = new(Batch)
+	}
+	b.add(kind, key, value)
+	err := db.Apply(b, wo)
+	if cap(b.repr) <= maxPooledBatch {
+		b.Reset()
+		db.batches.Put(b)
+	}
+	return err
 }
 
 // NewIter returns an iterator over the latest state of the DB. It must be

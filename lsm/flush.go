@@ -300,6 +300,7 @@ type tableOutput struct {
 	fileNum uint64
 	file    vfs.File
 	w       *sstable.Writer
+	scratch *sstable.Scratch // the writer's, from db.tableScratch
 }
 
 func (db *DB) newTableOutput() (*tableOutput, error) {
@@ -310,12 +311,29 @@ func (db *DB) newTableOutput() (*tableOutput, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lsm: create table: %w", err)
 	}
-	return &tableOutput{db: db, fileNum: fileNum, file: f, w: sstable.NewWriter(f, db.opts.writerOptions())}, nil
+	sc, _ := db.tableScratch.Get().(*sstable.Scratch)
+	if sc == nil {
+		sc = new(sstable.Scratch)
+	}
+	wo := db.opts.writerOptions()
+	wo.Scratch = sc
+	return &tableOutput{db: db, fileNum: fileNum, file: f, w: sstable.NewWriter(f, wo), scratch: sc}, nil
+}
+
+// releaseScratch lends the writer's memory to the next table, once the
+// writer is done with it. Later calls do nothing (a failed directory sync
+// aborts an output already finished).
+func (o *tableOutput) releaseScratch() {
+	if o.scratch != nil {
+		o.db.tableScratch.Put(o.scratch)
+		o.scratch = nil
+	}
 }
 
 // finish completes the table, syncs and closes it.
 func (o *tableOutput) finish() (*fileMetadata, error) {
 	err := o.w.Close()
+	o.releaseScratch()
 	if err == nil {
 		err = o.file.Sync()
 	}
@@ -338,6 +356,7 @@ func (o *tableOutput) finish() (*fileMetadata, error) {
 }
 
 func (o *tableOutput) abort() {
+	o.releaseScratch()
 	o.file.Close()
 	o.db.fs.Remove(makeFilename(o.db.dir, fileTypeTable, o.fileNum))
 }

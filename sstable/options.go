@@ -1,6 +1,9 @@
 package sstable
 
-import "fmt"
+import (
+	"bufio"
+	"fmt"
+)
 
 // Compression selects how a Writer compresses blocks. The zero value is
 // DefaultCompression, which means S2: fast enough that it rarely costs more
@@ -71,6 +74,23 @@ type WriterOptions struct {
 	// rule a table out of such a scan. Values outside [0, len(userKey)] are
 	// clamped.
 	Split func(userKey []byte) int
+	// Scratch, when set, lends the Writer memory that Writers before it
+	// grew (Scratch); nil means the Writer allocates its own.
+	Scratch *Scratch
+}
+
+// Scratch is memory a Writer reuses from the Writers before it: its output
+// buffer (256 KiB) and its filter's key hashes (8 bytes a key). A caller
+// that writes tables one after another, as a DB's flushes and compactions
+// do, keeps one Scratch per table being written and passes it in
+// WriterOptions; otherwise every table allocates both afresh, and the
+// hashes grow by doubling, which made most of a young DB's garbage under
+// small synced writes. A Writer uses its Scratch until Close returns (or
+// until it is abandoned), so a Scratch serves one Writer at a time. The
+// zero value is ready to use.
+type Scratch struct {
+	out    *bufio.Writer
+	hashes []uint64
 }
 
 func (o WriterOptions) withDefaults() WriterOptions {

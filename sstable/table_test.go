@@ -3,6 +3,7 @@ package sstable
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -507,5 +508,42 @@ func TestEstimatedSize(t *testing.T) {
 		if d := (float64(last) - actual) / actual; d < -0.1 || d > 0.1 {
 			t.Fatalf("%s: estimated %d bytes, wrote %d", comp, last, buf.Len())
 		}
+	}
+}
+
+// TestScratchReuse writes tables one after another through one Scratch, as
+// a DB's flushes do: each must be byte for byte the table a Writer of its
+// own would write, whatever the tables before it left in the Scratch
+// (bigger ones included), and the Scratch must keep the memory it lends.
+func TestScratchReuse(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	sc := new(Scratch)
+	for i, n := range []int{300, 2000, 40, 0, 900} {
+		entries := genEntries(rng, n)
+		for _, split := range []func([]byte) int{nil, func(k []byte) int { return min(2, len(k)) }} {
+			opts := WriterOptions{BlockSize: 512, Split: split}
+			want, _ := buildTable(t, entries, opts)
+			opts.Scratch = sc
+			got, _ := buildTable(t, entries, opts)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("table %d (%d entries): written through the scratch it differs from a fresh writer's (%d bytes against %d)", i, n, len(got), len(want))
+			}
+			if sc.out == nil || (n > 0 && cap(sc.hashes) == 0) {
+				t.Fatalf("table %d: the scratch kept no memory (buffer %v, %d hashes of room)", i, sc.out != nil, cap(sc.hashes))
+			}
+		}
+	}
+	// A Writer abandoned before Close leaves the Scratch usable.
+	entries := genEntries(rng, 500)
+	w := NewWriter(io.Discard, WriterOptions{Scratch: sc})
+	for _, e := range entries[:250] {
+		if err := w.Add(e.key, e.value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, _ := buildTable(t, entries, WriterOptions{})
+	got, _ := buildTable(t, entries, WriterOptions{Scratch: sc})
+	if !bytes.Equal(got, want) {
+		t.Fatal("after an abandoned writer, a table written through the scratch differs from a fresh writer's")
 	}
 }

@@ -32,8 +32,9 @@ type Metadata struct {
 // index and properties blocks and the footer. A Writer is used by one
 // goroutine.
 type Writer struct {
-	w    *bufio.Writer
-	opts WriterOptions
+	w       *bufio.Writer
+	scratch *Scratch // w, and the filter's hashes come from it
+	opts    WriterOptions
 
 	offset   uint64 // bytes handed to w so far
 	rawData  uint64 // uncompressed size of the data blocks written
@@ -61,15 +62,25 @@ type Writer struct {
 // output; the caller syncs and closes the file after Close.
 func NewWriter(w io.Writer, opts WriterOptions) *Writer {
 	opts = opts.withDefaults()
+	sc := opts.Scratch
+	if sc == nil {
+		sc = &Scratch{}
+	}
+	if sc.out == nil {
+		sc.out = bufio.NewWriterSize(w, writeBufferSize)
+	} else {
+		sc.out.Reset(w)
+	}
 	wr := &Writer{
-		w:        bufio.NewWriterSize(w, writeBufferSize),
+		w:        sc.out,
+		scratch:  sc,
 		opts:     opts,
 		checksum: xxhash.New(),
 	}
 	wr.block.restartInterval = opts.RestartInterval
 	wr.index.restartInterval = defaultRestartInterval
 	if opts.BloomBitsPerKey > 0 {
-		wr.filter = &filterBuilder{bitsPerKey: opts.BloomBitsPerKey}
+		wr.filter = &filterBuilder{bitsPerKey: opts.BloomBitsPerKey, hashes: sc.hashes[:0]}
 	}
 	wr.props.Compression = opts.Compression
 	return wr
@@ -254,6 +265,9 @@ func (w *Writer) Close() error {
 	}
 	w.closed = true
 	defer w.comp.close()
+	if w.filter != nil {
+		defer func() { w.scratch.hashes = w.filter.hashes[:0] }()
+	}
 	if !w.block.empty() {
 		if err := w.flushBlock(); err != nil {
 			return err
