@@ -415,7 +415,7 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 		closed <- err
 	}()
 	previousClosed := sync.OnceValue(func() error { return <-closed })
-	f, w, err := createLog(db.fs, db.dir, newLogNum, db.metrics.recordSync, previousClosed)
+	f, w, err := db.createLog(newLogNum, previousClosed)
 	if err != nil {
 		if perr := previousClosed(); perr != nil {
 			err = errors.Join(err, perr)
@@ -442,14 +442,15 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 // memtable's segment (64 MiB) took 50-60 ms to fsync at once.
 const walBytesPerSync = 2 << 20
 
-// createLog creates WAL segment num. onSync receives the writer's fsyncs
-// (wal.WriterOptions.OnSync). The segment's name is made durable before
-// its writer hands the file a byte: at once when previous is nil (a run's
-// first segment), else after previous (the older segment's close:
+// createLog creates WAL segment num, whose writer reports its fsyncs to
+// the metrics and shares the DB's WAL blocks. The segment's name is made
+// durable before its writer hands the file a byte: at once when previous
+// is nil (a run's first segment), else after previous (the older segment's close:
 // wal.WriterOptions.Previous), off the writers' path: a directory fsync
 // waits for the journal commit that the close's fsync may be in, and held
 // every writer up for milliseconds at a rotation.
-func createLog(fs vfs.FS, dir string, num uint64, onSync func(time.Duration, int), previous func() error) (vfs.File, *wal.Writer, error) {
+func (db *DB) createLog(num uint64, previous func() error) (vfs.File, *wal.Writer, error) {
+	fs, dir := db.fs, db.dir
 	name := makeFilename(dir, fileTypeLog, num)
 	f, err := fs.Create(name)
 	if err != nil {
@@ -475,7 +476,7 @@ func createLog(fs vfs.FS, dir string, num uint64, onSync func(time.Duration, int
 			return syncName()
 		}
 	}
-	return f, wal.NewWriter(f, wal.WriterOptions{OnSync: onSync, BytesPerSync: walBytesPerSync, Previous: gate}), nil
+	return f, wal.NewWriter(f, wal.WriterOptions{OnSync: db.metrics.recordSync, BytesPerSync: walBytesPerSync, Blocks: db.walBlocks, Previous: gate}), nil
 }
 
 // signal wakes a background goroutine without blocking.

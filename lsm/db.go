@@ -85,10 +85,13 @@ type DB struct {
 	metrics dbMetrics
 	// slowdown paces writes while L0 is large (slowdown.go).
 	slowdown pacer
-	// batches recycles the batches of Set and Delete (singleWrite), and
-	// tableScratch the sstable writers' memory (one per table being
-	// written).
-	batches, tableScratch sync.Pool
+	// walBlocks are the in-memory blocks of the WAL segments' writers,
+	// shared by a segment and the next (wal.WriterOptions.Blocks).
+	walBlocks *wal.BlockPool
+	// batches recycles the batches of Set and Delete (singleWrite).
+	batches sync.Pool
+	// tableScratch keeps the sstable writers' memory between tables.
+	tableScratch scratchList
 }
 
 // memTable is a memtable together with the WAL segment that holds its writes.

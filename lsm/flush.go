@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tabuladb/tabula/internal/base"
@@ -311,11 +312,8 @@ func (db *DB) newTableOutput() (*tableOutput, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lsm: create table: %w", err)
 	}
-	sc, _ := db.tableScratch.Get().(*sstable.Scratch)
-	if sc == nil {
-		sc = new(sstable.Scratch)
-	}
 	wo := db.opts.writerOptions()
+	sc := db.tableScratch.get()
 	wo.Scratch = sc
 	return &tableOutput{db: db, fileNum: fileNum, file: f, w: sstable.NewWriter(f, wo), scratch: sc}, nil
 }
@@ -325,8 +323,41 @@ func (db *DB) newTableOutput() (*tableOutput, error) {
 // aborts an output already finished).
 func (o *tableOutput) releaseScratch() {
 	if o.scratch != nil {
-		o.db.tableScratch.Put(o.scratch)
+		o.db.tableScratch.put(o.scratch)
 		o.scratch = nil
+	}
+}
+
+// scratchList keeps the sstable writers' memory between tables: one
+// Scratch per table being written at once (a flush, compactions), each
+// holding a table's output buffer and filter hashes. A sync.Pool would not
+// do: the collector empties it, and the hashes, grown again by doubling
+// for every table, were most of a compaction's garbage.
+type scratchList struct {
+	mu   sync.Mutex
+	free []*sstable.Scratch
+}
+
+// maxFreeScratch bounds the Scratches kept: more than the tables a DB
+// writes at once only while compactions pile up.
+const maxFreeScratch = 4
+
+func (l *scratchList) get() *sstable.Scratch {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		sc := l.free[n-1]
+		l.free = l.free[:n-1]
+		return sc
+	}
+	return new(sstable.Scratch)
+}
+
+func (l *scratchList) put(sc *sstable.Scratch) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.free) < maxFreeScratch {
+		l.free = append(l.free, sc)
 	}
 }
 

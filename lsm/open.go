@@ -28,6 +28,9 @@ func Open(dir string, opts *Options) (*DB, error) {
 		compactSignal: make(chan struct{}, 1),
 		cleanSignal:   make(chan struct{}, 1),
 		closing:       make(chan struct{}),
+		// A segment's writer and its predecessor's, closing in the
+		// background, each buffer up to wal.DefaultMaxBuffered.
+		walBlocks: wal.NewBlockPool(2 * wal.DefaultMaxBuffered),
 	}
 	db.metrics.init()
 	db.cond.L = &db.mu
@@ -137,7 +140,7 @@ func (db *DB) recover() error {
 	// The recovered writes are in tables now; a fresh WAL segment takes new
 	// writes, and a fresh manifest records it all.
 	logNum := vs.newFileNum()
-	f, w, err := createLog(db.fs, db.dir, logNum, db.metrics.recordSync, nil)
+	f, w, err := db.createLog(logNum, nil)
 	if err != nil {
 		db.removeTables(tablesOf(edit))
 		return err

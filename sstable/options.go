@@ -80,17 +80,20 @@ type WriterOptions struct {
 }
 
 // Scratch is memory a Writer reuses from the Writers before it: its output
-// buffer (256 KiB) and its filter's key hashes (8 bytes a key). A caller
-// that writes tables one after another, as a DB's flushes and compactions
-// do, keeps one Scratch per table being written and passes it in
-// WriterOptions; otherwise every table allocates both afresh, and the
-// hashes grow by doubling, which made most of a young DB's garbage under
-// small synced writes. A Writer uses its Scratch until Close returns (or
-// until it is abandoned), so a Scratch serves one Writer at a time. The
-// zero value is ready to use.
+// buffer (256 KiB), its filter's key hashes (8 bytes a key), its index
+// block, and its data block and compression buffers. A caller that writes
+// tables one after another, as a DB's flushes and compactions do, keeps
+// one Scratch per table being written and passes it in WriterOptions;
+// otherwise every table allocates all of them afresh, and grows the
+// hashes and the index by doubling: most of a DB's garbage under writes.
+// A Writer uses its Scratch until Close returns (or until it is
+// abandoned), so a Scratch serves one Writer at a time. The zero value is
+// ready to use.
 type Scratch struct {
-	out    *bufio.Writer
-	hashes []uint64
+	out                      *bufio.Writer
+	hashes                   []uint64
+	block, index, compressed []byte
+	indexRestarts            []uint32
 }
 
 func (o WriterOptions) withDefaults() WriterOptions {

@@ -520,8 +520,8 @@ func TestScratchReuse(t *testing.T) {
 	sc := new(Scratch)
 	for i, n := range []int{300, 2000, 40, 0, 900} {
 		entries := genEntries(rng, n)
-		for _, split := range []func([]byte) int{nil, func(k []byte) int { return min(2, len(k)) }} {
-			opts := WriterOptions{BlockSize: 512, Split: split}
+		for j, split := range []func([]byte) int{nil, func(k []byte) int { return min(2, len(k)) }} {
+			opts := WriterOptions{BlockSize: 512, Split: split, Compression: []Compression{DefaultCompression, ZstdCompression}[j]}
 			want, _ := buildTable(t, entries, opts)
 			opts.Scratch = sc
 			got, _ := buildTable(t, entries, opts)

@@ -77,13 +77,25 @@ func NewWriter(w io.Writer, opts WriterOptions) *Writer {
 		opts:     opts,
 		checksum: xxhash.New(),
 	}
-	wr.block.restartInterval = opts.RestartInterval
-	wr.index.restartInterval = defaultRestartInterval
+	wr.block = blockBuilder{restartInterval: opts.RestartInterval, buf: sc.block[:0]}
+	wr.index = blockBuilder{restartInterval: defaultRestartInterval, buf: sc.index[:0], restarts: sc.indexRestarts[:0]}
+	wr.comp.buf = sc.compressed
 	if opts.BloomBitsPerKey > 0 {
 		wr.filter = &filterBuilder{bitsPerKey: opts.BloomBitsPerKey, hashes: sc.hashes[:0]}
 	}
 	wr.props.Compression = opts.Compression
 	return wr
+}
+
+// keepScratch leaves the memory the Writer grew in its Scratch, for the
+// next Writer.
+func (w *Writer) keepScratch() {
+	sc := w.scratch
+	sc.block, sc.index, sc.indexRestarts = w.block.buf[:0], w.index.buf[:0], w.index.restarts[:0]
+	sc.compressed = w.comp.buf[:0]
+	if w.filter != nil {
+		sc.hashes = w.filter.hashes[:0]
+	}
 }
 
 // errWriterClosed is returned by Add and Close after Close.
@@ -265,9 +277,7 @@ func (w *Writer) Close() error {
 	}
 	w.closed = true
 	defer w.comp.close()
-	if w.filter != nil {
-		defer func() { w.scratch.hashes = w.filter.hashes[:0] }()
-	}
+	defer w.keepScratch()
 	if !w.block.empty() {
 		if err := w.flushBlock(); err != nil {
 			return err

@@ -45,6 +45,12 @@ type WriterOptions struct {
 	// instead: while it ran, nothing was written out, and they met
 	// MaxBuffered.)
 	BytesPerSync int
+	// Blocks, when set, is where the Writer takes its in-memory blocks
+	// and gives back those it wrote out; nil means a pool of its own.
+	// The Writers of a log's successive segments share one, so that a new
+	// segment reuses its predecessor's blocks (up to MaxBuffered of them)
+	// instead of allocating its own.
+	Blocks *BlockPool
 	// Previous, when set, is called (once) before the Writer hands its
 	// file a first byte or fsync, and blocks until the log segment before
 	// this one is closed: written out and fsynced. A non-nil error stops
@@ -80,9 +86,8 @@ type Writer struct {
 	previous     func() error
 	previousOnce sync.Once
 	previousErr  error
-	// maxFree bounds the recycled blocks kept for reuse, so that one huge
-	// record does not pin its memory for the life of the Writer.
-	maxFree int
+	// blocks holds the blocks written out, for reuse.
+	blocks *BlockPool
 
 	// wake carries a "there is work" signal to the background goroutine.
 	// It has a buffer of one and is only sent to when pending is false, so
@@ -97,11 +102,9 @@ type Writer struct {
 	// it.
 	cond sync.Cond
 	// cur is the block being filled; full holds filled blocks, in file
-	// order, that are not yet completely written out; free holds blocks
-	// to reuse.
+	// order, that are not yet completely written out.
 	cur  *block
 	full []*block
-	free []*block
 	// logical is the offset just past the last byte appended (Size).
 	logical int64
 	// flushed is the offset up to which bytes were handed to the file.
@@ -145,19 +148,23 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 	if maxBuffered <= 0 {
 		maxBuffered = DefaultMaxBuffered
 	}
+	blocks := opts.Blocks
+	if blocks == nil {
+		blocks = NewBlockPool(maxBuffered)
+	}
 	w := &Writer{
 		f:            f,
 		maxBuffered:  int64(maxBuffered),
 		bytesPerSync: int64(opts.BytesPerSync),
 		previous:     opts.Previous,
 		onSync:       opts.OnSync,
-		maxFree:      maxBuffered/BlockSize + 2,
+		blocks:       blocks,
 		wake:         make(chan struct{}, 1),
 		quit:         make(chan struct{}),
 		done:         make(chan struct{}),
 		arrived:      make(chan struct{}, 1),
 		timer:        time.NewTimer(time.Hour),
-		cur:          new(block),
+		cur:          blocks.get(),
 	}
 	w.timer.Stop()
 	w.cond.L = &w.mu
@@ -309,6 +316,15 @@ func (w *Writer) Close() error {
 	w.mu.Unlock()
 	close(w.quit)
 	<-w.done
+	if err == nil {
+		// Everything is written out and nothing appends any more. (After
+		// a failure, blocks may still be queued: they are left to the
+		// collector.)
+		w.mu.Lock()
+		w.blocks.put(w.cur)
+		w.cur = nil
+		w.mu.Unlock()
+	}
 	return err
 }
 
@@ -353,14 +369,7 @@ func (w *Writer) signalLocked() {
 // new one.
 func (w *Writer) rotateLocked() {
 	w.full = append(w.full, w.cur)
-	if n := len(w.free); n > 0 {
-		b := w.free[n-1]
-		w.free = w.free[:n-1]
-		b.n, b.written = 0, 0
-		w.cur = b
-		return
-	}
-	w.cur = new(block)
+	w.cur = w.blocks.get()
 }
 
 // flushLoop is the background goroutine. Each round takes everything
@@ -431,9 +440,7 @@ func (w *Writer) flushLoop() {
 			}
 			cur.written = to
 			for i, b := range batch {
-				if len(w.free) < w.maxFree {
-					w.free = append(w.free, b)
-				}
+				w.blocks.put(b)
 				batch[i] = nil
 			}
 			batch = batch[:0]

@@ -523,3 +523,57 @@ func TestWriteRecordDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%.2f allocations per WriteRecord", allocs)
 	}
 }
+
+// TestWritersShareBlocks writes two segments in turn through Writers that
+// share a BlockPool, as a DB's successive WAL segments do: the second
+// takes the blocks the first gave back instead of allocating its own, the
+// pool keeps no more than its bound, and both segments read back whole.
+func TestWritersShareBlocks(t *testing.T) {
+	const maxBuffered = 4 * BlockSize
+	pool := NewBlockPool(maxBuffered)
+	var segments [][][]byte
+	var files []*memFile
+	freeAfterFirst := 0
+	for s := range 2 {
+		f := &memFile{}
+		w := NewWriter(f, WriterOptions{MaxBuffered: maxBuffered, Blocks: pool})
+		if s == 1 && len(pool.free) != freeAfterFirst-1 {
+			t.Fatalf("the second writer left %d free blocks of %d: it did not take its first from the pool", len(pool.free), freeAfterFirst)
+		}
+		var recs [][]byte
+		for i := range 300 {
+			p := record(s*1000+i, 100+i*7%900)
+			recs = append(recs, p)
+			end, err := w.WriteRecord(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i%50 == 49 {
+				if err := w.SyncTo(end); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if s == 0 {
+			freeAfterFirst = len(pool.free)
+			if freeAfterFirst < 2 {
+				t.Fatalf("after its Close the first writer gave back %d blocks", freeAfterFirst)
+			}
+		}
+		if len(pool.free) > pool.max {
+			t.Fatalf("the pool keeps %d blocks, more than its bound %d", len(pool.free), pool.max)
+		}
+		segments, files = append(segments, recs), append(files, f)
+	}
+	for s, f := range files {
+		data, _ := f.snapshot()
+		got := readAll(t, data)
+		if got.err != nil || got.torn || len(got.recs) != len(segments[s]) {
+			t.Fatalf("segment %d read back %d of %d records (err %v, torn %v)", s, len(got.recs), len(segments[s]), got.err, got.torn)
+		}
+		checkPrefix(t, got.recs, segments[s])
+	}
+}
