@@ -335,3 +335,85 @@ func TestCarryKeepsFrozenGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotKeepsASplitChildNotYetCataloged gives a node the state a
+// lagging one has after it installs a snapshot of a split child before
+// its system group applies the record of the split: the store holds the
+// child's span, the catalog does not name it yet. The check that drops
+// groups merged away (forgetMergedInto, run after every span ingest)
+// must keep it: dropping it made a member that had acknowledged the
+// snapshot start over empty under the same id, and the node stopped at
+// its leader's next heartbeat (chaos seed 4, moves mode). A group the
+// catalog named and no longer names (merged) still goes.
+func TestSnapshotKeepsASplitChildNotYetCataloged(t *testing.T) {
+	c := newTablesCluster(t, 3, 33)
+	createVia(c, "young")
+	upsertVia(c, "young", "p", "v", 1)
+	g := c.tableGroup("young")
+	tn := c.nodes[1]
+	n := tn.node
+	ctx := context.Background()
+	// Group ids are the system log index of the record that makes the
+	// group: one far past this node's applied index is not named yet.
+	child := n.applied.Load() + 1000
+	var kept bool
+	err := n.onApply(func() error {
+		if err := n.st().SplitGroupSpan(ctx, g.ID, child, "q"); err != nil {
+			return err
+		}
+		sp, ok := n.groupSpan(child)
+		if !ok {
+			return fmt.Errorf("the split gave group %d no span", child)
+		}
+		if err := n.forgetMergedInto(sp); err != nil {
+			return err
+		}
+		_, kept = n.groupSpan(child)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !kept {
+		t.Fatalf("group %d, split off but not yet in this node's catalog, was dropped as merged away", child)
+	}
+	// A group the catalog could have named (an id at or below the applied
+	// index) and does not: merged away, dropped with its span.
+	// A table created and dropped moves the system log past an index
+	// that makes no group: the drop's.
+	createVia(c, "gone")
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.DeleteTable(ctx, acct, "gone")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	merged := uint64(0)
+	for deadline := time.Now().Add(10 * time.Second); merged == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for id := uint64(2); id <= n.applied.Load() && merged == 0; id++ {
+			if _, named := n.st().GroupTable(id); !named {
+				merged = id // an index of the system log that made no group
+			}
+		}
+	}
+	if merged == 0 {
+		t.Fatal("node 1 applied no system log entry that made no group")
+	}
+	dropped := false
+	err = n.onApply(func() error {
+		if err := n.st().SplitGroupSpan(ctx, g.ID, merged, "h"); err != nil {
+			return err
+		}
+		if err := n.forgetMergedInto(partition.Span{Account: acct, Table: "young"}); err != nil {
+			return err
+		}
+		_, ok := n.groupSpan(merged)
+		dropped = !ok
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dropped {
+		t.Fatalf("group %d, which the catalog no longer names, inside an ingested span, was kept", merged)
+	}
+}
