@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -374,7 +376,12 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 	res, info := porcupine.CheckOperationsVerbose(chaosModel, history, time.Minute)
 	if res != porcupine.Ok {
 		t.Errorf("seed %d: the history of %d operations is not linearizable (%v)", seed, len(history), res)
-		_ = info
+		// The visualization shows the registers that have no
+		// linearization and how far each got.
+		vis := filepath.Join(os.TempDir(), fmt.Sprintf("chaos-seed%d%s-%d.html", seed, mode, time.Now().UnixNano()))
+		if err := porcupine.VisualizePath(chaosModel, info, vis); err == nil {
+			t.Logf("the history, visualized: %s", vis)
+		}
 	}
 	// One entity's timestamps grow with real time: a write acknowledged
 	// before another began carries a smaller timestamp.

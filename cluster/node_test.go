@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/odata"
@@ -465,4 +468,36 @@ func TestMembership(t *testing.T) {
 	}
 	c.crash(down, nil)
 	write("after", 10)
+}
+
+// TestStoppedWaitsOfLoggedWritesAreAmbiguous: when a replica stops
+// tracking its proposals (it leaves its group, or its node stops), a
+// write that never entered its log gets the caller's error, and one that
+// did (as the leader, or as an orphan of a lost leadership) is
+// ambiguous: the next leader may still commit it. A retired member used
+// to answer both with ServerBusy ("ask again": nothing written), and the
+// chaos run (seed 60, moves) caught such a delete that took effect.
+func TestStoppedWaitsOfLoggedWritesAreAmbiguous(t *testing.T) {
+	var ws waiters
+	ws.init()
+	never, logged, orphan := ws.add(1), ws.add(1), ws.add(1)
+	ws.appended([]*raftpb.Entry{
+		{Index: proto.Uint64(7), Data: (&command.Command{Kind: command.KindApply, ID: logged.id}).Append(nil)},
+		{Index: proto.Uint64(8), Data: (&command.Command{Kind: command.KindApply, ID: orphan.id}).Append(nil)},
+	})
+	ws.orphan() // a lost leadership: never is answered, orphan waits
+	if res := <-never.ch; res.err != errNeverLogged {
+		t.Fatalf("a proposal never logged, at the loss of the leadership: %v, want errNeverLogged", res.err)
+	}
+	moved := errBusy("this node's replica was moved away: ask again")
+	still := ws.add(1) // proposed again meanwhile, not logged yet
+	ws.failAll(moved)
+	for name, w := range map[string]*waiter{"a write in the log": logged, "an orphan": orphan} {
+		if res := <-w.ch; res.err != errAmbiguous {
+			t.Errorf("%s, when the replica stops: %v, want errAmbiguous", name, res.err)
+		}
+	}
+	if res := <-still.ch; res.err != moved {
+		t.Errorf("a write not in the log, when the replica stops: %v, want the caller's error", res.err)
+	}
 }
