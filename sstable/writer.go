@@ -33,7 +33,7 @@ type Metadata struct {
 // goroutine.
 type Writer struct {
 	w       *bufio.Writer
-	scratch *Scratch // w, and the filter's hashes come from it
+	scratch *Scratch // lends w and the builders their buffers
 	opts    WriterOptions
 
 	offset   uint64 // bytes handed to w so far
