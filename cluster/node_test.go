@@ -481,6 +481,8 @@ func TestStoppedWaitsOfLoggedWritesAreAmbiguous(t *testing.T) {
 	var ws waiters
 	ws.init()
 	never, logged, orphan := ws.add(1), ws.add(1), ws.add(1)
+	ws.proposed(logged)
+	ws.proposed(orphan)
 	ws.appended([]*raftpb.Entry{
 		{Index: proto.Uint64(7), Data: (&command.Command{Kind: command.KindApply, ID: logged.id}).Append(nil)},
 		{Index: proto.Uint64(8), Data: (&command.Command{Kind: command.KindApply, ID: orphan.id}).Append(nil)},
@@ -499,5 +501,41 @@ func TestStoppedWaitsOfLoggedWritesAreAmbiguous(t *testing.T) {
 	}
 	if res := <-still.ch; res.err != moved {
 		t.Errorf("a write not in the log, when the replica stops: %v, want the caller's error", res.err)
+	}
+}
+
+// TestTakenProposalIsNotCalledUnwritten: a proposal raft took, whose
+// entry this node's log never recorded (a higher term stepped before the
+// next Ready truncated it, and that Ready still sent the append to the
+// followers), is not answered "nothing written" at the loss of the
+// leadership, nor "replaced" as this node applies on: another node may
+// hold the entry and a later leader commit it. It waits for its result,
+// and stopping answers it as ambiguous. One raft never took is answered
+// errNeverLogged.
+func TestTakenProposalIsNotCalledUnwritten(t *testing.T) {
+	var ws waiters
+	ws.init()
+	queued, taken := ws.add(1), ws.add(1)
+	ws.proposed(taken)
+	ws.orphan()
+	if res := <-queued.ch; res.err != errNeverLogged {
+		t.Fatalf("a proposal raft never took, at the loss of the leadership: %v, want errNeverLogged", res.err)
+	}
+	ws.settle(1 << 40)
+	select {
+	case res := <-taken.ch:
+		t.Fatalf("a proposal raft took, with no index here, was answered %v as this node applied on", res.err)
+	default:
+	}
+	ws.done(taken.id, result{}) // its entry applied here: its result
+	if res := <-taken.ch; res.err != nil {
+		t.Fatalf("applied, it was answered %v", res.err)
+	}
+	again := ws.add(1)
+	ws.proposed(again)
+	ws.orphan()
+	ws.failAll(errBusy("moved away"))
+	if res := <-again.ch; res.err != errAmbiguous {
+		t.Fatalf("a proposal raft took, when the replica stops: %v, want errAmbiguous", res.err)
 	}
 }

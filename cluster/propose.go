@@ -36,6 +36,11 @@ type waiter struct {
 	// index is the log index the command's entry took, once this node,
 	// as the leader, appended it; 0 before.
 	index uint64
+	// proposed is set once raft took the command: from then on its entry
+	// may reach other nodes, even if this node's own log drops it before
+	// writing it (a higher term stepped before the next Ready truncates
+	// it, while the Ready still sends the append to the followers).
+	proposed bool
 }
 
 // waiters are the proposals of this node in flight, by proposal id.
@@ -109,7 +114,7 @@ func (ws *waiters) failAll(err error) {
 	ws.hasOrphans.Store(false)
 	ws.mu.Unlock()
 	for _, w := range m {
-		if w.index != 0 {
+		if w.proposed {
 			w.ch <- result{err: errAmbiguous}
 		} else {
 			w.ch <- result{err: err}
@@ -147,17 +152,20 @@ var (
 )
 
 // orphan, at a loss of the leadership, ends the waits of the proposals
-// that never entered the log (nothing of them left the node), and keeps
-// those that did: a command the next leader commits is applied here too
-// and answered as if nothing had happened; one it replaced is answered
-// errReplaced once this node applies past its index (settle). Either way
-// the client learns the outcome, rather than an ambiguous
-// OperationTimedOut, unless its request times out first.
+// raft never took (nothing of them left the node), and keeps those it
+// did: a command the next leader commits is applied here too and answered
+// as if nothing had happened; one whose index this node's log recorded
+// and the next leader's log replaced is answered errReplaced once this
+// node applies past that index (settle). Either way the client learns the
+// outcome, rather than an ambiguous OperationTimedOut, unless its request
+// times out first. A proposal taken by raft whose entry this node's log
+// never recorded (waiter.proposed) has no index to settle on: it is
+// answered when applied, or ambiguous when its time runs out.
 func (ws *waiters) orphan() {
 	ws.mu.Lock()
 	var never []*waiter
 	for id, w := range ws.m {
-		if w.index == 0 {
+		if !w.proposed {
 			never = append(never, w)
 			delete(ws.m, id)
 		} else if !slices.Contains(ws.orphans, w) {
@@ -180,8 +188,8 @@ func (ws *waiters) settle(applied uint64) {
 		if ws.m[w.id] != w {
 			return true // answered: its command was applied
 		}
-		if w.index > applied {
-			return false
+		if w.index == 0 || w.index > applied {
+			return false // its index unknown, or not reached yet
 		}
 		replaced = append(replaced, w)
 		delete(ws.m, w.id)
@@ -255,5 +263,14 @@ func (r *replica) stampAndPropose(p *proposal) {
 		// Not the leader any more, or too much uncommitted already:
 		// not in the log, so nothing happened.
 		r.waiters.done(p.w.id, result{err: errMoved(err.Error())})
+		return
 	}
+	r.waiters.proposed(p.w)
+}
+
+// proposed records that raft took w's command (waiter.proposed).
+func (ws *waiters) proposed(w *waiter) {
+	ws.mu.Lock()
+	w.proposed = true
+	ws.mu.Unlock()
 }
