@@ -98,14 +98,13 @@ func (ws *waiters) forget(w *waiter) {
 	ws.mu.Unlock()
 }
 
-// failAll ends every wait: with err the proposals that never entered this
-// node's log, which nothing can apply any more, and with errAmbiguous
-// those that did. The replica stops tracking them (it stops, or leaves
-// the group), but an entry in the log may still be committed by the
-// group's next leader and applied everywhere else: answering such a
-// write with err (a ServerBusy "ask again", when a member is moved away)
-// told the client nothing was written, and the chaos run caught a delete
-// so refused that took effect.
+// failAll ends every wait: with err the proposals raft never took, which
+// nothing can apply any more, and with errAmbiguous those it took. The
+// replica stops tracking them (it stops, or leaves the group), but an
+// entry raft took may still be committed by the group's next leader and
+// applied everywhere else: answering such a write with err (a ServerBusy
+// "ask again", when a member is moved away) told the client nothing was
+// written, and the chaos run caught a delete so refused that took effect.
 func (ws *waiters) failAll(err error) {
 	ws.mu.Lock()
 	m := ws.m
