@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,7 +42,7 @@ func (c *testCluster) waitSplit(table string, starts []string, timeout time.Dura
 		}
 		last = fmt.Sprint(ranges)
 		if time.Now().After(deadline) {
-			c.t.Fatalf("table %s did not split at %q in %v: %s", table, starts, timeout, last)
+			c.t.Fatalf("table %s did not split at %q in %v: %s\n%s", table, starts, timeout, last, c.describeGroups())
 		}
 	}
 }
@@ -376,4 +378,30 @@ func TestSplitChildRetiresAnInheritedMember(t *testing.T) {
 			t.Fatalf("p%d/r%d after the moves: %v", i%10, i, err)
 		}
 	}
+}
+
+// describeGroups tells, for a failing test, what each node hosts and what
+// its store records of every range group's span: enough to see a group
+// that no node leads, or one whose span nobody takes.
+func (c *testCluster) describeGroups() string {
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(c.nodes)) {
+		n := c.nodes[id].node
+		fmt.Fprintf(&b, "node %d (system applied %d):", id, n.applied.Load())
+		for _, g := range n.groupStatus() {
+			r := n.group(g.Group)
+			fmt.Fprintf(&b, " [group %d leader %d applied %d voters %v learners %v ready %v quiesced %v",
+				g.Group, g.Leader, g.Applied, g.Voters, g.Learners, r != nil && r.ready.Load(), r != nil && r.quiesced.Load())
+			if sp, ok, err := n.st().GroupSpan(g.Group); err == nil && ok {
+				frozen, _ := n.st().GroupFrozen(g.Group)
+				fmt.Fprintf(&b, " span [%q, %q) frozen %v", sp.LowPartitionKey, sp.HighPartitionKey, frozen)
+			}
+			b.WriteString("]")
+		}
+		if out, err := n.st().OutsideCatalog(); err == nil && len(out) > 0 {
+			fmt.Fprintf(&b, " outside the catalog: %+v", out)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
