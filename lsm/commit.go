@@ -445,10 +445,10 @@ const walBytesPerSync = 2 << 20
 // createLog creates WAL segment num, whose writer reports its fsyncs to
 // the metrics and shares the DB's WAL blocks. The segment's name is made
 // durable before its writer hands the file a byte: at once when previous
-// is nil (a run's first segment), else after previous (the older segment's close:
-// wal.WriterOptions.Previous), off the writers' path: a directory fsync
-// waits for the journal commit that the close's fsync may be in, and held
-// every writer up for milliseconds at a rotation.
+// is nil (a run's first segment), else after previous (the older
+// segment's close: wal.WriterOptions.Previous), off the writers' path: a
+// directory fsync waits for the journal commit that the close's fsync may
+// be in, and held every writer up for milliseconds at a rotation.
 func (db *DB) createLog(num uint64, previous func() error) (vfs.File, *wal.Writer, error) {
 	fs, dir := db.fs, db.dir
 	name := makeFilename(dir, fileTypeLog, num)

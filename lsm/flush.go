@@ -329,18 +329,20 @@ func (o *tableOutput) releaseScratch() {
 }
 
 // scratchList keeps the sstable writers' memory between tables: one
-// Scratch per table being written at once (a flush, compactions), each
-// holding a table's output buffer and filter hashes. A sync.Pool would not
-// do: the collector empties it, and the hashes, grown again by doubling
-// for every table, were most of a compaction's garbage.
+// Scratch per table being written at once, each holding a writer's
+// buffers (sstable.Scratch). A sync.Pool would not do: the collector
+// empties it, and the buffers, grown again by doubling for every table,
+// were most of a compaction's garbage.
 type scratchList struct {
 	mu   sync.Mutex
 	free []*sstable.Scratch
 }
 
-// maxFreeScratch bounds the Scratches kept: more than the tables a DB
-// writes at once only while compactions pile up.
-const maxFreeScratch = 4
+// maxFreeScratch bounds the Scratches kept to the tables a DB writes at
+// once: one by the flush goroutine, one by a compaction (automatic or
+// manual: one runs at a time). What they hold is what those two writers
+// held at their peak anyway.
+const maxFreeScratch = 2
 
 func (l *scratchList) get() *sstable.Scratch {
 	l.mu.Lock()
