@@ -180,7 +180,7 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			// while its catalog lagged (forgetMergedInto found the right
 			// group still named then).
 			if sp, ok := n.groupSpan(c.Group); ok && n.group(c.Group) != nil {
-				if err := n.forgetMergedInto(sp); err != nil {
+				if err := n.forgetMergedInto(c.Group, sp); err != nil {
 					return err
 				}
 			}

@@ -160,12 +160,18 @@ func (n *Node) mergedAway(group uint64) error {
 }
 
 // forgetMergedInto drops the groups the catalog no longer names whose
-// span sp, just ingested from a snapshot, holds: merged where the
-// snapshot was taken while this node's replica of the group that took
-// them was not a member (it was removed while it did not hold them
-// frozen, and added back), or lagged. Their records go, and their raft
+// span sp, just ingested into group into from a snapshot, holds: merged
+// where the snapshot was taken while this node's replica of the group
+// that took them was not a member (it was removed while it did not hold
+// them frozen, and added back), or lagged. Their records go, and their raft
 // logs, or the tombstones of members retired here. It runs on the apply
 // goroutine.
+//
+// The group whose span was ingested (into) is kept whatever the catalog
+// says: a group the catalog merged away goes on until its own log freezes
+// it and the group before it takes its span, and a member of it that
+// dropped itself on a snapshot from its live leader would hold that
+// freeze back for good (the leader waits for every live voter).
 //
 // A group the catalog does not name yet is not one it stopped naming: a
 // split child whose span this node has (the parent's log split it here,
@@ -175,14 +181,14 @@ func (n *Node) mergedAway(group uint64) error {
 // it had a member that acknowledged a snapshot start over empty under
 // the same id: its leader, which counted the snapshot, sent it a commit
 // index past its log and the node stopped (chaos seed 4, moves).
-func (n *Node) forgetMergedInto(sp partition.Span) error {
+func (n *Node) forgetMergedInto(into uint64, sp partition.Span) error {
 	outside, err := n.st().OutsideCatalog()
 	if err != nil {
 		return err
 	}
 	for _, g := range outside {
-		if g.Group > n.applied.Load() {
-			continue // not named yet, rather than merged
+		if g.Group == into || g.Group > n.applied.Load() {
+			continue // the group itself, or not named yet rather than merged
 		}
 		if g.Span.Account == sp.Account && strings.EqualFold(g.Span.Table, sp.Table) && sp.Contains(g.Span.LowPartitionKey) {
 			if err := n.st().ForgetGroup(g.Group); err != nil {

@@ -365,7 +365,7 @@ func TestSnapshotKeepsASplitChildNotYetCataloged(t *testing.T) {
 		if !ok {
 			return fmt.Errorf("the split gave group %d no span", child)
 		}
-		if err := n.forgetMergedInto(sp); err != nil {
+		if err := n.forgetMergedInto(g.ID, sp); err != nil {
 			return err
 		}
 		_, kept = n.groupSpan(child)
@@ -403,7 +403,7 @@ func TestSnapshotKeepsASplitChildNotYetCataloged(t *testing.T) {
 		if err := n.st().SplitGroupSpan(ctx, g.ID, merged, "h"); err != nil {
 			return err
 		}
-		if err := n.forgetMergedInto(partition.Span{Account: acct, Table: "young"}); err != nil {
+		if err := n.forgetMergedInto(g.ID, partition.Span{Account: acct, Table: "young"}); err != nil {
 			return err
 		}
 		_, ok := n.groupSpan(merged)
@@ -415,5 +415,25 @@ func TestSnapshotKeepsASplitChildNotYetCataloged(t *testing.T) {
 	}
 	if !dropped {
 		t.Fatalf("group %d, which the catalog no longer names, inside an ingested span, was kept", merged)
+	}
+	// The same group ingesting its own span (a snapshot from its leader,
+	// before its log froze it) is kept: it must live to be frozen.
+	kept = false
+	err = n.onApply(func() error {
+		if err := n.st().SplitGroupSpan(ctx, g.ID, merged, "d"); err != nil {
+			return err
+		}
+		sp, _ := n.groupSpan(merged)
+		if err := n.forgetMergedInto(merged, sp); err != nil {
+			return err
+		}
+		_, kept = n.groupSpan(merged)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !kept {
+		t.Fatalf("group %d, merged away in the catalog, dropped itself on the ingest of its own span", merged)
 	}
 }

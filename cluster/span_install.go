@@ -200,7 +200,7 @@ func (r *replica) endSpanInstall(st *stagedSpan, applied uint64) error {
 	if n.afterSpanIngest != nil {
 		n.afterSpanIngest(r.group)
 	}
-	if err := n.forgetMergedInto(st.span); err != nil {
+	if err := n.forgetMergedInto(r.group, st.span); err != nil {
 		return err
 	}
 	if st.ts > r.appliedTS.Load() {
