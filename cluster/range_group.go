@@ -114,6 +114,15 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 // errNoGroup is returned for a group the node does not host.
 var errNoGroup = errors.New("cluster: this node hosts no such group")
 
+// catalogKnew says whether this node's catalog has met range group id: a
+// group's id is the index of the system group's entry that made it (a
+// table's creation, a split), so past this node's applied index the
+// catalog cannot name it yet (a split's child its parent's log started
+// here, its own record not applied); at or below
+// it, a group the catalog does not name is one it stopped naming (merged
+// away, or its table dropped).
+func (n *Node) catalogKnew(id uint64) bool { return n.applied.Load() >= id }
+
 // group returns the node's replica of group id, or nil.
 func (n *Node) group(id uint64) *replica {
 	n.replicasMu.RLock()

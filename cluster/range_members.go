@@ -170,7 +170,7 @@ func (n *Node) retire(group, id uint64) error {
 		if err := n.emptyGroupSpan(group, true); err != nil {
 			return err
 		}
-		if _, named := n.st().GroupTable(group); !named && n.applied.Load() >= group {
+		if _, named := n.st().GroupTable(group); !named && n.catalogKnew(group) {
 			return n.forgetRetired(group) // merged away: no member of it comes back
 		}
 		return nil
@@ -238,11 +238,11 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 	if group == systemGroup || transport.NodeOf(id) != n.cfg.ID {
 		return nil, nil
 	}
-	// The group's id is the index of its table's creation in the system
-	// group's log: until this node has applied that, the creation may be
-	// half applied (the table known, the founders' bootstrap not queued
-	// yet), and a member hosted here first would never be bootstrapped.
-	if _, ok := n.st().GroupTable(group); !ok || n.applied.Load() < group || n.splitPending(group) {
+	// Until this node has applied the entry that made the group, its
+	// table's creation may be half applied (the table known, the
+	// founders' bootstrap not queued yet), and a member hosted here first
+	// would never be bootstrapped.
+	if _, ok := n.st().GroupTable(group); !ok || !n.catalogKnew(group) || n.splitPending(group) {
 		return nil, nil
 	}
 	if err := n.applyHostChanges(); err != nil {

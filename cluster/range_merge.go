@@ -71,11 +71,9 @@ func (r *replica) spanDue() (spanWork, partition.TableGroup, partition.Span) {
 	}
 	tg, named := st.GroupTable(r.group)
 	if !named {
-		// The group's id is the index of the system group's entry that
-		// made it: until this node has applied that, its catalog does
-		// not know the group yet (a split's child, started here by its
-		// parent's log). Past it, the catalog merged it away.
-		if r.n.applied.Load() < r.group {
+		// Not known yet (a split's child, started here by its parent's
+		// log), or merged away.
+		if !r.n.catalogKnew(r.group) {
 			return spanSettled, tg, sp
 		}
 		if ofTable, _, err := st.GroupHolds(r.group, sp.Account, sp.Table, sp.LowPartitionKey); err != nil || !ofTable {

@@ -85,7 +85,7 @@ func (n *Node) heardMergedCheck(m *raftpb.Message) {
 // span is settled, and of which node is no member. It runs on the loop.
 func (n *Node) holdsMerged(group uint64, sp partition.Span, node uint64) bool {
 	st := n.st()
-	if _, named := st.GroupTable(group); named || n.applied.Load() < group {
+	if _, named := st.GroupTable(group); named || !n.catalogKnew(group) {
 		return false
 	}
 	tg, err := st.TableRangeFor(sp.Account, sp.Table, sp.LowPartitionKey)
@@ -173,21 +173,20 @@ func (n *Node) mergedAway(group uint64) error {
 // dropped itself on a snapshot from its live leader would hold that
 // freeze back for good (the leader waits for every live voter).
 //
-// A group the catalog does not name yet is not one it stopped naming: a
-// split child whose span this node has (the parent's log split it here,
-// or a snapshot of the child brought it) before the system group's record
-// of the split is applied here. Group ids are the index of that record,
-// so such a group lies past the system group's applied index. Dropping
-// it had a member that acknowledged a snapshot start over empty under
-// the same id: its leader, which counted the snapshot, sent it a commit
-// index past its log and the node stopped (chaos seed 4, moves).
+// A group the catalog does not name yet (catalogKnew) is not one it
+// stopped naming: a split child whose span this node has (the parent's
+// log split it here, or a snapshot of the child brought it) before the
+// system group's record of the split is applied here. Dropping it had a
+// member that acknowledged a snapshot start over empty under the same
+// id: its leader, which counted the snapshot, sent it a commit index past
+// its log and the node stopped (chaos seed 4, moves).
 func (n *Node) forgetMergedInto(into uint64, sp partition.Span) error {
 	outside, err := n.st().OutsideCatalog()
 	if err != nil {
 		return err
 	}
 	for _, g := range outside {
-		if g.Group == into || g.Group > n.applied.Load() {
+		if g.Group == into || !n.catalogKnew(g.Group) {
 			continue // the group itself, or not named yet rather than merged
 		}
 		if g.Span.Account == sp.Account && strings.EqualFold(g.Span.Table, sp.Table) && sp.Contains(g.Span.LowPartitionKey) {
@@ -226,7 +225,7 @@ func (n *Node) dropOrphan(group uint64) error {
 		return err
 	}
 	i := slices.IndexFunc(outside, func(g partition.GroupSpanOf) bool { return g.Group == group })
-	if i < 0 || n.applied.Load() < group || !n.orphan(outside[i]) {
+	if i < 0 || !n.catalogKnew(group) || !n.orphan(outside[i]) {
 		return nil // merged here meanwhile, or its group came here
 	}
 	if r := n.replicas[group]; r != nil {
@@ -290,7 +289,7 @@ func (n *Node) noteMerges() {
 		}
 	}()
 	for _, g := range outside {
-		if n.applied.Load() < g.Group {
+		if !n.catalogKnew(g.Group) {
 			continue // a split's child the catalog here has not recorded yet
 		}
 		if tg, err := n.st().TableRangeFor(g.Span.Account, g.Span.Table, g.Span.LowPartitionKey); err == nil && n.orphan(g) {
