@@ -350,37 +350,46 @@ func TestSnapshotKeepsASplitChildNotYetCataloged(t *testing.T) {
 	createVia(c, "young")
 	upsertVia(c, "young", "p", "v", 1)
 	g := c.tableGroup("young")
-	tn := c.nodes[1]
-	n := tn.node
+	n := c.nodes[1].node
 	ctx := context.Background()
-	// Group ids are the system log index of the record that makes the
-	// group: one far past this node's applied index is not named yet.
-	child := n.applied.Load() + 1000
-	var kept bool
-	err := n.onApply(func() error {
-		if err := n.st().SplitGroupSpan(ctx, g.ID, child, "q"); err != nil {
-			return err
+	// survives splits group off g's span at key at on node 1, as a split
+	// applied there does, runs the check of a span ingest into group into
+	// over sp (nil: group's own span), and says whether group kept its
+	// span.
+	survives := func(group uint64, at string, into uint64, sp *partition.Span) bool {
+		t.Helper()
+		var kept bool
+		err := n.onApply(func() error {
+			if err := n.st().SplitGroupSpan(ctx, g.ID, group, at); err != nil {
+				return err
+			}
+			span, ok := n.groupSpan(group)
+			if !ok {
+				return fmt.Errorf("the split gave group %d no span", group)
+			}
+			if sp != nil {
+				span = *sp
+			}
+			if err := n.forgetMergedInto(into, span); err != nil {
+				return err
+			}
+			_, kept = n.groupSpan(group)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		sp, ok := n.groupSpan(child)
-		if !ok {
-			return fmt.Errorf("the split gave group %d no span", child)
-		}
-		if err := n.forgetMergedInto(g.ID, sp); err != nil {
-			return err
-		}
-		_, kept = n.groupSpan(child)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		return kept
 	}
-	if !kept {
+	// A group id far past this node's applied index is not named yet
+	// (catalogKnew).
+	if child := n.applied.Load() + 1000; !survives(child, "q", g.ID, nil) {
 		t.Fatalf("group %d, split off but not yet in this node's catalog, was dropped as merged away", child)
 	}
 	// A group the catalog could have named (an id at or below the applied
-	// index) and does not: merged away, dropped with its span.
-	// A table created and dropped moves the system log past an index
-	// that makes no group: the drop's.
+	// index) and does not: merged away, dropped with its span. A table
+	// created and dropped moves the system log past an index that makes
+	// no group: the drop's.
 	createVia(c, "gone")
 	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
 		return struct{}{}, s.DeleteTable(ctx, acct, "gone")
@@ -398,42 +407,12 @@ func TestSnapshotKeepsASplitChildNotYetCataloged(t *testing.T) {
 	if merged == 0 {
 		t.Fatal("node 1 applied no system log entry that made no group")
 	}
-	dropped := false
-	err = n.onApply(func() error {
-		if err := n.st().SplitGroupSpan(ctx, g.ID, merged, "h"); err != nil {
-			return err
-		}
-		if err := n.forgetMergedInto(g.ID, partition.Span{Account: acct, Table: "young"}); err != nil {
-			return err
-		}
-		_, ok := n.groupSpan(merged)
-		dropped = !ok
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !dropped {
+	if survives(merged, "h", g.ID, &partition.Span{Account: acct, Table: "young"}) {
 		t.Fatalf("group %d, which the catalog no longer names, inside an ingested span, was kept", merged)
 	}
 	// The same group ingesting its own span (a snapshot from its leader,
 	// before its log froze it) is kept: it must live to be frozen.
-	kept = false
-	err = n.onApply(func() error {
-		if err := n.st().SplitGroupSpan(ctx, g.ID, merged, "d"); err != nil {
-			return err
-		}
-		sp, _ := n.groupSpan(merged)
-		if err := n.forgetMergedInto(merged, sp); err != nil {
-			return err
-		}
-		_, kept = n.groupSpan(merged)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !kept {
+	if !survives(merged, "d", merged, nil) {
 		t.Fatalf("group %d, merged away in the catalog, dropped itself on the ingest of its own span", merged)
 	}
 }
