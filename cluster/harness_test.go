@@ -38,6 +38,7 @@ type simNet struct {
 	closed   bool
 	wg       sync.WaitGroup
 	held     map[uint64]chan struct{} // nodes whose sends wait (hold)
+	deaf     map[[2]uint64]bool       // (node, group): the group's messages to and from the node are lost
 }
 
 func newSimNet(seed uint64) *simNet {
@@ -66,7 +67,8 @@ func (t simTransport) Send(msgs []transport.Message) {
 	}
 	for _, m := range msgs {
 		to := transport.NodeOf(m.Raft.GetTo())
-		if s.cut[[2]uint64{t.from, to}] || (s.dropRate > 0 && s.rng.Float64() < s.dropRate) {
+		if s.cut[[2]uint64{t.from, to}] || s.deaf[[2]uint64{t.from, m.Group}] || s.deaf[[2]uint64{to, m.Group}] ||
+			(s.dropRate > 0 && s.rng.Float64() < s.dropRate) {
 			continue
 		}
 		n := s.nodes[to]
@@ -157,6 +159,18 @@ func (s *simNet) hold(id uint64) (release func()) {
 		s.mu.Unlock()
 		close(ch)
 	}
+}
+
+// deafen loses every message of range group group to or from node id:
+// the node's member neither hears nor answers, as on a node that does
+// not host it, while the node's other groups go on.
+func (s *simNet) deafen(id, group uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deaf == nil {
+		s.deaf = map[[2]uint64]bool{}
+	}
+	s.deaf[[2]uint64{id, group}] = true
 }
 
 func (s *simNet) heal() {

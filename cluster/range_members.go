@@ -56,8 +56,8 @@ type rangeMembers struct {
 	// removed learner never campaigns and keeps the leader it knew.
 	silent int
 	heard  bool
-	// mergeSince is the tick the leader found a merge to make
-	// (range_merge.go), 0 when it has none.
+	// mergeSince is the tick the leader found a merge or a freeze to
+	// make (range_merge.go), 0 when it has none.
 	mergeSince uint64
 }
 
@@ -308,7 +308,7 @@ func (r *replica) reconcile() {
 		return
 	}
 	work, tg, sp := r.spanDue()
-	if work != spanMerge {
+	if work != spanMerge && work != spanFreeze {
 		r.members.mergeSince = 0
 	}
 	settled := r.settled()

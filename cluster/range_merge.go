@@ -121,13 +121,32 @@ func (r *replica) unbornAfter(tg partition.TableGroup, sp partition.Span) bool {
 // span, once every live voter is within catchUpSlack entries of its log:
 // a frozen group sends no snapshot, so a follower far behind would never
 // reach the freeze. It reports whether it proposed.
+//
+// Past mergePatience election timeouts it no longer waits for a voter
+// that has said nothing for the last one (raft's RecentActive), live
+// node or not: a node that took the range before it by a snapshot made
+// past the split that started this group never hosted its member here,
+// and, once the catalog has merged the group away, never will
+// (hostMember hosts no group the catalog does not name), so it would
+// hold the freeze back for good (chaos seed 74, moves). Frozen without
+// it, the group is merged by the range before it, which removes that
+// node's member as one that does not say it holds the frozen group and
+// adds it back from a snapshot of the merged span.
 func (r *replica) maybeFreeze(st raft.Status, sp partition.Span) bool {
+	n := r.n
+	if r.members.mergeSince == 0 {
+		r.members.mergeSince = n.live.ticks
+	}
+	patient := n.live.ticks-r.members.mergeSince < uint64(mergePatience*n.cfg.ElectionTicks)
 	last, err := r.rlog.LastIndex()
 	if err != nil {
 		return false
 	}
 	for id, pr := range st.Progress {
-		if !pr.IsLearner && r.n.isLive(transport.NodeOf(id)) && pr.Match+catchUpSlack < last {
+		if pr.IsLearner || id == r.id || !n.isLive(transport.NodeOf(id)) || pr.Match+catchUpSlack >= last {
+			continue
+		}
+		if patient || pr.RecentActive {
 			return false
 		}
 	}
@@ -136,9 +155,9 @@ func (r *replica) maybeFreeze(st raft.Status, sp partition.Span) bool {
 		return false
 	}
 	r.members.proposed = confMark{last + 1, st.GetTerm()}
-	r.n.touch(r)
-	r.n.log.Info("cluster: freezing a range group merged into the one before it", "node", r.n.cfg.ID, "group", r.group,
-		"table", sp.Table, "low", sp.LowPartitionKey)
+	n.touch(r)
+	n.log.Info("cluster: freezing a range group merged into the one before it", "node", n.cfg.ID, "group", r.group,
+		"table", sp.Table, "low", sp.LowPartitionKey, "past_patience", !patient)
 	return true
 }
 

@@ -196,6 +196,56 @@ func TestRangeGroupMerges(t *testing.T) {
 	check("after a restart")
 }
 
+// TestMergeFreezesPastASilentVoter merges a range whose group has a
+// voter on a live node that never answers for it (as a node that took
+// the left range by a snapshot made past the split, and so never hosted
+// the right group, does once the catalog has merged it away: chaos seed
+// 74). The right group freezes without that voter once its patience is
+// out, the left group removes the node's member, merges, and adds it
+// back from a snapshot of the merged span; every write is read back.
+func TestMergeFreezesPastASilentVoter(t *testing.T) {
+	c := &testCluster{t: t, net: newSimNet(74), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
+	c.startAll(3)
+	createVia(c, "pairs")
+	want := map[string]int{}
+	for i := range 40 {
+		pk := fmt.Sprintf("p%02d", i)
+		upsertVia(c, "pairs", pk, "r", i)
+		want[pk] = i
+	}
+	left := c.tableGroup("pairs")
+	c.splitVia("pairs", "p20")
+	right := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1].Group.ID
+	c.waitMembers(right, left.Voters, 20*time.Second)
+	ld := c.groupLeader(right, 10*time.Second)
+	var silent uint64
+	for _, v := range left.Voters {
+		if v != ld.id {
+			silent = v
+		}
+	}
+	c.net.deafen(silent, right)
+	for i := range 3 * catchUpSlack { // the silent member falls behind
+		pk := fmt.Sprintf("p%02d", 18+i%6)
+		upsertVia(c, "pairs", pk, "r", 100+i)
+		want[pk] = 100 + i
+	}
+	c.mergeVia("pairs", "p20")
+	c.waitMerged("pairs", []string{""}, right, 60*time.Second)
+	c.waitMembers(left.ID, left.Voters, 20*time.Second)
+	var keys []string
+	for pk, n := range want {
+		if e, err := readVia(c, "pairs", pk, "r"); err != nil || entityN(t, e) != n {
+			t.Fatalf("%s = %+v, %v after the merge; want N=%d", pk, e, err, n)
+		}
+		keys = append(keys, pk+"/r")
+	}
+	slices.Sort(keys)
+	if got := walkQuery(c, "pairs", partition.EntityQuery{Top: 7}); !slices.Equal(got, keys) {
+		t.Fatalf("a query walk read\n%v\nwant\n%v", got, keys)
+	}
+}
+
 // TestPlacementMergesColdRanges leaves a table's two ranges cold, the
 // right one's group on other nodes than the left one's: the placement
 // controller names the left group's nodes for the right group, waits
