@@ -83,6 +83,10 @@ type Node struct {
 	// lease did not answer, and the lease's renewals).
 	readRounds atomic.Uint64
 
+	// heldNotices are the range group leaders that hold commit notices
+	// back until the next tick (commit_notice.go; loop-owned).
+	heldNotices []*replica
+
 	hosts  hostQueue                  // range groups to start or drop
 	status atomic.Pointer[nodeStatus] // see snapshotStatus
 	live   liveness                   // loop-owned
@@ -354,6 +358,7 @@ func (n *Node) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ticks:
+			n.sendCommitNotices()
 			n.tickReplicas(n.cfg.Transport.Unreachable())
 			n.balanceLeases()
 			n.promoteLearners()

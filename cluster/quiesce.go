@@ -379,6 +379,7 @@ func (r *replica) maybeQuiesce() bool {
 		return false
 	}
 	n := r.n
+	r.dropCommitNotices() // the heartbeats carry the commit index
 	var out []*raftpb.Message
 	for id, pr := range st.Progress {
 		node := transport.NodeOf(id)

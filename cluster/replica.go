@@ -95,6 +95,9 @@ type replica struct {
 	sinceSync uint64
 
 	waiters waiters
+	// notices are the commit notices a range group's leader holds back
+	// (commit_notice.go).
+	notices commitNotices
 }
 
 // newReplica starts the raft state machine of group on this node, as
@@ -188,9 +191,10 @@ func (r *replica) step(msgs []*raftpb.Message) {
 	}
 }
 
-// send hands a Ready's messages to the transport.
+// send hands a Ready's messages to the transport, but for the commit
+// notices a range group's leader holds back (commit_notice.go).
 func (r *replica) send(msgs []*raftpb.Message) {
-	if len(msgs) == 0 {
+	if msgs = r.holdCommitNotices(msgs); len(msgs) == 0 {
 		return
 	}
 	r.n.sendGroup(r.group, msgs)
@@ -228,6 +232,7 @@ func (r *replica) leadershipChanged(ss *raft.SoftState) {
 		log.Info("cluster: elected leader", "node", r.n.cfg.ID, "group", r.group, "term", r.rn.BasicStatus().HardState.GetTerm(), "ready_at", r.readyAt)
 	case !r.isLeader && wasLeader:
 		r.endHandOver()
+		r.dropCommitNotices()
 		r.ready.Store(false)
 		r.waiters.orphan()
 		r.failReads(errNotLeader(lead))
