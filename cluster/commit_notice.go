@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"slices"
+
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -26,11 +28,17 @@ import (
 // from should not lag a tick behind.
 
 // commitNotices are the appends without entries a range group's leader
-// holds back, by follower raft id (loop-owned).
+// holds back, one per follower at most (loop-owned). A slice, not a map:
+// a group has a handful of followers, and an idle one keeps nothing.
 type commitNotices struct {
-	held map[uint64]*raftpb.Message
+	held []*raftpb.Message
 	// listed says the replica is in its node's heldNotices.
 	listed bool
+}
+
+// drop forgets the notice held for member to, if any.
+func (c *commitNotices) drop(to uint64) {
+	c.held = slices.DeleteFunc(c.held, func(m *raftpb.Message) bool { return m.GetTo() == to })
 }
 
 // holdCommitNotices takes out of msgs, a Ready's messages of a range
@@ -47,7 +55,7 @@ func (r *replica) holdCommitNotices(msgs []*raftpb.Message) []*raftpb.Message {
 				r.holdNotice(m)
 				continue
 			}
-			delete(r.notices.held, m.GetTo())
+			r.notices.drop(m.GetTo())
 		}
 		out = append(out, m)
 	}
@@ -56,10 +64,8 @@ func (r *replica) holdCommitNotices(msgs []*raftpb.Message) []*raftpb.Message {
 
 func (r *replica) holdNotice(m *raftpb.Message) {
 	c := &r.notices
-	if c.held == nil {
-		c.held = make(map[uint64]*raftpb.Message)
-	}
-	c.held[m.GetTo()] = m
+	c.drop(m.GetTo())
+	c.held = append(c.held, m)
 	if !c.listed {
 		c.listed = true
 		r.n.heldNotices = append(r.n.heldNotices, r)
@@ -68,22 +74,17 @@ func (r *replica) holdNotice(m *raftpb.Message) {
 
 // dropCommitNotices forgets what the replica holds: its leader quiesced
 // or lost the leadership.
-func (r *replica) dropCommitNotices() { clear(r.notices.held) }
+func (r *replica) dropCommitNotices() { r.notices.held = nil }
 
 // sendCommitNotices sends the notices the node's range group leaders
 // still hold, on the loop, at a tick.
 func (n *Node) sendCommitNotices() {
 	for _, r := range n.heldNotices {
-		r.notices.listed = false
-		if len(r.notices.held) == 0 || n.replicas[r.group] != r {
-			continue
+		held := r.notices.held
+		r.notices = commitNotices{}
+		if len(held) > 0 && n.replicas[r.group] == r {
+			n.sendGroup(r.group, held)
 		}
-		msgs := make([]*raftpb.Message, 0, len(r.notices.held))
-		for _, m := range r.notices.held {
-			msgs = append(msgs, m)
-		}
-		clear(r.notices.held)
-		n.sendGroup(r.group, msgs)
 	}
 	clear(n.heldNotices)
 	n.heldNotices = n.heldNotices[:0]
