@@ -164,7 +164,11 @@ func (o *Options) levelMaxBytes(level int) int64 {
 // WriteOptions control a single write.
 type WriteOptions struct {
 	// Sync makes the write durable (fsynced to the WAL) before it is
-	// acknowledged. A nil *WriteOptions means Sync: true.
+	// acknowledged. A nil *WriteOptions means Sync: true. An unsynced
+	// write reaches the kernel within about a millisecond (at once when
+	// its WAL block fills, or a synced write follows it): a crash of the
+	// process may lose the unsynced writes of that last millisecond, one
+	// of the machine every unsynced write since the last sync.
 	Sync bool
 }
 

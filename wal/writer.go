@@ -134,7 +134,24 @@ type Writer struct {
 	// arrived tells a gathering flusher that joined grew.
 	arrived chan struct{}
 	timer   *time.Timer
+
+	// handOff is armed by a record that leaves its block unfilled with
+	// no write-out asked for: see handOffDelay.
+	handOff      *time.Timer
+	handOffArmed bool
 }
+
+// handOffDelay is how long a record may wait in an unfilled block before
+// the background goroutine hands it to the file, when no fsync is asked
+// for. A record that fills its block, or a SyncTo, wakes the goroutine at
+// once. Waking it for every record instead cost the writer the wake-up
+// (a futex call when the goroutine sleeps) on a record in a few dozen:
+// in a million single-key unsynced overwrites on two cores, three
+// interleaved runs each, p99 fell from 12.7-14.6 us to 7.3-9.6 (p50
+// 2.2-2.5 either way). So an unsynced record reaches the kernel within
+// about this delay, and a process crash may lose the records of that
+// last millisecond (a machine crash, everything not synced).
+const handOffDelay = time.Millisecond
 
 // maxGatherDelay caps how long the flusher holds an fsync back waiting for
 // committers to join it.
@@ -167,6 +184,13 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 		cur:          blocks.get(),
 	}
 	w.timer.Stop()
+	w.handOff = time.AfterFunc(time.Hour, func() {
+		w.mu.Lock()
+		w.handOffArmed = false
+		w.signalLocked()
+		w.mu.Unlock()
+	})
+	w.handOff.Stop()
 	w.cond.L = &w.mu
 	go w.flushLoop()
 	return w
@@ -193,6 +217,7 @@ func (w *Writer) WriteRecord(p []byte) (end int64, err error) {
 	// the durable offset cannot lie inside this record.
 	syncOffset := w.synced
 	first := true
+	filled := false
 	for {
 		b := w.cur
 		left := BlockSize - b.n
@@ -202,6 +227,7 @@ func (w *Writer) WriteRecord(p []byte) (end int64, err error) {
 			b.n = BlockSize
 			w.logical += int64(left)
 			w.rotateLocked()
+			filled = true
 			continue
 		}
 		n := min(len(p), left-HeaderSize)
@@ -225,12 +251,19 @@ func (w *Writer) WriteRecord(p []byte) (end int64, err error) {
 		first = false
 		if b.n == BlockSize {
 			w.rotateLocked()
+			filled = true
 		}
 		if last {
 			break
 		}
 	}
-	w.signalLocked()
+	switch {
+	case filled:
+		w.signalLocked()
+	case !w.handOffArmed && !w.pending:
+		w.handOffArmed = true
+		w.handOff.Reset(handOffDelay)
+	}
 	return w.logical, nil
 }
 
@@ -314,6 +347,7 @@ func (w *Writer) Close() error {
 	err := w.err
 	w.cond.Broadcast()
 	w.mu.Unlock()
+	w.handOff.Stop()
 	close(w.quit)
 	<-w.done
 	if err == nil {
