@@ -62,6 +62,25 @@ func (c *testCluster) waitMergedOn(table string, starts []string, merged uint64,
 	}
 }
 
+// checkPairs reads back every entity (pk, "r") of table that want
+// names, each with its N, and walks the table in pages of 7: it must
+// return exactly those entities, once each.
+func (c *testCluster) checkPairs(table string, want map[string]int, when string) {
+	c.t.Helper()
+	var keys []string
+	for pk, n := range want {
+		e, err := readVia(c, table, pk, "r")
+		if err != nil || entityN(c.t, e) != n {
+			c.t.Fatalf("%s: %s = %+v, %v; want N=%d", when, pk, e, err, n)
+		}
+		keys = append(keys, pk+"/r")
+	}
+	slices.Sort(keys)
+	if got := walkQuery(c, table, partition.EntityQuery{Top: 7}); !slices.Equal(got, keys) {
+		c.t.Fatalf("%s: a query walk read\n%v\nwant\n%v", when, got, keys)
+	}
+}
+
 // TestRangeGroupMerges merges a table's ranges back under writes. First
 // two ranges whose groups are on the same nodes: the catalog gives the
 // right range's keys to the left group, the right group freezes, and the
@@ -121,22 +140,7 @@ func TestRangeGroupMerges(t *testing.T) {
 	if ranges[0].Group.ID != left.ID {
 		t.Fatalf("the merged range's group is %d, want the left one's, %d", ranges[0].Group.ID, left.ID)
 	}
-	check := func(when string) {
-		t.Helper()
-		var keys []string
-		for pk, n := range want {
-			e, err := readVia(c, "pairs", pk, "r")
-			if err != nil || entityN(t, e) != n {
-				t.Fatalf("%s: %s = %+v, %v; want N=%d", when, pk, e, err, n)
-			}
-			keys = append(keys, pk+"/r")
-		}
-		slices.Sort(keys)
-		if got := walkQuery(c, "pairs", partition.EntityQuery{Top: 7}); !slices.Equal(got, keys) {
-			t.Fatalf("%s: a query walk read\n%v\nwant\n%v", when, got, keys)
-		}
-	}
-	check("after the first merge")
+	c.checkPairs("pairs", want, "after the first merge")
 	c.convergeMembers(left.ID, left.Voters, 10*time.Second)
 
 	// A range whose group is named elsewhere is not merged.
@@ -184,7 +188,7 @@ func TestRangeGroupMerges(t *testing.T) {
 	ranges = c.waitMerged("pairs", []string{""}, right, 30*time.Second)
 	c.waitMembers(left.ID, left.Voters, 20*time.Second)
 	write("p37", 37)
-	check("after a merge without one member")
+	c.checkPairs("pairs", want, "after a merge without one member")
 	c.convergeMembers(left.ID, left.Voters, 10*time.Second)
 	if sp, ok, err := c.nodes[gone].node.st().GroupSpan(left.ID); err != nil || !ok || sp != ranges[0].Span() {
 		t.Fatalf("node %d, back in the left group, holds its span as %+v, %v, %v; want %+v", gone, sp, ok, err, ranges[0].Span())
@@ -193,7 +197,7 @@ func TestRangeGroupMerges(t *testing.T) {
 	c.restartAll()
 	c.waitSplit("pairs", []string{""}, 20*time.Second)
 	write("p25", 2500)
-	check("after a restart")
+	c.checkPairs("pairs", want, "after a restart")
 }
 
 // TestMergeFreezesPastASilentVoter merges a range whose group has a
@@ -233,17 +237,7 @@ func TestMergeFreezesPastASilentVoter(t *testing.T) {
 	c.mergeVia("pairs", "p20")
 	c.waitMerged("pairs", []string{""}, right, 60*time.Second)
 	c.waitMembers(left.ID, left.Voters, 20*time.Second)
-	var keys []string
-	for pk, n := range want {
-		if e, err := readVia(c, "pairs", pk, "r"); err != nil || entityN(t, e) != n {
-			t.Fatalf("%s = %+v, %v after the merge; want N=%d", pk, e, err, n)
-		}
-		keys = append(keys, pk+"/r")
-	}
-	slices.Sort(keys)
-	if got := walkQuery(c, "pairs", partition.EntityQuery{Top: 7}); !slices.Equal(got, keys) {
-		t.Fatalf("a query walk read\n%v\nwant\n%v", got, keys)
-	}
+	c.checkPairs("pairs", want, "after the merge")
 }
 
 // TestPlacementMergesColdRanges leaves a table's two ranges cold, the
