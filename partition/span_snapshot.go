@@ -318,23 +318,32 @@ func (s *Store) moveStaged(t *table, m spanIngest) error {
 		b.Reset()
 		return err
 	}
-	lo, hi := spanBounds(t.prefix, sp)
-	it := snap.NewIter(&lsm.IterOptions{LowerBound: lo, UpperBound: hi})
-	var err error
-	for ok := it.First(); ok && err == nil; ok = it.Next() {
-		pk, _ := readEscaped(it.Key(), len(t.prefix), nil)
-		stats.add(pk, -1, -int64(len(it.Key())+len(it.Value())))
-		b.Delete(it.Key())
-		err = flush()
+	// The span's entities go, and those of any part of the group's old
+	// span it gives up that no other group holds (span_given_up.go).
+	// Until the commit below, the group's record is its old span, so a
+	// move redone after a crash finds the same parts.
+	givenUp, err := s.spansGivenUp(t, m.group, sp)
+	if err != nil {
+		return wrap("find the span given up", err)
 	}
-	if err := errors.Join(err, it.Close()); err != nil {
-		return wrap("clear", err)
+	for _, part := range append(givenUp, sp) {
+		lo, hi := spanBounds(t.prefix, part)
+		it := snap.NewIter(&lsm.IterOptions{LowerBound: lo, UpperBound: hi})
+		for ok := it.First(); ok && err == nil; ok = it.Next() {
+			pk, _ := readEscaped(it.Key(), len(t.prefix), nil)
+			stats.add(pk, -1, -int64(len(it.Key())+len(it.Value())))
+			b.Delete(it.Key())
+			err = flush()
+		}
+		if err := errors.Join(err, it.Close()); err != nil {
+			return wrap("clear", err)
+		}
 	}
 
 	prefix := stagedPrefix(m.group)
 	var newest odata.DateTime
 	var key []byte
-	it = snap.NewIter(&lsm.IterOptions{LowerBound: prefix, UpperBound: prefixSuccessor(prefix)})
+	it := snap.NewIter(&lsm.IterOptions{LowerBound: prefix, UpperBound: prefixSuccessor(prefix)})
 	for ok := it.First(); ok && err == nil; ok = it.Next() {
 		suffix := it.Key()[len(prefix):]
 		pk, _, kerr := splitEntitySuffix(suffix)
