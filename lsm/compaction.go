@@ -130,7 +130,7 @@ func (db *DB) compactTables(c *compaction, snapshots []base.SeqNum) ([]*fileMeta
 	// The merging iterator owns the input iterators from here on.
 	iters = nil
 	defer merged.Close()
-	return db.writeTables(ci, db.opts.TargetFileSize, lim)
+	return db.writeTables(ci, db.opts.TargetFileSize, lim, nil)
 }
 
 // Compact compacts the key range [start, end) (nil = unbounded) down the

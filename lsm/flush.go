@@ -116,7 +116,7 @@ func (db *DB) flushOne() bool {
 	db.mu.Unlock()
 
 	iter := m.NewIter(nil, nil)
-	metas, err := db.writeTables(newCompactionIter(iter, snapshots, baseLevelChecker(v, 0), db.opts.DropKey), 0, nil)
+	metas, err := db.writeTables(newCompactionIter(iter, snapshots, baseLevelChecker(v, 0), db.opts.DropKey), 0, nil, db.roomToSpare)
 	if cerr := iter.Close(); err == nil {
 		err = cerr
 	}
@@ -222,17 +222,30 @@ type tableWriterLimits struct {
 // each), and the fill took 103-106 s instead of 110-112. The longest
 // writes (40-70 ms either way) are not these: the dumps taken during
 // them show the writer runnable with no Go code holding the other core.
-// The cost: a flush that yields keeps its immutable memtable longer, so
-// the fill's peak RSS rose by about 20 MiB (480 MiB against 458 with
-// yields in compactions only, which brought the slow writes back to 74).
+// A flush that yields keeps its immutable memtable longer, and if the
+// mutable one fills meanwhile, a third arena fills too: the fill's peak
+// RSS rose by about 20 MiB (480 MiB against 458 with yields in
+// compactions only, which brought the slow writes back to 74). So a
+// flush yields only while the mutable memtable has room to spare
+// (roomToSpare).
 const yieldEntries = 256
+
+// roomToSpare reports whether the mutable memtable is less than half
+// full: a flush that finishes before it fills has time to yield.
+func (db *DB) roomToSpare() bool {
+	db.mu.Lock()
+	m := db.mem.mutable
+	db.mu.Unlock()
+	return m.reserved.Load() < int64(m.Capacity())/2
+}
 
 // writeTables writes the entries ci keeps into new tables of about
 // targetSize bytes (0: a single table), each synced, and
 // syncs the directory. It never splits one user key's versions between two
 // tables, so tables of one level never share a user key. On error it
-// removes what it wrote.
-func (db *DB) writeTables(ci *compactionIter, targetSize int64, lim *tableWriterLimits) ([]*fileMetadata, error) {
+// removes what it wrote. Every yieldEntries entries it yields, if mayYield
+// (nil: always) says it may.
+func (db *DB) writeTables(ci *compactionIter, targetSize int64, lim *tableWriterLimits, mayYield func() bool) ([]*fileMetadata, error) {
 	var (
 		metas    []*fileMetadata
 		out      *tableOutput
@@ -262,7 +275,9 @@ func (db *DB) writeTables(ci *compactionIter, targetSize int64, lim *tableWriter
 				return fail(ErrClosed)
 			default:
 			}
-			runtime.Gosched()
+			if mayYield == nil || mayYield() {
+				runtime.Gosched()
+			}
 		}
 		newUserKey := lastKey == nil || !bytes.Equal(key.UserKey, lastKey)
 		if lim != nil && newUserKey {

@@ -28,9 +28,14 @@ func Open(dir string, opts *Options) (*DB, error) {
 		compactSignal: make(chan struct{}, 1),
 		cleanSignal:   make(chan struct{}, 1),
 		closing:       make(chan struct{}),
-		// A segment's writer and its predecessor's, closing in the
-		// background, each buffer up to wal.DefaultMaxBuffered.
-		walBlocks: wal.NewBlockPool(2 * wal.DefaultMaxBuffered),
+		// Enough free blocks for the steady state (a few in flight
+		// between two hand-offs to the file). A rotation's burst (up to
+		// wal.DefaultMaxBuffered while the previous segment closes) is
+		// left to the collector: kept, it stayed in the heap for good,
+		// and a live heap twice as large lets the collector's headroom
+		// grow as much (peak RSS 5 to 8 MiB lower on the bench's reads
+		// and synced writes with 1 MiB kept than with 8).
+		walBlocks: wal.NewBlockPool(1 << 20),
 	}
 	db.metrics.init()
 	db.cond.L = &db.mu
@@ -232,7 +237,7 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 		defer iter.Close()
 		// No snapshot survives a restart, so only each key's newest
 		// version is kept; tombstones stay, older tables may hold the key.
-		ms, err := db.writeTables(newCompactionIter(iter, nil, func([]byte) bool { return false }, db.opts.DropKey), 0, nil)
+		ms, err := db.writeTables(newCompactionIter(iter, nil, func([]byte) bool { return false }, db.opts.DropKey), 0, nil, nil)
 		metas = append(metas, ms...)
 		return err
 	}
