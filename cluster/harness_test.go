@@ -39,6 +39,10 @@ type simNet struct {
 	wg       sync.WaitGroup
 	held     map[uint64]chan struct{} // nodes whose sends wait (hold)
 	deaf     map[[2]uint64]bool       // (node, group): the group's messages to and from the node are lost
+	// Nodes that hear no range group's messages (deafenRanges) but
+	// those of the groups they were let hear again (hear).
+	deafRanges map[uint64]bool
+	heard      map[[2]uint64]bool
 }
 
 func newSimNet(seed uint64) *simNet {
@@ -67,7 +71,7 @@ func (t simTransport) Send(msgs []transport.Message) {
 	}
 	for _, m := range msgs {
 		to := transport.NodeOf(m.Raft.GetTo())
-		if s.cut[[2]uint64{t.from, to}] || s.deaf[[2]uint64{t.from, m.Group}] || s.deaf[[2]uint64{to, m.Group}] ||
+		if s.cut[[2]uint64{t.from, to}] || s.isDeaf(t.from, m.Group) || s.isDeaf(to, m.Group) ||
 			(s.dropRate > 0 && s.rng.Float64() < s.dropRate) {
 			continue
 		}
@@ -171,6 +175,32 @@ func (s *simNet) deafen(id, group uint64) {
 		s.deaf = map[[2]uint64]bool{}
 	}
 	s.deaf[[2]uint64{id, group}] = true
+}
+
+// deafenRanges loses every message of every range group to or from node
+// id, the system group's excepted, and of groups created later too, until
+// hear lets one through again.
+func (s *simNet) deafenRanges(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deafRanges == nil {
+		s.deafRanges, s.heard = map[uint64]bool{}, map[[2]uint64]bool{}
+	}
+	s.deafRanges[id] = true
+}
+
+// hear lets the messages of range group group to and from node id, which
+// deafenRanges deafened, through again.
+func (s *simNet) hear(id, group uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.heard[[2]uint64{id, group}] = true
+}
+
+// isDeaf says whether node id loses the messages of group; s.mu is held.
+func (s *simNet) isDeaf(id, group uint64) bool {
+	return s.deaf[[2]uint64{id, group}] ||
+		s.deafRanges[id] && group != systemGroup && !s.heard[[2]uint64{id, group}]
 }
 
 func (s *simNet) heal() {

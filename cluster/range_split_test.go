@@ -405,3 +405,64 @@ func (c *testCluster) describeGroups() string {
 	}
 	return b.String()
 }
+
+// TestSnapshotPastASplitDropsTheChildsKeys: a member that hears nothing
+// of its range group while the group splits, nor of the child, takes the
+// parent's snapshot made past the split (the leader's log compacted past
+// it), and with it the parent's new span only. The keys of the child's
+// span it held go with the ingest, since no group of its node holds them
+// (partition.Store.IngestSpan); the child, once heard, brings them back
+// from its leader.
+func TestSnapshotPastASplitDropsTheChildsKeys(t *testing.T) {
+	c := &testCluster{t: t, net: newSimNet(75), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
+	c.startAll(3)
+	createVia(c, "pairs")
+	want := map[string]int{}
+	for i := range 40 {
+		pk := fmt.Sprintf("p%02d", i)
+		upsertVia(c, "pairs", pk, "r", i)
+		want[pk] = i
+	}
+	parent := c.tableGroup("pairs")
+	ld := c.groupLeader(parent.ID, 10*time.Second)
+	var lagging uint64
+	for _, v := range parent.Voters {
+		if v != ld.id {
+			lagging = v
+		}
+	}
+	childSpan := partition.Span{Account: acct, Table: "pairs", LowPartitionKey: "p20"}
+	held := func() int {
+		return strings.Count(dumpSpan(t, c.nodes[lagging].node.st(), childSpan), "\n")
+	}
+	for deadline := time.Now().Add(10 * time.Second); held() < 20; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d applied %d of the 20 writes past p20", lagging, held())
+		}
+	}
+	installed := func() int {
+		n := c.nodes[lagging].node
+		n.snaps.mu.Lock()
+		defer n.snaps.mu.Unlock()
+		return n.snaps.spanInstalled
+	}
+	before := installed()
+	c.net.deafenRanges(lagging)
+	c.splitVia("pairs", "p20")
+	child := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1].Group
+	// Past the log's retention and a sync: the leader's log no longer
+	// holds the split.
+	for i := range 4 * int(c.nodes[ld.id].node.cfg.SyncEvery) {
+		pk := fmt.Sprintf("p%02d", i%20)
+		upsertVia(c, "pairs", pk, "r", 100+i)
+		want[pk] = 100 + i
+	}
+	c.net.hear(lagging, parent.ID)
+	c.waitRetiredSpan(lagging, child.ID, childSpan, 20*time.Second)
+	if installed() == before {
+		t.Fatalf("node %d caught up with no span snapshot", lagging)
+	}
+	c.net.hear(lagging, child.ID)
+	c.waitMembers(child.ID, child.Voters, 20*time.Second)
+	c.checkPairs("pairs", want, "after the lagging member caught up")
+}
