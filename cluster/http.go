@@ -132,13 +132,20 @@ func (h *HTTP) Public(rest http.Handler) http.Handler {
 // serve answers r, a client's (hops 0) or one forwarded by a peer: a
 // client's is repeated while it is refused in passing (http_repeat.go); a
 // peer's is answered once, saying whether its refusal may be repeated.
+// Such a refusal is not reported here (access log, metrics): the peer
+// repeats it, and reports what its client gets.
 func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, rest http.Handler, hops int) {
 	if hops == 0 {
 		h.serveRepeating(w, r, rest)
 		return
 	}
+	start := time.Now()
 	ctx, note := svcerr.WithRetryNote(r.Context())
+	note.HoldReport()
 	h.serveOnce(&retryMarker{ResponseWriter: w, note: note}, r.WithContext(ctx), rest, hops)
+	if !note.Set() {
+		note.Report(start)
+	}
 }
 
 // serveOnce answers r here, or forwards it to the node that answers for

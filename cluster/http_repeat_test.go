@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/internal/svcerr"
 )
@@ -87,3 +88,39 @@ type codeRecorder struct {
 }
 
 func (c *codeRecorder) WriteHeader(code int) { c.codes = append(c.codes, code) }
+
+// TestForwardedRefusalsAreLeftToTheFront: a request a peer forwarded is
+// reported (access log, metrics) where it is answered, but for a refusal
+// the peer may repeat: the peer reports what its client gets.
+func TestForwardedRefusalsAreLeftToTheFront(t *testing.T) {
+	c := newTestCluster(t, 1, 1)
+	h := NewHTTP(c.leader(10*time.Second).node, http.NotFoundHandler(), nil, nil)
+	for _, tc := range []struct {
+		what    string
+		answer  func(ctx context.Context, w http.ResponseWriter)
+		reports int
+	}{
+		{"an answer", func(_ context.Context, w http.ResponseWriter) { w.WriteHeader(http.StatusOK) }, 1},
+		{"a refusal that may be repeated", func(ctx context.Context, w http.ResponseWriter) {
+			svcerr.NoteRetry(ctx, errMoved("moved"))
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}, 0},
+		{"a 503 that may not", func(_ context.Context, w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) }, 1},
+	} {
+		reports := 0
+		rest := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tc.answer(r.Context(), w)
+			if !svcerr.DeferReport(r.Context(), func(time.Time) { reports++ }) {
+				reports++
+			}
+		})
+		rec := httptest.NewRecorder()
+		h.serve(rec, httptest.NewRequest(http.MethodGet, "/t()", nil), rest, 1)
+		if reports != tc.reports {
+			t.Errorf("%s, forwarded: reported %d times, want %d", tc.what, reports, tc.reports)
+		}
+		if repeat := rec.Header().Get(retryHeader) != ""; repeat != (tc.reports == 0) {
+			t.Errorf("%s, forwarded: marked for repeating %v", tc.what, repeat)
+		}
+	}
+}
