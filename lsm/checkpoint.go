@@ -171,8 +171,9 @@ func (db *DB) pinCheckpoint() (*checkpointPin, error) {
 		}
 	}
 	slices.Sort(nums)
-	// A flush deletes a segment under db.mu once its edit is logged: held
-	// here, every segment the pinned version needs is still present.
+	// A flush deletes a segment once its edit is logged, and only one
+	// below the logged log number: every segment the pinned version
+	// needs is still present.
 	for _, num := range nums {
 		f, err := db.fs.Open(makeFilename(db.dir, fileTypeLog, num))
 		if err != nil {

@@ -136,7 +136,6 @@ func (db *DB) flushOne() bool {
 // flush's failure) and takes m off the queue. It reports whether it did.
 func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start time.Time) bool {
 	db.mu.Lock()
-	defer db.mu.Unlock()
 	edit := &versionEdit{logNum: db.mem.mutable.logNum}
 	if len(db.mem.queue) > 1 {
 		edit.logNum = db.mem.queue[1].logNum
@@ -152,6 +151,7 @@ func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start 
 			db.removeTables(metas)
 		}
 		db.setBGErr(fmt.Errorf("lsm: flush: %w", err))
+		db.mu.Unlock()
 		return false
 	}
 	db.mem.queue = db.mem.queue[1:]
@@ -162,10 +162,16 @@ func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start 
 		db.metrics.flushBytes.Add(int64(meta.size))
 	}
 	db.cond.Broadcast()
+	signal(db.compactSignal)
+	db.mu.Unlock()
+	// The segment is deleted without db.mu, which a writer rotating the
+	// memtable needs: an unlink may wait for the filesystem's journal,
+	// behind a compaction's fsync (a watched 20M fill caught a write
+	// waiting 40 ms so). Nothing needs the segment now: a checkpoint
+	// pins only segments at or past the logged log number.
 	if m.logNum < edit.logNum {
 		db.fs.Remove(makeFilename(db.dir, fileTypeLog, m.logNum))
 	}
-	signal(db.compactSignal)
 	return true
 }
 
