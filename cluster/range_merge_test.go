@@ -62,6 +62,22 @@ func (c *testCluster) waitMergedOn(table string, starts []string, merged uint64,
 	}
 }
 
+// newPairsCluster starts three nodes, no placement controller, with table
+// "pairs" in a range group of its own holding p00..p39 (row "r", N = i),
+// and returns the cluster and what the table holds.
+func newPairsCluster(t *testing.T, seed uint64) (*testCluster, map[string]int) {
+	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
+	c.startAll(3)
+	createVia(c, "pairs")
+	want := map[string]int{}
+	for i := range 40 {
+		pk := fmt.Sprintf("p%02d", i)
+		upsertVia(c, "pairs", pk, "r", i)
+		want[pk] = i
+	}
+	return c, want
+}
+
 // checkPairs reads back every entity (pk, "r") of table that want
 // names, each with its N, and walks the table in pages of 7: it must
 // return exactly those entities, once each.
@@ -208,15 +224,7 @@ func TestRangeGroupMerges(t *testing.T) {
 // out, the left group removes the node's member, merges, and adds it
 // back from a snapshot of the merged span; every write is read back.
 func TestMergeFreezesPastASilentVoter(t *testing.T) {
-	c := &testCluster{t: t, net: newSimNet(74), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
-	c.startAll(3)
-	createVia(c, "pairs")
-	want := map[string]int{}
-	for i := range 40 {
-		pk := fmt.Sprintf("p%02d", i)
-		upsertVia(c, "pairs", pk, "r", i)
-		want[pk] = i
-	}
+	c, want := newPairsCluster(t, 74)
 	left := c.tableGroup("pairs")
 	c.splitVia("pairs", "p20")
 	right := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1].Group.ID

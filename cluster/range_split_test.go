@@ -414,15 +414,7 @@ func (c *testCluster) describeGroups() string {
 // (partition.Store.IngestSpan); the child, once heard, brings them back
 // from its leader.
 func TestSnapshotPastASplitDropsTheChildsKeys(t *testing.T) {
-	c := &testCluster{t: t, net: newSimNet(75), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
-	c.startAll(3)
-	createVia(c, "pairs")
-	want := map[string]int{}
-	for i := range 40 {
-		pk := fmt.Sprintf("p%02d", i)
-		upsertVia(c, "pairs", pk, "r", i)
-		want[pk] = i
-	}
+	c, want := newPairsCluster(t, 75)
 	parent := c.tableGroup("pairs")
 	ld := c.groupLeader(parent.ID, 10*time.Second)
 	var lagging uint64
