@@ -432,12 +432,7 @@ func TestSnapshotPastASplitDropsTheChildsKeys(t *testing.T) {
 			t.Fatalf("node %d applied %d of the 20 writes past p20", lagging, held())
 		}
 	}
-	installed := func() int {
-		n := c.nodes[lagging].node
-		n.snaps.mu.Lock()
-		defer n.snaps.mu.Unlock()
-		return n.snaps.spanInstalled
-	}
+	installed := func() int { return c.nodes[lagging].node.Status().SpanSnapshotsInstalled }
 	before := installed()
 	c.net.deafenRanges(lagging)
 	c.splitVia("pairs", "p20")
