@@ -167,8 +167,8 @@ type WriteOptions struct {
 	// acknowledged. A nil *WriteOptions means Sync: true. An unsynced
 	// write reaches the kernel within about a millisecond (at once when
 	// its WAL block fills, or a synced write follows it): a crash of the
-	// process may lose the unsynced writes of that last millisecond, one
-	// of the machine every unsynced write since the last sync.
+	// process may lose the unsynced writes of that last millisecond, a
+	// crash of the machine every unsynced write since the last sync.
 	Sync bool
 }
 
