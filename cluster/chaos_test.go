@@ -151,6 +151,9 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		// The faults name the moves; a placement controller moving
 		// groups too would move them under the final check.
 		c = &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
+		// Followers go dormant after one quiet tick, so that the faults
+		// find many of them waking.
+		c.prepare = func(tn *testNode) { tn.node.dozeTicks = 1 }
 		c.startAll(size)
 	} else {
 		c = newTestCluster(t, size, seed)
@@ -460,13 +463,14 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 			}
 		}
 	}
-	snaps, spanSnaps := 0, 0
+	snaps, spanSnaps, wakes := 0, 0, uint64(0)
 	for _, tn := range c.nodes {
 		st := tn.node.Status()
 		snaps, spanSnaps = snaps+st.SnapshotsInstalled, spanSnaps+st.SpanSnapshotsInstalled
+		wakes += st.DormantWakes
 	}
-	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named; %d lease hand-overs asked; %d merges; %d ranges",
-		seed, len(history), snaps, spanSnaps, movesNamed, leasesAsked, merges, len(spans))
+	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named; %d lease hand-overs asked; %d merges; %d ranges; %d replicas woken from dormancy",
+		seed, len(history), snaps, spanSnaps, movesNamed, leasesAsked, merges, len(spans), wakes)
 }
 
 type stamped struct {

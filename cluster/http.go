@@ -369,9 +369,13 @@ type Status struct {
 	// the request asks (?groups=1).
 	Groups []GroupStatus `json:"groups,omitempty"`
 	// RangeGroups are the range groups this node hosts, Quiesced those
-	// of them idle (not ticked).
-	RangeGroups int `json:"range_groups"`
-	Quiesced    int `json:"quiesced"`
+	// of them idle (not ticked), Dormant those of the idle ones that
+	// dropped their raft state (dormant.go), and DormantWakes counts
+	// the replicas that took it up again since the node started.
+	RangeGroups  int    `json:"range_groups"`
+	Quiesced     int    `json:"quiesced"`
+	Dormant      int    `json:"dormant"`
+	DormantWakes uint64 `json:"dormant_wakes"`
 }
 
 // GroupStatus is a range group as a node hosting it sees it: its leader,

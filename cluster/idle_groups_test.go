@@ -128,6 +128,7 @@ func BenchmarkIdleRangeGroups(b *testing.B) {
 				c.groupLeader(g, 5*time.Minute)
 			}
 			c.waitQuiesced(5 * time.Minute)
+			c.waitDormant(5 * time.Minute)
 			runtime.GC()
 			var after runtime.MemStats
 			runtime.ReadMemStats(&after)

@@ -320,12 +320,12 @@ func (r *replica) continueHandOver() {
 	switch {
 	case !r.isLeader || elapsed > 2*timeout:
 		r.endHandOver()
-	case h.sent && r.rn.BasicStatus().LeadTransferee == 0:
+	case h.sent && r.rawNode().BasicStatus().LeadTransferee == 0:
 		r.endHandOver() // raft gave the transfer up, or never took it (a target not a voter)
 	case !h.sent && (r.waiters.empty() || elapsed >= timeout):
 		h.sent = true
 		r.lease.void()
-		r.rn.TransferLeader(h.to)
+		r.rawNode().TransferLeader(h.to)
 		r.n.touch(r)
 	}
 }

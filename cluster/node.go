@@ -82,6 +82,8 @@ type Node struct {
 	// readRounds counts the ReadIndex rounds asked of raft (the reads a
 	// lease did not answer, and the lease's renewals).
 	readRounds atomic.Uint64
+	// dormantWakes counts the replicas woken from dormancy (dormant.go).
+	dormantWakes atomic.Uint64
 
 	// heldNotices are the range group leaders that hold commit notices
 	// back until the next tick (commit_notice.go; loop-owned).
@@ -105,6 +107,10 @@ type Node struct {
 	// two hand-overs of busy leases (lease.go; 0: the default), and
 	// onBusyHandOver is called on the loop as one is handed over.
 	busyLeaseTicks uint64
+	// dozeTicks, set by tests before Run, replaces the ticks a follower
+	// stays quiesced before it drops its raft state (dormant.go; 0: the
+	// default).
+	dozeTicks      int
 	onBusyHandOver func(group uint64)
 }
 
@@ -444,7 +450,7 @@ func (r *replica) hasReady() bool {
 	if r.install != nil {
 		return r.install.done
 	}
-	return r.rn.HasReady()
+	return r.rn != nil && r.rn.HasReady() // a dormant one has none
 }
 
 // handleReadys does the Readys of several replicas in raft's order, with
@@ -460,7 +466,7 @@ func (n *Node) handleReadys(all []*replica) error {
 		var rd raft.Ready
 		if r.install != nil { // done: hasReady says so
 			rd, r.install = r.install.rd, nil
-		} else if rd = r.rn.Ready(); r.group != systemGroup && !raft.IsEmptySnap(rd.Snapshot) {
+		} else if rd = r.rawNode().Ready(); r.group != systemGroup && !raft.IsEmptySnap(rd.Snapshot) {
 			if err := n.startSpanInstall(r, rd); err != nil {
 				return err
 			}
@@ -546,7 +552,7 @@ func (n *Node) handleReadys(all []*replica) error {
 		if rd.SoftState != nil {
 			r.leadershipChanged(rd.SoftState)
 		}
-		r.rn.Advance(rd)
+		r.rawNode().Advance(rd)
 		r.checkReady()
 	}
 	return nil

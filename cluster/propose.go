@@ -258,7 +258,7 @@ func (r *replica) stampAndPropose(p *proposal) {
 		command.SetTimestamp(p.data, odata.DateTime(ts))
 	}
 	r.quiesced.Store(false)
-	if err := r.rn.Propose(p.data); err != nil {
+	if err := r.rawNode().Propose(p.data); err != nil {
 		// Not the leader any more, or too much uncommitted already:
 		// not in the log, so nothing happened.
 		r.waiters.done(p.w.id, result{err: errMoved(err.Error())})

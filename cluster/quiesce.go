@@ -204,7 +204,7 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 		// Quiet only a follower that knows everything the leader
 		// committed: one that missed the last append or heartbeat would
 		// otherwise stay behind until the group's next write.
-		if r := n.replicas[g]; r != nil && g != systemGroup {
+		if r := n.replicas[g]; r != nil && g != systemGroup && !r.dormant() {
 			st := r.rn.BasicStatus()
 			if transport.NodeOf(st.Lead) == m.GetFrom() && st.GetTerm() == term && st.RaftState == raft.StateFollower && st.GetCommit() >= commit {
 				r.quiesced.Store(true)
@@ -227,23 +227,25 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 	for _, r := range n.replicaList {
 		if r.quiesced.Load() {
 			if (!fell && len(back) == 0) || !r.mustWake(fell, back) {
+				r.maybeDoze()
 				continue
 			}
 			r.quiesced.Store(false)
 		} else if r.maybeQuiesce() {
 			continue
 		}
+		r.quietTicks = 0
 		r.continueHandOver()
 		r.reconcile()
 		r.noteSilence()
 		for _, node := range unreachable {
 			if r.group == systemGroup {
-				r.rn.ReportUnreachable(node)
+				r.rawNode().ReportUnreachable(node)
 			} else if id := memberOf(r.conf, node); id != 0 {
-				r.rn.ReportUnreachable(id)
+				r.rawNode().ReportUnreachable(id)
 			}
 		}
-		r.rn.Tick()
+		r.rawNode().Tick()
 		n.touch(r)
 		r.standForLostLeader()
 		if r.campaignLeft == 0 && r.group != systemGroup && r.leader.Load() == 0 && n.replica.ready.Load() {
@@ -273,11 +275,10 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 // again after a silence or a restart (it may have missed entries, which
 // only the leader's ticks bring it).
 func (r *replica) mustWake(fell bool, back []uint64) bool {
-	st := r.rn.BasicStatus()
-	if st.RaftState != raft.StateLeader {
+	if r.dormant() || r.rn.BasicStatus().RaftState != raft.StateLeader {
 		// Its leader's node went silent, or came back (it may have
 		// restarted, and lost its leadership with it).
-		lead := transport.NodeOf(st.Lead)
+		lead := r.leader.Load()
 		return (fell && !r.n.isLive(lead)) || slices.Contains(back, lead)
 	}
 	voters := r.voterNodes()
@@ -311,12 +312,14 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 // this one if it fails, keep raft's timeout, which this does not reset.
 func (r *replica) standForLostLeader() {
 	n := r.n
-	st := r.rn.BasicStatus()
+	st := r.rawNode().BasicStatus()
 	switch {
 	case r.guardingVotes():
 		return
-	case st.RaftState == raft.StateFollower && st.Lead != raft.None:
-		r.lostLead = transport.NodeOf(st.Lead)
+	case st.RaftState == raft.StateFollower && r.leader.Load() != 0:
+		// The leader as the replica last knew it, which raft forgets
+		// when the replica wakes from dormancy (dormant.go).
+		r.lostLead = r.leader.Load()
 	case st.RaftState != raft.StatePreCandidate || r.lostLead == 0:
 		r.lostLead = 0
 		return
@@ -335,7 +338,7 @@ func (r *replica) standForLostLeader() {
 			return
 		}
 	}
-	_ = r.rn.Campaign() // a learner's refusal: nothing to do
+	_ = r.rawNode().Campaign() // a learner's refusal: nothing to do
 	n.touch(r)
 }
 
@@ -349,10 +352,10 @@ const standTicks = 4
 // keeps ticking and CheckQuorum can act; and every live voter must be
 // caught up, since once quiesced nothing brings a follower what it missed.
 func (r *replica) maybeQuiesce() bool {
-	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rn.HasReady() || !r.settled() || r.spanWorkDue() || r.handover.to != 0 {
+	if r.group == systemGroup || !r.ready.Load() || len(r.readsByCtx) > 0 || r.rawNode().HasReady() || !r.settled() || r.spanWorkDue() || r.handover.to != 0 {
 		return false
 	}
-	st := r.rn.Status()
+	st := r.rawNode().Status()
 	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 {
 		return false
 	}

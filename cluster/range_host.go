@@ -137,7 +137,7 @@ func (n *Node) startHosting(c hostChange) error {
 // campaign starts an election of the replica's group, while it is still
 // starting (campaignLeft) and has no leader.
 func (r *replica) campaign() {
-	if r.leader.Load() != 0 || r.rn.BasicStatus().RaftState == raft.StateLeader {
+	if r.leader.Load() != 0 || r.rawNode().BasicStatus().RaftState == raft.StateLeader {
 		r.campaignLeft = 0
 		return
 	}
@@ -146,7 +146,7 @@ func (r *replica) campaign() {
 	}
 	// An error is a node that is not a voter, which a new group's
 	// creator is; there is nothing to do about it but let raft time out.
-	_ = r.rn.Campaign()
+	_ = r.rawNode().Campaign()
 	r.n.touch(r)
 }
 

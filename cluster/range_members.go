@@ -131,7 +131,7 @@ func (r *replica) applyRangeConfChange(e *raftpb.Entry) error {
 	if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 		return fmt.Errorf("cluster: group %d: configuration change at %d: %w", r.group, e.GetIndex(), err)
 	}
-	cs := r.rn.ApplyConfChange(&cc)
+	cs := r.rawNode().ApplyConfChange(&cc)
 	w := r.n.cfg.Log.NewWrite()
 	w.SetConfState(r.group, e.GetIndex(), cs)
 	if err := w.Commit(true); err != nil {
@@ -304,7 +304,7 @@ func (r *replica) reconcile() {
 	if !r.ready.Load() {
 		r.members.mergeSince = 0 // a leader counts its patience from its own first look
 	}
-	if r.group == systemGroup || r.tableless || !r.ready.Load() || r.rn.HasReady() {
+	if r.group == systemGroup || r.tableless || !r.ready.Load() || r.rawNode().HasReady() {
 		return
 	}
 	work, tg, sp := r.spanDue()
@@ -315,7 +315,7 @@ func (r *replica) reconcile() {
 	if settled && work == spanSettled {
 		return
 	}
-	st := r.rn.Status()
+	st := r.rawNode().Status()
 	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 {
 		return
 	}
@@ -350,7 +350,7 @@ func (r *replica) reconcile() {
 			return
 		}
 		cc := &raftpb.ConfChange{Type: t.Enum(), NodeId: proto.Uint64(id)}
-		if err := r.rn.ProposeConfChange(cc); err != nil {
+		if err := r.rawNode().ProposeConfChange(cc); err != nil {
 			n.log.Warn("cluster: range group's member change refused", "group", r.group, "change", t.String(), "member", id, "err", err)
 			return
 		}

@@ -151,7 +151,7 @@ func (r *replica) maybeFreeze(st raft.Status, sp partition.Span) bool {
 		}
 	}
 	c := &command.Command{Kind: command.KindFreezeGroup, Account: sp.Account, Table: sp.Table}
-	if err := r.rn.Propose(c.Append(nil)); err != nil {
+	if err := r.rawNode().Propose(c.Append(nil)); err != nil {
 		return false
 	}
 	r.members.proposed = confMark{last + 1, st.GetTerm()}
@@ -218,7 +218,7 @@ func (r *replica) maybeMerge(st raft.Status, sp partition.Span) bool {
 			return false
 		}
 		cc := &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: proto.Uint64(missing[0])}
-		if err := r.rn.ProposeConfChange(cc); err != nil {
+		if err := r.rawNode().ProposeConfChange(cc); err != nil {
 			return false
 		}
 		r.members.proposed = confMark{last + 1, st.GetTerm()}
@@ -229,7 +229,7 @@ func (r *replica) maybeMerge(st raft.Status, sp partition.Span) bool {
 		return true
 	}
 	c := &command.Command{Kind: command.KindMergeGroup, Account: sp.Account, Table: sp.Table, Group: right, Key: sp.HighPartitionKey}
-	if err := r.rn.Propose(c.Append(nil)); err != nil {
+	if err := r.rawNode().Propose(c.Append(nil)); err != nil {
 		return false
 	}
 	r.members.proposed = confMark{last + 1, st.GetTerm()}

@@ -67,7 +67,7 @@ func (r *replica) maybeSplit(st raft.Status, tg partition.TableGroup) bool {
 	}
 	c := &command.Command{Kind: command.KindSplitGroup, Account: tg.Account, Table: tg.Table, Group: child.ID, Key: tg.End,
 		Voters: slices.Clone(r.conf.GetVoters()), Learners: slices.Clone(r.conf.GetLearners())}
-	if err := r.rn.Propose(c.Append(nil)); err != nil {
+	if err := r.rawNode().Propose(c.Append(nil)); err != nil {
 		return false
 	}
 	r.members.proposed = confMark{last + 1, st.GetTerm()}

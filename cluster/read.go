@@ -94,12 +94,13 @@ func (r *replica) requestRead(batch []*readWaiter) {
 // only renews the lease), which readDone hands over.
 func (r *replica) startReadRound(batch []*readWaiter, now time.Time) {
 	r.quiesced.Store(false)
+	rn := r.rawNode()
 	r.readSeq++
 	r.n.readRounds.Add(1)
 	key := binary.BigEndian.AppendUint64(nil, r.readSeq)
 	r.readsByCtx[string(key)] = readRound{batch: batch, began: now, beganTick: r.n.live.ticks,
-		term: r.rn.BasicStatus().HardState.GetTerm()}
-	r.rn.ReadIndex(key)
+		term: rn.BasicStatus().HardState.GetTerm()}
+	rn.ReadIndex(key)
 	r.n.touch(r)
 }
 
@@ -184,7 +185,7 @@ func (l *readLease) holds(r *replica, now time.Time) (commit uint64, ok bool) {
 	if l.term == 0 || !now.Before(l.until) || r.n.live.ticks >= l.untilTick || r.handingOver.Load() {
 		return 0, false
 	}
-	st := r.rn.BasicStatus()
+	st := r.rawNode().BasicStatus()
 	ok = st.RaftState == raft.StateLeader && st.HardState.GetTerm() == l.term && st.LeadTransferee == 0
 	return st.HardState.GetCommit(), ok
 }
@@ -198,7 +199,7 @@ func (l *readLease) granted(r *replica, round readRound) {
 	if d == 0 || round.began.Before(l.voidBefore) {
 		return
 	}
-	st := r.rn.BasicStatus()
+	st := r.rawNode().BasicStatus()
 	if st.RaftState != raft.StateLeader || st.HardState.GetTerm() != round.term || st.LeadTransferee != 0 {
 		return
 	}

@@ -29,7 +29,11 @@ type replica struct {
 	// range group later has one of its own (transport.ReplicaID).
 	id   uint64
 	rlog *raftlog.Storage
-	rn   *raft.RawNode // loop-owned
+	// rn is the group's raft state machine (loop-owned), started from
+	// storage; nil while the replica is dormant (dormant.go), which
+	// rawNode ends.
+	rn      *raft.RawNode
+	storage raft.Storage
 
 	// conf is the group's configuration as the loop last applied it (for
 	// the system group, the node's membership); readers on other
@@ -66,6 +70,9 @@ type replica struct {
 	// quiesced is set while the group is not ticked (quiesce.go): the
 	// loop sets it, tests and status read it.
 	quiesced atomic.Bool
+	// quietTicks counts the ticks the replica has been quiesced for
+	// (dormant.go).
+	quietTicks int
 	// campaignLeft counts down the ticks a new group's creator keeps
 	// calling elections (range_host.go); lostLead is the leader's node
 	// standForLostLeader last saw, while it stands.
@@ -106,12 +113,41 @@ type replica struct {
 // fresh says the group had no state on this node before: it cannot have
 // been part of any leader's quorum (see voteAfter).
 func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.Storage, applied uint64, fresh bool) (*replica, error) {
-	c := &n.cfg
+	_, cs, err := storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: group %d: read raft state: %w", group, err)
+	}
+	r := &replica{
+		n:          n,
+		group:      group,
+		id:         id,
+		conf:       cs,
+		confIndex:  rlog.Replica().ConfIndex,
+		rlog:       rlog,
+		storage:    storage,
+		readsByCtx: make(map[string]readRound),
+		appliedCh:  make(chan struct{}),
+	}
+	if r.rn, err = r.newRawNode(applied); err != nil {
+		return nil, err
+	}
+	r.applied.Store(applied)
+	if !fresh {
+		r.voteAfter = n.live.ticks + uint64(n.cfg.ElectionTicks)
+	}
+	r.waiters.init()
+	return r, nil
+}
+
+// newRawNode starts the replica's raft state machine from its storage,
+// with the store's applied index.
+func (r *replica) newRawNode(applied uint64) (*raft.RawNode, error) {
+	c := &r.n.cfg
 	rn, err := raft.NewRawNode(&raft.Config{
-		ID:              id,
+		ID:              r.id,
 		ElectionTick:    c.ElectionTicks,
 		HeartbeatTick:   c.HeartbeatTicks,
-		Storage:         storage,
+		Storage:         r.storage,
 		Applied:         applied,
 		MaxSizePerMsg:   1 << 20,
 		MaxInflightMsgs: 256,
@@ -130,29 +166,9 @@ func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.S
 		Logger:                    raftLogger{c.Logger},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cluster: start raft of group %d: %w", group, err)
+		return nil, fmt.Errorf("cluster: start raft of group %d: %w", r.group, err)
 	}
-	_, cs, err := storage.InitialState()
-	if err != nil {
-		return nil, fmt.Errorf("cluster: group %d: read raft state: %w", group, err)
-	}
-	r := &replica{
-		n:          n,
-		group:      group,
-		id:         id,
-		conf:       cs,
-		confIndex:  rlog.Replica().ConfIndex,
-		rlog:       rlog,
-		rn:         rn,
-		readsByCtx: make(map[string]readRound),
-		appliedCh:  make(chan struct{}),
-	}
-	r.applied.Store(applied)
-	if !fresh {
-		r.voteAfter = n.live.ticks + uint64(c.ElectionTicks)
-	}
-	r.waiters.init()
-	return r, nil
+	return rn, nil
 }
 
 // guardingVotes says the replica is still in its first election timeout
@@ -165,6 +181,8 @@ func (r *replica) step(msgs []*raftpb.Message) {
 		if m.GetTo() != r.id {
 			continue
 		}
+		// Woken first, if dormant: that starts its guard of votes.
+		rn := r.rawNode()
 		if m.GetType() == raftpb.MessageType_MsgSnap {
 			staged := false
 			if r.group == systemGroup {
@@ -181,7 +199,7 @@ func (r *replica) step(msgs []*raftpb.Message) {
 		}
 		// A message of a stale term or for an unknown peer is an error
 		// raft reports and ignores; there is nothing to do about it here.
-		_ = r.rn.Step(m)
+		_ = rn.Step(m)
 		if fromLeader(m) {
 			r.members.heard = true
 		}
@@ -202,7 +220,7 @@ func (r *replica) send(msgs []*raftpb.Message) {
 		if m.GetType() == raftpb.MessageType_MsgSnap {
 			// Sent: the follower fetches the store itself, and answers
 			// once it has it.
-			r.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+			r.rawNode().ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
 		}
 	}
 }
@@ -229,7 +247,7 @@ func (r *replica) leadershipChanged(ss *raft.SoftState) {
 			last = ^uint64(0) // never ready: the log is failing anyway
 		}
 		r.readyAt = last
-		log.Info("cluster: elected leader", "node", r.n.cfg.ID, "group", r.group, "term", r.rn.BasicStatus().HardState.GetTerm(), "ready_at", r.readyAt)
+		log.Info("cluster: elected leader", "node", r.n.cfg.ID, "group", r.group, "term", r.rawNode().BasicStatus().HardState.GetTerm(), "ready_at", r.readyAt)
 	case !r.isLeader && wasLeader:
 		r.endHandOver()
 		r.dropCommitNotices()

@@ -50,6 +50,9 @@ func (n *Node) snapshotStatus() {
 		if r.quiesced.Load() {
 			ns.Quiesced++
 		}
+		if r.dormant() {
+			ns.Dormant++
+		}
 	}
 	if st.RaftState == raft.StateLeader {
 		for id, pr := range st.Progress {
@@ -68,6 +71,7 @@ func (n *Node) Status() nodeStatus {
 	}
 	st.Applied = n.applied.Load()
 	st.Ready = n.ready.Load()
+	st.DormantWakes = n.dormantWakes.Load()
 	if err := n.Err(); err != nil {
 		st.Failed = err.Error()
 	}
