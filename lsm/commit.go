@@ -394,13 +394,16 @@ func (db *DB) writeErrLocked() error {
 // on a new WAL segment. Called with commit.mu held.
 //
 // The old segment is closed (written out and fsynced) in the background,
-// and writers go on into the new one meanwhile: its writer hands the file
-// nothing until that close is done (wal.WriterOptions.Previous). So a
-// segment never holds a byte before every older one is durable: recovery
-// may treat a torn record as the end of the log only in the newest
-// segment holding a byte, and a newer synced batch can never survive an
-// older lost one. Waiting for the close here held every writer up for it
-// (several milliseconds at each rotation).
+// and writers go on into the new one meanwhile, whose writer hands its
+// file their batches but fsyncs nothing until that close is done
+// (wal.WriterOptions.Previous): a synced batch is acknowledged only once
+// every older segment is durable. A crash meanwhile may leave the new
+// segment holding batches that come after some the old one lost; recovery
+// leaves such a segment out (logEnd). Waiting for the close here held
+// every writer up for it (several milliseconds at each rotation), and
+// writing nothing to the new segment before it held unsynced writers up
+// on the WAL's buffer bound while the close's fsync waited for the disk
+// (the large fill's slowest writes).
 func (db *DB) rotateMemTable(newLogNum uint64) error {
 	oldNum, oldFile, oldWriter := db.log.num, db.log.file, db.log.writer
 	closed := make(chan error, 1)
@@ -415,7 +418,7 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 		closed <- err
 	}()
 	previousClosed := sync.OnceValue(func() error { return <-closed })
-	f, w, err := db.createLog(newLogNum, previousClosed)
+	f, w, err := db.createLog(newLogNum, base.SeqNum(db.commit.logSeq.Load())+1, previousClosed)
 	if err != nil {
 		if perr := previousClosed(); perr != nil {
 			err = errors.Join(err, perr)
@@ -443,13 +446,17 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 const walBytesPerSync = 2 << 20
 
 // createLog creates WAL segment num, whose writer reports its fsyncs to
-// the metrics and shares the DB's WAL blocks. The segment's name is made
+// the metrics and shares the DB's WAL blocks, and writes its first record:
+// an empty batch carrying firstSeq, the sequence number its first batch
+// will have, so that recovery can tell whether the segment starts where
+// the one before it ends, even if no batch of it reached the disk (docs/wal.md,
+// "Segments"). The segment's name is made
 // durable before its writer hands the file a byte: at once when previous
 // is nil (a run's first segment), else after previous (the older
 // segment's close: wal.WriterOptions.Previous), off the writers' path: a
 // directory fsync waits for the journal commit that the close's fsync may
 // be in, and held every writer up for milliseconds at a rotation.
-func (db *DB) createLog(num uint64, previous func() error) (vfs.File, *wal.Writer, error) {
+func (db *DB) createLog(num uint64, firstSeq base.SeqNum, previous func() error) (vfs.File, *wal.Writer, error) {
 	fs, dir := db.fs, db.dir
 	name := makeFilename(dir, fileTypeLog, num)
 	f, err := fs.Create(name)
@@ -476,7 +483,22 @@ func (db *DB) createLog(num uint64, previous func() error) (vfs.File, *wal.Write
 			return syncName()
 		}
 	}
-	return f, wal.NewWriter(f, wal.WriterOptions{OnSync: db.metrics.recordSync, BytesPerSync: walBytesPerSync, Blocks: db.walBlocks, Previous: gate}), nil
+	w := wal.NewWriter(f, wal.WriterOptions{OnSync: db.metrics.recordSync, BytesPerSync: walBytesPerSync, Blocks: db.walBlocks, Previous: gate})
+	if _, err := w.WriteRecord(segmentHeader(firstSeq)); err != nil {
+		w.Close()
+		f.Close()
+		return nil, nil, fmt.Errorf("lsm: write WAL %s: %w", name, err)
+	}
+	return f, w, nil
+}
+
+// segmentHeader returns a WAL segment's first record: an empty batch
+// carrying the sequence number of the segment's first batch.
+func segmentHeader(firstSeq base.SeqNum) []byte {
+	var b Batch
+	b.init()
+	b.setSeqNum(firstSeq)
+	return b.repr
 }
 
 // signal wakes a background goroutine without blocking.

@@ -45,6 +45,10 @@ func TestInjectedWriteErrors(t *testing.T) {
 		// flush (and the compactions it triggers) hit the fault, and a
 		// later write must fail.
 		byBackground
+		// byFlushOrWrite flushes; a fault the flush leaves to background
+		// work (the new WAL segment's name, made durable once the old
+		// segment is closed) fails the next write instead.
+		byFlushOrWrite
 	)
 	for _, c := range []struct {
 		name        string
@@ -61,7 +65,7 @@ func TestInjectedWriteErrors(t *testing.T) {
 		{"sstable short write in flush", vfs.Fault{Op: vfs.OpWrite, Match: ".sst", Err: syscall.ENOSPC, Short: true}, byFlush, false},
 		{"sstable fsync in flush", vfs.Fault{Op: vfs.OpSync, Match: ".sst"}, byFlush, false},
 		{"sstable close in flush", vfs.Fault{Op: vfs.OpClose, Match: ".sst"}, byFlush, false},
-		{"directory fsync in flush", vfs.Fault{Op: vfs.OpSyncDir}, byFlush, false},
+		{"directory fsync in flush", vfs.Fault{Op: vfs.OpSyncDir}, byFlushOrWrite, false},
 		{"MANIFEST write in flush", vfs.Fault{Op: vfs.OpWrite, Match: "MANIFEST"}, byFlush, false},
 		{"MANIFEST fsync in flush", vfs.Fault{Op: vfs.OpSync, Match: "MANIFEST"}, byFlush, false},
 		{"new WAL segment in flush", vfs.Fault{Op: vfs.OpCreate, Match: ".log"}, byFlush, false},
@@ -130,6 +134,10 @@ func TestInjectedWriteErrors(t *testing.T) {
 				failure = write()
 			case byFlush:
 				failure = db.Flush()
+			case byFlushOrWrite:
+				if failure = db.Flush(); failure == nil {
+					failure = write()
+				}
 			case byCompaction:
 				failure = db.Compact(nil, nil)
 			case byBackground:

@@ -126,12 +126,9 @@ func (db *DB) recover() error {
 	slices.Sort(logs)
 	lastSeq := vs.lastSeq
 	edit := &versionEdit{}
-	newest, err := newestWithBytes(db.fs, db.dir, logs)
-	if err != nil {
-		return err
-	}
-	for i, num := range logs {
-		seq, metas, err := db.replayLog(num, i >= newest, lastSeq)
+	var end logEnd
+	for _, num := range logs {
+		next, metas, err := db.replayLog(num, end)
 		for _, m := range metas {
 			edit.added = append(edit.added, newFileEntry{level: 0, meta: m})
 		}
@@ -139,13 +136,20 @@ func (db *DB) recover() error {
 			db.removeTables(metas)
 			return err
 		}
-		lastSeq = max(lastSeq, seq)
+		if next.gap {
+			// This segment and every newer one hold only writes made after
+			// one the crash lost: none of them was acknowledged as synced.
+			// They are left out, and deleted with the replayed ones.
+			break
+		}
+		end = next
+		lastSeq = max(lastSeq, end.lastSeq)
 	}
 
 	// The recovered writes are in tables now; a fresh WAL segment takes new
 	// writes, and a fresh manifest records it all.
 	logNum := vs.newFileNum()
-	f, w, err := db.createLog(logNum, nil)
+	f, w, err := db.createLog(logNum, lastSeq+1, nil)
 	if err != nil {
 		db.removeTables(tablesOf(edit))
 		return err
@@ -179,24 +183,34 @@ func (db *DB) recover() error {
 	return nil
 }
 
-// newestWithBytes returns the index in logs (WAL segment numbers,
-// ascending) of the newest segment whose file holds a byte, 0 if none
-// does. A segment gets its first byte only once every older one is
-// durable (rotateMemTable closes the old one in the background, and the
-// new one's writer waits for it), so a crash may tear the newest segment
-// holding a byte, with empty newer ones after it; a torn record in an
-// older segment is corruption.
-func newestWithBytes(fs vfs.FS, dir string, logs []uint64) (int, error) {
-	for i := len(logs) - 1; i > 0; i-- {
-		info, err := fs.Stat(makeFilename(dir, fileTypeLog, logs[i]))
-		if err != nil {
-			return 0, fmt.Errorf("lsm: WAL %06d: %w", logs[i], err)
-		}
-		if info.Size() > 0 {
-			return i, nil
-		}
-	}
-	return 0, nil
+// logEnd is where the WAL segments replayed so far end. A segment's
+// writer hands its file batches while the older segment's closing fsync
+// runs (rotateMemTable), so a crash may leave a newer segment holding
+// batches that come after some the older one lost: its torn tail, or whole
+// records cut at a record boundary, or all of it. Each segment's first
+// record names the sequence number it starts at (an empty batch written
+// when it is created; in segments written before that, its first batch),
+// so the loss shows: a segment that does not start where the replayed
+// ones end, or that follows one that holds no record at all, starts after
+// a loss (gap), and it and every newer segment are left out. None of their
+// batches was acknowledged as synced: a synced batch is only acknowledged
+// once every older segment is durable. A torn tail that a newer segment
+// continues without a gap is corruption: the torn record held none of the
+// log's batches, so the bytes were damaged after they were durable.
+type logEnd struct {
+	// next is the sequence number the next segment must start at; 0 when
+	// nothing was replayed (the first segment's predecessors are in
+	// tables).
+	next base.SeqNum
+	// lastSeq is the sequence number of the last operation replayed, 0
+	// before any.
+	lastSeq base.SeqNum
+	// torn says the newest segment that held a record ended in a torn
+	// one; blank, that a segment held no record at all.
+	torn, blank bool
+	// gap says the segment starts after a loss: nothing of it is
+	// replayed.
+	gap bool
 }
 
 func tablesOf(e *versionEdit) []*fileMetadata {
@@ -208,26 +222,28 @@ func tablesOf(e *versionEdit) []*fileMetadata {
 }
 
 // replayLog reads WAL segment num into memtables and writes them out as L0
-// tables. A torn record ends the last segment cleanly (the crash cut it
-// before it was acknowledged); anywhere else it is corruption. last says
-// whether num is the newest segment holding a byte (newestWithBytes). It
-// returns the last sequence number it saw.
-func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum, []*fileMetadata, error) {
+// tables, after the segments that ended at prev; it returns where this one
+// ends, and replays nothing of a segment that starts after a loss
+// (logEnd). A torn record ends a segment cleanly: the crash cut it before
+// it was acknowledged.
+func (db *DB) replayLog(num uint64, prev logEnd) (logEnd, []*fileMetadata, error) {
+	end := prev
 	name := makeFilename(db.dir, fileTypeLog, num)
 	f, err := db.fs.Open(name)
 	if err != nil {
-		return 0, nil, fmt.Errorf("open WAL: %w", err)
+		return end, nil, fmt.Errorf("open WAL: %w", err)
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
-		return 0, nil, err
+		return end, nil, err
 	}
 	var (
-		metas []*fileMetadata
-		mem   = db.newMemTable(db.opts.MemTableSize, num)
-		r     = wal.NewReader(f, info.Size())
-		b     Batch
+		metas   []*fileMetadata
+		mem     = db.newMemTable(db.opts.MemTableSize, num)
+		r       = wal.NewReader(f, info.Size())
+		b       Batch
+		records int
 	)
 	flushMem := func() error {
 		if mem.Empty() {
@@ -246,18 +262,28 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 		if err == io.EOF {
 			break
 		} else if err != nil {
-			return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
+			return end, metas, fmt.Errorf("%s: %w", name, err)
 		}
 		br, err := newBatchReader(rec)
 		if err != nil {
-			return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
+			return end, metas, fmt.Errorf("%s: %w", name, err)
+		}
+		if records++; records == 1 {
+			switch {
+			case prev.blank || prev.next != 0 && br.seq != prev.next:
+				end.gap = true
+				return end, nil, nil
+			case prev.torn:
+				return end, nil, fmt.Errorf("%s: the WAL segment before it ends in a torn record, yet this one starts where the records before that end (sequence number %d): %w", name, br.seq, ErrCorruption)
+			}
+			end.next, end.torn, end.blank = br.seq, false, false
 		}
 		b.repr, b.count, b.memSize = rec, br.count, 0
 		// Validate the whole batch and size it before applying any of it.
 		for {
 			key, value, ok, err := br.next()
 			if err != nil {
-				return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
+				return end, metas, fmt.Errorf("%s: %w", name, err)
 			}
 			if !ok {
 				break
@@ -266,27 +292,30 @@ func (db *DB) replayLog(num uint64, last bool, lastSeq base.SeqNum) (base.SeqNum
 		}
 		if !mem.reserve(b.memSize) {
 			if err := flushMem(); err != nil {
-				return lastSeq, metas, err
+				return end, metas, err
 			}
 			mem.unref()
 			mem = db.newMemTable(max(db.opts.MemTableSize, int64(b.memSize)+4096), num)
 			mem.reserve(b.memSize) // sized for it: cannot fail
 		}
 		if err := mem.insert(&b); err != nil {
-			return lastSeq, metas, fmt.Errorf("%s: %w", name, err)
+			return end, metas, fmt.Errorf("%s: %w", name, err)
 		}
-		if s := br.seq + base.SeqNum(br.count) - 1; br.count > 0 && s > lastSeq {
-			lastSeq = s
+		if br.count > 0 {
+			end.next = br.seq + base.SeqNum(br.count)
+			end.lastSeq = end.next - 1
 		}
 	}
-	if torn, off := r.TornTail(); torn && !last {
-		return lastSeq, metas, fmt.Errorf("%s: record at offset %d is torn, but a newer WAL segment holding bytes follows: %w", name, off, ErrCorruption)
+	if records == 0 {
+		end.blank = true
+	} else {
+		end.torn, _ = r.TornTail()
 	}
 	if err := flushMem(); err != nil {
-		return lastSeq, metas, err
+		return end, metas, err
 	}
 	mem.unref()
-	return lastSeq, metas, nil
+	return end, metas, nil
 }
 
 // deleteUnreferencedFiles removes, at open, what earlier runs left behind:

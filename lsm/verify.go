@@ -299,70 +299,89 @@ func (v *verifier) logs(logNum uint64) error {
 		}
 	}
 	slices.Sort(nums)
-	newest, err := newestWithBytes(v.fs, v.dir, nums)
-	if err != nil {
-		return fmt.Errorf("lsm: verify %s: %w", v.dir, err)
-	}
-	var lastSeq base.SeqNum
-	for i, num := range nums {
-		seq, err := v.log(num, i >= newest, lastSeq)
+	var end logEnd
+	for _, num := range nums {
+		next, err := v.log(num, end)
 		if err != nil {
 			return err
 		}
-		lastSeq = seq
+		if next.gap {
+			v.rep.Notes = append(v.rep.Notes, fmt.Sprintf("%s: starts after writes a crash lost from the segment before it; the next open leaves it and any newer segment out",
+				makeFilename("", fileTypeLog, num)))
+			break
+		}
+		end = next
 		v.rep.WALSegments++
 	}
-	v.rep.LastSeq = max(v.rep.LastSeq, uint64(lastSeq))
+	v.rep.LastSeq = max(v.rep.LastSeq, uint64(end.lastSeq))
 	return nil
 }
 
-func (v *verifier) log(num uint64, last bool, prevSeq base.SeqNum) (base.SeqNum, error) {
+// log verifies one WAL segment, after the segments that ended at prev, as
+// replayLog reads it (logEnd).
+func (v *verifier) log(num uint64, prev logEnd) (logEnd, error) {
+	end := prev
 	f, err := v.fs.Open(makeFilename(v.dir, fileTypeLog, num))
 	if err != nil {
-		return prevSeq, v.fail(fileTypeLog, num, -1, "%w", err)
+		return end, v.fail(fileTypeLog, num, -1, "%w", err)
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
-		return prevSeq, v.fail(fileTypeLog, num, -1, "%w", err)
+		return end, v.fail(fileTypeLog, num, -1, "%w", err)
 	}
 	r := wal.NewReader(f, info.Size())
-	for i := 0; ; i++ {
+	records := 0
+	for ; ; records++ {
 		start := r.Offset()
 		rec, err := r.Next()
 		if err == io.EOF {
 			break
 		} else if err != nil {
-			return prevSeq, v.fail(fileTypeLog, num, start, "record %d: %w", i, err)
+			return end, v.fail(fileTypeLog, num, start, "record %d: %w", records, err)
 		}
 		br, err := newBatchReader(rec)
 		if err != nil {
-			return prevSeq, v.fail(fileTypeLog, num, start, "record %d: %w", i, err)
+			return end, v.fail(fileTypeLog, num, start, "record %d: %w", records, err)
 		}
 		for {
 			_, _, ok, err := br.next()
 			if err != nil {
-				return prevSeq, v.fail(fileTypeLog, num, start, "record %d: %w", i, err)
+				return end, v.fail(fileTypeLog, num, start, "record %d: %w", records, err)
 			}
 			if !ok {
 				break
 			}
 		}
+		if records == 0 {
+			switch {
+			case prev.blank || prev.next != 0 && br.seq != prev.next:
+				end.gap = true
+				return end, nil
+			case prev.torn:
+				return end, v.fail(fileTypeLog, num, start, "starts where the records before the torn tail of the segment before it end (sequence number %d), so that tail was damaged after it was durable: %w", br.seq, ErrCorruption)
+			}
+			end.next, end.torn, end.blank = br.seq, false, false
+		} else if br.count == 0 {
+			return end, v.fail(fileTypeLog, num, start, "record %d: an empty batch past the segment's first record, which is never logged: %w", records, ErrCorruption)
+		}
 		if br.count == 0 {
-			return prevSeq, v.fail(fileTypeLog, num, start, "record %d: an empty batch, which is never logged: %w", i, ErrCorruption)
+			continue // the segment's header
 		}
-		if prevSeq != 0 && br.seq <= prevSeq {
-			return prevSeq, v.fail(fileTypeLog, num, start, "record %d: batch at sequence number %d does not follow %d: %w", i, br.seq, prevSeq, ErrCorruption)
+		if end.lastSeq != 0 && br.seq <= end.lastSeq {
+			return end, v.fail(fileTypeLog, num, start, "record %d: batch at sequence number %d does not follow %d: %w", records, br.seq, end.lastSeq, ErrCorruption)
 		}
-		prevSeq = br.seq + base.SeqNum(br.count) - 1
+		end.next = br.seq + base.SeqNum(br.count)
+		end.lastSeq = end.next - 1
 		v.rep.WALBatches++
 	}
-	if torn, end := r.TornTail(); torn && !last {
-		off, why, _ := r.TornDamage()
-		return prevSeq, v.fail(fileTypeLog, num, off, "torn (%s) after the last intact record at %d, but a newer WAL segment holding bytes follows: %w", why, end, ErrCorruption)
+	if records == 0 {
+		end.blank = true
+	} else {
+		end.torn, _ = r.TornTail()
 	}
 	if err := v.tornTail(r, fileTypeLog, num, info.Size()); err != nil {
-		return prevSeq, err
+		return end, err
 	}
-	return prevSeq, nil
+	return end, nil
 }

@@ -9,15 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tabuladb/tabula/internal/base"
 	"github.com/tabuladb/tabula/vfs"
+	"github.com/tabuladb/tabula/wal"
 )
 
 // TestRotationDoesNotWaitForTheOldSegment holds the fsync that closes the
 // old WAL segment at a rotation: writers go on meanwhile, into a new
-// segment whose file gets no byte until that fsync is done; a synced
-// write waits for it; and a crash while it is held (the old segment's
-// unsynced tail torn, the new one empty) recovers every write synced
-// before it, with no corruption reported.
+// segment whose file gets their batches at once; a synced write waits for
+// the old segment's fsync; and a crash while it is held recovers every
+// write synced before it, and a prefix of the unsynced ones, with no
+// corruption reported.
 func TestRotationDoesNotWaitForTheOldSegment(t *testing.T) {
 	mem := vfs.NewMem()
 	gate := vfs.NewSyncGate(mem, ".log", 0)
@@ -28,7 +30,8 @@ func TestRotationDoesNotWaitForTheOldSegment(t *testing.T) {
 	if err := db.Set([]byte("synced"), []byte("1"), nil); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 20 {
+	const before = 20
+	for i := range before {
 		if err := db.Set(fmt.Appendf(nil, "unsynced%02d", i), []byte("2"), &WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -44,24 +47,31 @@ func TestRotationDoesNotWaitForTheOldSegment(t *testing.T) {
 	go func() { flushed <- db.Flush() }() // rotates, then waits for the close
 	<-gate.Entered()
 
-	// Writes are taken while the old segment's fsync is held.
-	took := make(chan error, 1)
-	go func() { took <- db.Set([]byte("after"), []byte("3"), &WriteOptions{}) }()
-	select {
-	case err := <-took:
-		if err != nil {
-			t.Fatal(err)
+	// Writes are taken, and handed to the new segment's file, while the
+	// old segment's fsync is held.
+	const after = 20
+	for i := range after {
+		took := make(chan error, 1)
+		go func() { took <- db.Set(fmt.Appendf(nil, "after%02d", i), []byte("3"), &WriteOptions{}) }()
+		select {
+		case err := <-took:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("an unsynced write after the rotation waited for the old segment's fsync")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("an unsynced write after the rotation waited for the old segment's fsync")
 	}
-	if got := mustGet(t, db, "after"); got != "3" {
-		t.Fatalf("after = %q", got)
+	if got := mustGet(t, db, "after00"); got != "3" {
+		t.Fatalf("after00 = %q", got)
 	}
-	// (The old segment may be gone already: its memtable's flush made it
-	// obsolete.)
-	if logs := walSizes(t, mem, "/db"); logs[len(logs)-1] != 0 {
-		t.Fatalf("WAL segment sizes %v: the new segment got bytes before the old one was durable", logs)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if logs := walSizes(t, mem, "/db"); logs[len(logs)-1] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WAL segment sizes %v: the new segment got no byte while the old one's fsync was held", walSizes(t, mem, "/db"))
+		}
 	}
 	synced := make(chan error, 1)
 	go func() { synced <- db.Set([]byte("synced2"), []byte("4"), nil) }()
@@ -72,9 +82,16 @@ func TestRotationDoesNotWaitForTheOldSegment(t *testing.T) {
 	default:
 	}
 
-	// A crash now: the old segment torn after its synced part, the new one
-	// empty. Recovery takes the torn segment as the end of the log.
-	for seed := range uint64(8) {
+	// A crash now, keeping random parts of what was not synced: whatever
+	// survives is a prefix of the writes, the synced one among them.
+	order := []string{}
+	for i := range before {
+		order = append(order, fmt.Sprintf("unsynced%02d", i))
+	}
+	for i := range after {
+		order = append(order, fmt.Sprintf("after%02d", i))
+	}
+	for seed := range uint64(32) {
 		clone := mem.CrashClone(rand.New(rand.NewPCG(seed, 1)))
 		cdb, err := Open("/db", &Options{FS: clone})
 		if err != nil {
@@ -86,6 +103,7 @@ func TestRotationDoesNotWaitForTheOldSegment(t *testing.T) {
 		if _, err := cdb.Get([]byte("synced2")); err == nil {
 			t.Fatalf("seed %d: a write not yet acknowledged survived while an older one may not have", seed)
 		}
+		checkPrefix(t, cdb, order, fmt.Sprintf("seed %d", seed))
 		cdb.Close()
 	}
 
@@ -97,49 +115,184 @@ func TestRotationDoesNotWaitForTheOldSegment(t *testing.T) {
 	if err := <-flushed; err != nil {
 		t.Fatal(err)
 	}
-	if logs := walSizes(t, mem, "/db"); logs[len(logs)-1] == 0 {
-		t.Fatalf("WAL segment sizes %v: the new segment is still empty after a synced write", logs)
+}
+
+// checkPrefix fails unless the keys of db among order (written in that
+// order) are a prefix of it.
+func checkPrefix(t *testing.T, db *DB, order []string, what string) {
+	t.Helper()
+	missing := ""
+	for _, k := range order {
+		_, err := db.Get([]byte(k))
+		switch {
+		case err == nil && missing != "":
+			t.Fatalf("%s: %s survived, but %s, written before it, did not", what, k, missing)
+		case errors.Is(err, ErrNotFound):
+			if missing == "" {
+				missing = k
+			}
+		case err != nil:
+			t.Fatalf("%s: %s: %v", what, k, err)
+		}
 	}
 }
 
-// TestTornSegmentBeforeOneWithBytes: a torn record in a WAL segment that a
-// newer segment holding bytes follows is corruption (that segment was
-// durable before the newer one got a byte), as before.
-func TestTornSegmentBeforeOneWithBytes(t *testing.T) {
-	mem := vfs.NewMem()
-	opts := smallOptions()
-	opts.FS = mem
-	db := openTestDB(t, "/db", opts)
-	if err := db.Set([]byte("a"), make([]byte, 1000), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	names, _ := mem.List("/db")
-	var logs []string
-	for _, n := range names {
-		if ft, _ := parseFilename(n); ft == fileTypeLog {
-			logs = append(logs, n)
-		}
-	}
-	slices.Sort(logs)
-	// Cut the record in half, and start a newer segment holding a byte.
-	old := "/db/" + logs[len(logs)-1]
-	data := readAll(t, mem, old)
-	writeFile(t, mem, old, data[:len(data)/2])
-	_, num := parseFilename(logs[len(logs)-1])
-	writeFile(t, mem, makeFilename("/db", fileTypeLog, num+1), []byte{0})
-	if _, err := Open("/db", &Options{FS: mem}); err == nil {
-		t.Fatal("a torn segment followed by one holding bytes opened")
-	}
-	// With the newer segment empty, the torn record ends the log.
-	writeFile(t, mem, makeFilename("/db", fileTypeLog, num+1), nil)
-	db2, err := Open("/db", &Options{FS: mem})
+// handSegment writes WAL segment num of the DB in dir as the engine does:
+// a header naming first, then one batch per key, with sequence numbers
+// from first on; without header, only the batches. It returns the offset
+// past each record.
+func handSegment(t *testing.T, fs vfs.FS, dir string, num uint64, first base.SeqNum, header bool, keys ...string) []int64 {
+	t.Helper()
+	f, err := fs.Create(makeFilename(dir, fileTypeLog, num))
 	if err != nil {
-		t.Fatalf("a torn segment followed by an empty one: %v", err)
+		t.Fatal(err)
 	}
-	db2.Close()
+	defer f.Close()
+	w := wal.NewWriter(f, wal.WriterOptions{})
+	var ends []int64
+	if header {
+		end, err := w.WriteRecord(segmentHeader(first))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, end)
+	}
+	for i, k := range keys {
+		var b Batch
+		b.Set([]byte(k), []byte("v"))
+		b.setSeqNum(first + base.SeqNum(i))
+		end, err := w.WriteRecord(b.repr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, end)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return ends
+}
+
+// TestSegmentAfterALoss: recovery replays WAL segments while each starts
+// where the one before it ends (its first record's sequence number), and
+// leaves out the first that does not, and every newer one: it starts
+// after batches a crash lost. A torn tail that the next segment continues
+// without a gap is corruption.
+func TestSegmentAfterALoss(t *testing.T) {
+	// An empty DB whose WAL segments the cases write by hand, from
+	// sequence number 1 (nothing was written through the DB).
+	fresh := func(t *testing.T) (*vfs.MemFS, uint64) {
+		mem := vfs.NewMem()
+		db, err := Open("/db", &Options{FS: mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var last uint64
+		names, _ := mem.List("/db")
+		for _, n := range names {
+			if ft, num := parseFilename(n); ft == fileTypeLog {
+				last = max(last, num)
+			}
+		}
+		if err := mem.Remove(makeFilename("/db", fileTypeLog, last)); err != nil {
+			t.Fatal(err)
+		}
+		return mem, last
+	}
+	truncate := func(t *testing.T, fs vfs.FS, num uint64, size int64) {
+		name := makeFilename("/db", fileTypeLog, num)
+		writeFile(t, fs, name, readAll(t, fs, name)[:size])
+	}
+	order := []string{"a", "b", "c", "d", "e"}
+	for _, c := range []struct {
+		name string
+		// build writes the segments from num on.
+		build func(t *testing.T, fs vfs.FS, num uint64)
+		want  []string // the keys recovered; nil: Open fails with corruption
+	}{
+		{"contiguous", func(t *testing.T, fs vfs.FS, num uint64) {
+			handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
+			handSegment(t, fs, "/db", num+1, 4, true, "d", "e")
+		}, []string{"a", "b", "c", "d", "e"}},
+		{"contiguous, the newer segment without header", func(t *testing.T, fs vfs.FS, num uint64) {
+			handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
+			handSegment(t, fs, "/db", num+1, 4, false, "d", "e")
+		}, []string{"a", "b", "c", "d", "e"}},
+		{"cut at a record boundary", func(t *testing.T, fs vfs.FS, num uint64) {
+			ends := handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
+			truncate(t, fs, num, ends[2]) // header, a, b
+			handSegment(t, fs, "/db", num+1, 4, true, "d", "e")
+		}, []string{"a", "b"}},
+		{"torn", func(t *testing.T, fs vfs.FS, num uint64) {
+			ends := handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
+			truncate(t, fs, num, ends[3]-3) // c torn
+			handSegment(t, fs, "/db", num+1, 4, true, "d", "e")
+		}, []string{"a", "b"}},
+		{"the newer segment's batches lost, its header kept", func(t *testing.T, fs vfs.FS, num uint64) {
+			ends := handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
+			truncate(t, fs, num, ends[2])
+			ends = handSegment(t, fs, "/db", num+1, 4, true, "d")
+			truncate(t, fs, num+1, ends[0])
+			handSegment(t, fs, "/db", num+2, 5, true, "e")
+		}, []string{"a", "b"}},
+		{"a blank segment between", func(t *testing.T, fs vfs.FS, num uint64) {
+			handSegment(t, fs, "/db", num, 1, true, "a", "b")
+			writeFile(t, fs, makeFilename("/db", fileTypeLog, num+1), nil)
+			handSegment(t, fs, "/db", num+2, 3, true, "c")
+		}, []string{"a", "b"}},
+		{"an empty segment with its header between", func(t *testing.T, fs vfs.FS, num uint64) {
+			handSegment(t, fs, "/db", num, 1, true, "a", "b")
+			handSegment(t, fs, "/db", num+1, 3, true)
+			handSegment(t, fs, "/db", num+2, 3, true, "c")
+		}, []string{"a", "b", "c"}},
+		{"torn, yet continued", func(t *testing.T, fs vfs.FS, num uint64) {
+			handSegment(t, fs, "/db", num, 1, true, "a", "b")
+			name := makeFilename("/db", fileTypeLog, num)
+			writeFile(t, fs, name, append(readAll(t, fs, name), 0x55, 0x55, 0x55, 0x55, 0x55))
+			handSegment(t, fs, "/db", num+1, 3, true, "c")
+		}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem, num := fresh(t)
+			c.build(t, mem, num)
+			// Verify reads the segments as recovery does.
+			rep, verr := Verify("/db", mem)
+			db, err := Open("/db", &Options{FS: mem})
+			if c.want == nil {
+				if !errors.Is(err, ErrCorruption) {
+					t.Fatalf("Open: %v, want corruption", err)
+				}
+				if !errors.Is(verr, ErrCorruption) {
+					t.Fatalf("Verify: %v, want corruption", verr)
+				}
+				return
+			}
+			if verr != nil {
+				t.Fatalf("Verify: %v", verr)
+			}
+			if rep.WALBatches != len(c.want) {
+				t.Fatalf("Verify counts %d batches it would replay, want %d (notes %q)", rep.WALBatches, len(c.want), rep.Notes)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			for _, k := range order {
+				_, err := db.Get([]byte(k))
+				if want := slices.Contains(c.want, k); want != (err == nil) {
+					t.Fatalf("%s: %v, want present %v (recovered should be %v)", k, err, want, c.want)
+				}
+			}
+			// The sequence numbers go on above everything written, kept
+			// or not.
+			if err := db.Set([]byte("later"), []byte("v"), nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
 
 // walSizes returns the sizes of dir's WAL segments, oldest first.

@@ -65,6 +65,12 @@ func (f *memFile) syncedLen() int {
 	return f.synced
 }
 
+func (f *memFile) syncCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.syncs
+}
+
 func (f *memFile) len() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -51,12 +51,17 @@ type WriterOptions struct {
 	// segment reuses its predecessor's blocks (up to MaxBuffered of them)
 	// instead of allocating its own.
 	Blocks *BlockPool
-	// Previous, when set, is called (once) before the Writer hands its
-	// file a first byte or fsync, and blocks until the log segment before
-	// this one is closed: written out and fsynced. A non-nil error stops
-	// the Writer as a failed write would. So a segment never holds a byte
-	// before every older one is durable, without the writers waiting for
-	// that close: they append to this Writer's buffers meanwhile.
+	// Previous, when set, is called once, on a goroutine of its own, and
+	// blocks until the log segment before this one is closed: written
+	// out and fsynced. The Writer hands its file bytes meanwhile, but
+	// fsyncs nothing before it returns, so no SyncTo (and no Close)
+	// returns before every older segment is durable; a non-nil error
+	// stops the Writer as a failed write would. A crash during that close
+	// may so leave this segment with bytes and the older one torn: a
+	// reader of the segments must take the first gap in what they hold
+	// as the end of the log (the engine does: docs/wal.md). Writing
+	// nothing before the close, as this did, held unsynced writers up on
+	// MaxBuffered while the close's fsync waited for the disk.
 	Previous func() error
 }
 
@@ -83,9 +88,8 @@ type Writer struct {
 	maxBuffered  int64
 	bytesPerSync int64
 	onSync       func(time.Duration, int)
-	previous     func() error
-	previousOnce sync.Once
-	previousErr  error
+	// previousOpen is set while WriterOptions.Previous has not returned.
+	previousOpen bool
 	// blocks holds the blocks written out, for reuse.
 	blocks *BlockPool
 
@@ -173,7 +177,7 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 		f:            f,
 		maxBuffered:  int64(maxBuffered),
 		bytesPerSync: int64(opts.BytesPerSync),
-		previous:     opts.Previous,
+		previousOpen: opts.Previous != nil,
 		onSync:       opts.OnSync,
 		blocks:       blocks,
 		wake:         make(chan struct{}, 1),
@@ -192,6 +196,9 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 	})
 	w.handOff.Stop()
 	w.cond.L = &w.mu
+	if opts.Previous != nil {
+		go w.awaitPrevious(opts.Previous)
+	}
 	go w.flushLoop()
 	return w
 }
@@ -335,13 +342,11 @@ func (w *Writer) Close() error {
 		w.signalLocked()
 		w.cond.Wait()
 	}
-	w.mu.Unlock()
-	// A Writer that got no record still waits for the segment before it:
-	// its Close, like any, leaves everything before it durable.
-	perr := w.awaitPrevious()
-	w.mu.Lock()
-	if w.err == nil && perr != nil {
-		w.err = perr
+	// A Writer that got no record (so fsynced nothing) still waits for
+	// the segment before it: its Close, like any, leaves everything
+	// before it durable.
+	for w.previousOpen {
+		w.cond.Wait()
 	}
 	w.closed = true
 	err := w.err
@@ -363,16 +368,27 @@ func (w *Writer) Close() error {
 }
 
 // awaitPrevious waits for the segment before this one to be closed
-// (WriterOptions.Previous), the first time it is called.
-func (w *Writer) awaitPrevious() error {
-	w.previousOnce.Do(func() {
-		if w.previous != nil {
-			if err := w.previous(); err != nil {
-				w.previousErr = fmt.Errorf("wal: the previous segment: %w", err)
-			}
-		}
-	})
-	return w.previousErr
+// (WriterOptions.Previous); its failure is the Writer's.
+func (w *Writer) awaitPrevious(previous func() error) {
+	err := previous()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.previousOpen = false
+	if err != nil && w.err == nil {
+		w.err = fmt.Errorf("wal: the previous segment: %w", err)
+	}
+	w.cond.Broadcast()
+}
+
+// previousDurable waits until the segment before this one is closed, and
+// returns the Writer's failure, if any.
+func (w *Writer) previousDurable() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.previousOpen {
+		w.cond.Wait()
+	}
+	return w.err
 }
 
 // usableLocked returns the error that stops new records, if any.
@@ -444,15 +460,17 @@ func (w *Writer) flushLoop() {
 			w.joined = 0
 			w.mu.Unlock()
 
-			err := w.awaitPrevious()
-			if err == nil {
-				err = w.writeOut(batch, cur, from, to, start)
-			}
+			err := w.writeOut(batch, cur, from, to, start)
 			if err == nil && writeBack {
 				if !startWriteback(w.f, writtenBack, target-writtenBack) {
 					doSync = true
 				}
 				writtenBack = target
+			}
+			if err == nil && doSync {
+				// What this fsync makes durable counts only once every
+				// older segment is.
+				err = w.previousDurable()
 			}
 			var syncTime time.Duration
 			if err == nil && doSync {
