@@ -59,19 +59,8 @@ func TestDormantFollowersWake(t *testing.T) {
 	c.waitStores(want, 10*time.Second)
 	c.waitDormant(10 * time.Second)
 
-	led := map[uint64][]uint64{}
-	for _, g := range c.groups {
-		ld := c.groupLeader(g, time.Second)
-		led[ld.id] = append(led[ld.id], g)
-	}
-	var victim uint64
-	for id, gs := range led {
-		if len(gs) > len(led[victim]) {
-			victim = id
-		}
-	}
-	c.crash(victim, nil)
-	for _, g := range led[victim] {
+	victim, led := c.crashBusiestLeader()
+	for _, g := range led {
 		c.writeInGroup(g, fmt.Sprintf("g%d", g), "third", int(g)+200)
 		want[fmt.Sprintf("g%d/third", g)] = int(g) + 200
 		if ld := c.groupLeader(g, time.Second); ld.id == victim {

@@ -399,6 +399,17 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 	return tn
 }
 
+// follower returns the id of a running node other than ld.
+func (c *testCluster) follower(ld *testNode) uint64 {
+	for id := range c.nodes {
+		if id != ld.id {
+			return id
+		}
+	}
+	c.t.Fatalf("no node runs beside node %d", ld.id)
+	return 0
+}
+
 // stallAndCutOff stops old's raft clock (its process stalls) and cuts it
 // off from the others, and returns the leader they elect: old still
 // believes it leads.

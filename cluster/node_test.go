@@ -353,13 +353,7 @@ func TestCatchUpBySnapshot(t *testing.T) {
 	if _, err := ld.node.Store().CreateTable(ctx, acct, "snap"); err != nil {
 		t.Fatal(err)
 	}
-	var lag uint64
-	for id := range c.nodes {
-		if id != ld.id {
-			lag = id
-			break
-		}
-	}
+	lag := c.follower(ld)
 	disk := c.crash(lag, nil)
 	for i := range 300 { // ten times LogRetention, six syncs
 		if _, err := ld.node.Store().Apply(ctx, acct, "snap", partition.Op{Kind: partition.OpInsert, Entity: ent(fmt.Sprintf("p%d", i%9), fmt.Sprintf("r%03d", i), i)}); err != nil {

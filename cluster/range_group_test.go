@@ -174,7 +174,27 @@ func TestQuiescedGroupsElectWhenTheirLeaderDies(t *testing.T) {
 		c.writeInGroup(g, fmt.Sprintf("g%d", g), "first", int(g))
 	}
 	c.waitQuiesced(10 * time.Second)
-	// The node leading the most range groups goes.
+	victim, led := c.crashBusiestLeader()
+	for _, g := range led {
+		c.writeInGroup(g, fmt.Sprintf("g%d", g), "second", int(g)+1000)
+		if ld := c.groupLeader(g, time.Second); ld.id == victim {
+			t.Fatalf("group %d is led by the dead node", g)
+		}
+	}
+	want := map[string]int{}
+	for _, g := range c.groups {
+		want[fmt.Sprintf("g%d/first", g)] = int(g)
+	}
+	for _, g := range led {
+		want[fmt.Sprintf("g%d/second", g)] = int(g) + 1000
+	}
+	c.waitStores(want, 10*time.Second)
+}
+
+// crashBusiestLeader crashes the node that leads the most range groups,
+// and returns it and the groups it led.
+func (c *testCluster) crashBusiestLeader() (uint64, []uint64) {
+	c.t.Helper()
 	led := map[uint64][]uint64{}
 	for _, g := range c.groups {
 		ld := c.groupLeader(g, time.Second)
@@ -187,20 +207,7 @@ func TestQuiescedGroupsElectWhenTheirLeaderDies(t *testing.T) {
 		}
 	}
 	c.crash(victim, nil)
-	for _, g := range led[victim] {
-		c.writeInGroup(g, fmt.Sprintf("g%d", g), "second", int(g)+1000)
-		if ld := c.groupLeader(g, time.Second); ld.id == victim {
-			t.Fatalf("group %d is led by the dead node", g)
-		}
-	}
-	want := map[string]int{}
-	for _, g := range c.groups {
-		want[fmt.Sprintf("g%d/first", g)] = int(g)
-	}
-	for _, g := range led[victim] {
-		want[fmt.Sprintf("g%d/second", g)] = int(g) + 1000
-	}
-	c.waitStores(want, 10*time.Second)
+	return victim, led[victim]
 }
 
 // waitStores waits until every running node's store holds exactly want
@@ -264,13 +271,7 @@ func TestTablelessGroupsOutliveASystemSnapshot(t *testing.T) {
 		want[fmt.Sprintf("g%d/first", g)] = int(g)
 	}
 	ld := c.leader(10 * time.Second)
-	var lag uint64
-	for id := range c.nodes {
-		if id != ld.id {
-			lag = id
-			break
-		}
-	}
+	lag := c.follower(ld)
 	disk := c.crash(lag, nil)
 	ctx := context.Background()
 	if _, err := ld.node.Store().CreateTable(ctx, acct, "snap"); err != nil {
