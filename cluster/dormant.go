@@ -19,9 +19,9 @@ import (
 // (readLease): a follower that forgot its leader votes for another
 // candidate at once. So one woken from dormancy neither votes nor stands
 // until an election timeout has passed since its node last heard from
-// the leader's, as a restarted one waits (voteAfter). The leader keeps its state: a leader
-// started again would be a follower, and its group would need an
-// election before the next request.
+// the leader's, as a restarted one waits (voteAfter). The leader keeps
+// its state: a leader started again would be a follower, and its group
+// would need an election before the next request.
 //
 // The loop wakes a dormant replica wherever it needs its raft state
 // (rawNode): a message of its group, a wake by liveness, a host change.
@@ -32,32 +32,30 @@ import (
 const dozeElections = 2
 
 // maybeDoze drops the raft state of a quiesced follower that has been
-// quiet for dozeElections election timeouts and has nothing in flight,
-// and reports whether it is dormant.
-func (r *replica) maybeDoze() bool {
+// quiet for dozeElections election timeouts and has nothing in flight.
+func (r *replica) maybeDoze() {
 	if r.rn == nil {
-		return true
+		return
 	}
 	doze := dozeElections * r.n.cfg.ElectionTicks
 	if r.n.dozeTicks != 0 {
 		doze = r.n.dozeTicks
 	}
 	if r.quietTicks++; r.quietTicks < doze {
-		return false
+		return
 	}
 	if r.group == systemGroup || r.isLeader || r.install != nil || r.handover.to != 0 || len(r.readsByCtx) > 0 || r.rn.HasReady() {
-		return false
+		return
 	}
 	st := r.rn.BasicStatus()
 	// Everything committed is applied: a RawNode started again from the
 	// store's applied index hands nothing to the apply goroutine twice.
 	if st.RaftState != raft.StateFollower || st.Lead == raft.None || r.applied.Load() != st.GetCommit() {
-		return false
+		return
 	}
 	r.rn = nil
 	r.readsByCtx = nil
 	r.campaignLeft = 0 // its group has a leader: see campaign
-	return true
 }
 
 // rawNode returns the replica's raft state machine, waking it from

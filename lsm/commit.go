@@ -449,13 +449,13 @@ const walBytesPerSync = 2 << 20
 // the metrics and shares the DB's WAL blocks, and writes its first record:
 // an empty batch carrying firstSeq, the sequence number its first batch
 // will have, so that recovery can tell whether the segment starts where
-// the one before it ends, even if no batch of it reached the disk (docs/wal.md,
-// "Segments"). The segment's name is made
-// durable before its writer hands the file a byte: at once when previous
-// is nil (a run's first segment), else after previous (the older
-// segment's close: wal.WriterOptions.Previous), off the writers' path: a
-// directory fsync waits for the journal commit that the close's fsync may
-// be in, and held every writer up for milliseconds at a rotation.
+// the one before it ends, even if no batch of it reached the disk
+// (docs/wal.md, "Segments"). The segment's name is made durable before
+// its writer fsyncs: at once when previous is nil (a run's first
+// segment), else after previous (the older segment's close:
+// wal.WriterOptions.Previous), off the writers' path: a directory fsync
+// waits for the journal commit that the close's fsync may be in, and held
+// every writer up for milliseconds at a rotation.
 func (db *DB) createLog(num uint64, firstSeq base.SeqNum, previous func() error) (vfs.File, *wal.Writer, error) {
 	fs, dir := db.fs, db.dir
 	name := makeFilename(dir, fileTypeLog, num)
