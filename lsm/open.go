@@ -245,6 +245,8 @@ func (db *DB) replayLog(num uint64, prev logEnd) (logEnd, []*fileMetadata, error
 		b       Batch
 		records int
 	)
+	// The memtable in use goes with the replay, however it ends.
+	defer func() { mem.unref() }()
 	flushMem := func() error {
 		if mem.Empty() {
 			return nil
@@ -268,16 +270,6 @@ func (db *DB) replayLog(num uint64, prev logEnd) (logEnd, []*fileMetadata, error
 		if err != nil {
 			return end, metas, fmt.Errorf("%s: %w", name, err)
 		}
-		if records++; records == 1 {
-			switch {
-			case prev.blank || prev.next != 0 && br.seq != prev.next:
-				end.gap = true
-				return end, nil, nil
-			case prev.torn:
-				return end, nil, fmt.Errorf("%s: the WAL segment before it ends in a torn record, yet this one starts where the records before that end (sequence number %d): %w", name, br.seq, ErrCorruption)
-			}
-			end.next, end.torn, end.blank = br.seq, false, false
-		}
 		b.repr, b.count, b.memSize = rec, br.count, 0
 		// Validate the whole batch and size it before applying any of it.
 		for {
@@ -289,6 +281,16 @@ func (db *DB) replayLog(num uint64, prev logEnd) (logEnd, []*fileMetadata, error
 				break
 			}
 			b.memSize += memtable.EntrySize(len(key.UserKey), len(value))
+		}
+		if records++; records == 1 {
+			switch {
+			case prev.blank || prev.next != 0 && br.seq != prev.next:
+				end.gap = true
+				return end, nil, nil
+			case prev.torn:
+				return end, nil, fmt.Errorf("%s: the WAL segment before it ends in a torn record, yet this one starts where the records before that end (sequence number %d): %w", name, br.seq, ErrCorruption)
+			}
+			end.next, end.torn, end.blank = br.seq, false, false
 		}
 		if !mem.reserve(b.memSize) {
 			if err := flushMem(); err != nil {
@@ -314,7 +316,6 @@ func (db *DB) replayLog(num uint64, prev logEnd) (logEnd, []*fileMetadata, error
 	if err := flushMem(); err != nil {
 		return end, metas, err
 	}
-	mem.unref()
 	return end, metas, nil
 }
 

@@ -61,9 +61,10 @@ type VerifyReport struct {
 // batch's sequence numbers.
 //
 // A torn tail a crash leaves (the file ending inside a record, or a zero
-// filled header) in the last WAL segment or the MANIFEST is not damage:
-// the next Open drops it, and it was never acknowledged; it is reported
-// in Notes. A damaged chunk there is reported as an error, although Open
+// filled header) in a WAL segment or the MANIFEST is not damage: the next
+// Open drops it, and it was never acknowledged; it is reported in Notes,
+// as are WAL segments that start after such a loss (docs/wal.md), which
+// Open leaves out. A damaged chunk there is reported as an error, although Open
 // would also drop it, because a crash does not produce one.
 //
 // Verify takes the DB's lock, so it fails at once on a DB that is open,
