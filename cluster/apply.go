@@ -239,8 +239,10 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 func (r *replica) advanceApplied(index uint64) {
 	r.appliedMu.Lock()
 	r.applied.Store(index)
-	close(r.appliedCh)
-	r.appliedCh = make(chan struct{})
+	if r.appliedCh != nil {
+		close(r.appliedCh)
+		r.appliedCh = nil
+	}
 	r.appliedMu.Unlock()
 	if r.waiters.hasOrphans.Load() {
 		r.waiters.settle(index)
@@ -252,11 +254,15 @@ func (r *replica) advanceApplied(index uint64) {
 func (r *replica) waitApplied(ctx context.Context, index uint64) error {
 	for {
 		r.appliedMu.Lock()
-		applied, ch := r.applied.Load(), r.appliedCh
-		r.appliedMu.Unlock()
-		if applied >= index {
+		if r.applied.Load() >= index {
+			r.appliedMu.Unlock()
 			return nil
 		}
+		if r.appliedCh == nil {
+			r.appliedCh = make(chan struct{})
+		}
+		ch := r.appliedCh
+		r.appliedMu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():

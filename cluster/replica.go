@@ -98,7 +98,10 @@ type replica struct {
 	applied   atomic.Uint64
 	appliedTS atomic.Int64
 	appliedMu sync.Mutex
-	appliedCh chan struct{} // closed and replaced on every advance of applied
+	// appliedCh is closed at the next advance of applied, made when a
+	// waiter needs it (most advances have none: the channel cost an
+	// allocation per apply and per idle replica).
+	appliedCh chan struct{}
 	sinceSync uint64
 
 	waiters waiters
@@ -126,7 +129,6 @@ func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.S
 		rlog:       rlog,
 		storage:    storage,
 		readsByCtx: make(map[string]readRound),
-		appliedCh:  make(chan struct{}),
 	}
 	if r.rn, err = r.newRawNode(applied); err != nil {
 		return nil, err
