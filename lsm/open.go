@@ -213,6 +213,42 @@ type logEnd struct {
 	gap bool
 }
 
+// errContinuesTorn is the corruption of a segment that starts where the
+// records before the segment before it ended in a torn tail (logEnd).
+var errContinuesTorn = fmt.Errorf("the WAL segment before it ends in a torn record, yet this one starts where the records before that end, so that tail was damaged after it was durable: %w", ErrCorruption)
+
+// begin takes the first record of a segment that follows the ones ending
+// at e, whose sequence number is seq: it sets gap if the segment starts
+// after a loss, and returns errContinuesTorn if it continues a torn tail.
+func (e *logEnd) begin(seq base.SeqNum) error {
+	switch {
+	case e.blank || e.next != 0 && seq != e.next:
+		e.gap = true
+	case e.torn:
+		return errContinuesTorn
+	default:
+		e.next, e.torn, e.blank = seq, false, false
+	}
+	return nil
+}
+
+// add takes a batch of the segment, count operations from seq.
+func (e *logEnd) add(seq base.SeqNum, count uint32) {
+	if count > 0 {
+		e.next = seq + base.SeqNum(count)
+		e.lastSeq = e.next - 1
+	}
+}
+
+// finish ends a segment that held records records and ended torn or not.
+func (e *logEnd) finish(records int, torn bool) {
+	if records == 0 {
+		e.blank = true
+	} else {
+		e.torn = torn
+	}
+}
+
 func tablesOf(e *versionEdit) []*fileMetadata {
 	var out []*fileMetadata
 	for _, a := range e.added {
@@ -222,12 +258,11 @@ func tablesOf(e *versionEdit) []*fileMetadata {
 }
 
 // replayLog reads WAL segment num into memtables and writes them out as L0
-// tables, after the segments that ended at prev; it returns where this one
+// tables, after the segments that ended at end; it returns where this one
 // ends, and replays nothing of a segment that starts after a loss
 // (logEnd). A torn record ends a segment cleanly: the crash cut it before
 // it was acknowledged.
-func (db *DB) replayLog(num uint64, prev logEnd) (logEnd, []*fileMetadata, error) {
-	end := prev
+func (db *DB) replayLog(num uint64, end logEnd) (logEnd, []*fileMetadata, error) {
 	name := makeFilename(db.dir, fileTypeLog, num)
 	f, err := db.fs.Open(name)
 	if err != nil {
@@ -283,14 +318,12 @@ func (db *DB) replayLog(num uint64, prev logEnd) (logEnd, []*fileMetadata, error
 			b.memSize += memtable.EntrySize(len(key.UserKey), len(value))
 		}
 		if records++; records == 1 {
-			switch {
-			case prev.blank || prev.next != 0 && br.seq != prev.next:
-				end.gap = true
-				return end, nil, nil
-			case prev.torn:
-				return end, nil, fmt.Errorf("%s: the WAL segment before it ends in a torn record, yet this one starts where the records before that end (sequence number %d): %w", name, br.seq, ErrCorruption)
+			if err := end.begin(br.seq); err != nil {
+				return end, nil, fmt.Errorf("%s (sequence number %d): %w", name, br.seq, err)
 			}
-			end.next, end.torn, end.blank = br.seq, false, false
+			if end.gap {
+				return end, nil, nil
+			}
 		}
 		if !mem.reserve(b.memSize) {
 			if err := flushMem(); err != nil {
@@ -303,16 +336,10 @@ func (db *DB) replayLog(num uint64, prev logEnd) (logEnd, []*fileMetadata, error
 		if err := mem.insert(&b); err != nil {
 			return end, metas, fmt.Errorf("%s: %w", name, err)
 		}
-		if br.count > 0 {
-			end.next = br.seq + base.SeqNum(br.count)
-			end.lastSeq = end.next - 1
-		}
+		end.add(br.seq, br.count)
 	}
-	if records == 0 {
-		end.blank = true
-	} else {
-		end.torn, _ = r.TornTail()
-	}
+	torn, _ := r.TornTail()
+	end.finish(records, torn)
 	if err := flushMem(); err != nil {
 		return end, metas, err
 	}

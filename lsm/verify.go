@@ -318,10 +318,9 @@ func (v *verifier) logs(logNum uint64) error {
 	return nil
 }
 
-// log verifies one WAL segment, after the segments that ended at prev, as
+// log verifies one WAL segment, after the segments that ended at end, as
 // replayLog reads it (logEnd).
-func (v *verifier) log(num uint64, prev logEnd) (logEnd, error) {
-	end := prev
+func (v *verifier) log(num uint64, end logEnd) (logEnd, error) {
 	f, err := v.fs.Open(makeFilename(v.dir, fileTypeLog, num))
 	if err != nil {
 		return end, v.fail(fileTypeLog, num, -1, "%w", err)
@@ -355,14 +354,12 @@ func (v *verifier) log(num uint64, prev logEnd) (logEnd, error) {
 			}
 		}
 		if records == 0 {
-			switch {
-			case prev.blank || prev.next != 0 && br.seq != prev.next:
-				end.gap = true
-				return end, nil
-			case prev.torn:
-				return end, v.fail(fileTypeLog, num, start, "starts where the records before the torn tail of the segment before it end (sequence number %d), so that tail was damaged after it was durable: %w", br.seq, ErrCorruption)
+			if err := end.begin(br.seq); err != nil {
+				return end, v.fail(fileTypeLog, num, start, "sequence number %d: %w", br.seq, err)
 			}
-			end.next, end.torn, end.blank = br.seq, false, false
+			if end.gap {
+				return end, nil
+			}
 		} else if br.count == 0 {
 			return end, v.fail(fileTypeLog, num, start, "record %d: an empty batch past the segment's first record, which is never logged: %w", records, ErrCorruption)
 		}
@@ -372,15 +369,11 @@ func (v *verifier) log(num uint64, prev logEnd) (logEnd, error) {
 		if end.lastSeq != 0 && br.seq <= end.lastSeq {
 			return end, v.fail(fileTypeLog, num, start, "record %d: batch at sequence number %d does not follow %d: %w", records, br.seq, end.lastSeq, ErrCorruption)
 		}
-		end.next = br.seq + base.SeqNum(br.count)
-		end.lastSeq = end.next - 1
+		end.add(br.seq, br.count)
 		v.rep.WALBatches++
 	}
-	if records == 0 {
-		end.blank = true
-	} else {
-		end.torn, _ = r.TornTail()
-	}
+	torn, _ := r.TornTail()
+	end.finish(records, torn)
 	if err := v.tornTail(r, fileTypeLog, num, info.Size()); err != nil {
 		return end, err
 	}
