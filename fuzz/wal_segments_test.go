@@ -127,10 +127,6 @@ func splitRecords(data []byte) [][]byte {
 // bytes when cut is not negative and below its size.
 func writeSegment(t *testing.T, fs vfs.FS, name string, recs [][]byte, cut int) {
 	t.Helper()
-	f, err := fs.Create(name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var buf walBuffer
 	w := wal.NewWriter(&buf, wal.WriterOptions{})
 	for _, r := range recs {
@@ -145,13 +141,5 @@ func writeSegment(t *testing.T, fs vfs.FS, name string, recs [][]byte, cut int) 
 	if cut >= 0 && cut < len(data) {
 		data = data[:cut]
 	}
-	if _, err := f.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, fs, name, data)
 }

@@ -226,10 +226,10 @@ type tableWriterLimits struct {
 // of work) lets them in sooner: in a 20-million-key fill on two cores,
 // writes slower than 15 ms fell from 72 and 73 to 18 and 23 (two runs
 // each), and the fill took 103-106 s instead of 110-112. The longest
-// writes (40 ms and more either way) are not these: dumps taken during
-// them show the writer waiting on the WAL's buffer bound while the
-// previous segment's closing fsync waits behind a table's, or runnable
-// with no Go code holding the other core.
+// writes (over 25 ms either way) are not these: dumps taken during them
+// show the writer runnable while the flush and a compaction hold both
+// cores (or, before a new WAL segment took writes during the old one's
+// closing fsync, waiting on the WAL's buffer bound).
 // A flush that yields keeps its immutable memtable longer, and if the
 // mutable one fills meanwhile, a third arena fills too: the fill's peak
 // RSS rose by about 20 MiB (480 MiB against 458 with yields in
