@@ -54,7 +54,7 @@ func (r *replica) maybeDoze() {
 		return
 	}
 	r.rn = nil
-	r.readsByCtx = nil
+	r.readsByCtx = nil // empty: its buckets go
 	r.campaignLeft = 0 // its group has a leader: see campaign
 }
 
@@ -74,7 +74,6 @@ func (r *replica) rawNode() *raft.RawNode {
 	}
 	r.rn = rn
 	r.n.dormantWakes.Add(1)
-	r.readsByCtx = make(map[string]readRound)
 	// Raft's follower refuses votes for an election timeout after it
 	// last heard from its leader; the node's last word from the leader's
 	// node is no earlier than that. A replica woken because that node

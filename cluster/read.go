@@ -98,6 +98,9 @@ func (r *replica) startReadRound(batch []*readWaiter, now time.Time) {
 	r.readSeq++
 	r.n.readRounds.Add(1)
 	key := binary.BigEndian.AppendUint64(nil, r.readSeq)
+	if r.readsByCtx == nil {
+		r.readsByCtx = make(map[string]readRound) // a leader's, at its first read round
+	}
 	r.readsByCtx[string(key)] = readRound{batch: batch, began: now, beganTick: r.n.live.ticks,
 		term: rn.BasicStatus().HardState.GetTerm()}
 	rn.ReadIndex(key)

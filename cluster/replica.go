@@ -121,14 +121,13 @@ func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.S
 		return nil, fmt.Errorf("cluster: group %d: read raft state: %w", group, err)
 	}
 	r := &replica{
-		n:          n,
-		group:      group,
-		id:         id,
-		conf:       cs,
-		confIndex:  rlog.Replica().ConfIndex,
-		rlog:       rlog,
-		storage:    storage,
-		readsByCtx: make(map[string]readRound),
+		n:         n,
+		group:     group,
+		id:        id,
+		conf:      cs,
+		confIndex: rlog.Replica().ConfIndex,
+		rlog:      rlog,
+		storage:   storage,
 	}
 	if r.rn, err = r.newRawNode(applied); err != nil {
 		return nil, err
