@@ -89,6 +89,7 @@ func (db *DB) runCompaction(c *compaction) error {
 		}
 		return err
 	}
+	c.outputs = outputs
 	db.updateReadState()
 	db.metrics.recordCompaction(c, outputs, time.Since(start))
 	return nil
@@ -145,17 +146,17 @@ func (db *DB) Compact(start, end []byte) error {
 	if err := db.Flush(); err != nil {
 		return err
 	}
-	// overlapping() takes an inclusive end; compacting a little more than
-	// asked is harmless.
-	db.mu.Lock()
-	deepest := -1
-	for level := range NumLevels {
-		if len(db.versions.current.overlapping(level, start, end)) > 0 {
-			deepest = level
+	// Compact goes on down while a level at or below its step holds a
+	// table of the range that it did not write itself. Comparing with the
+	// deepest level seen at the start would not do: an automatic compaction
+	// between two steps (a trivial move above all) may move a table below
+	// it, and that table would keep what DropKey drops. overlapping() takes
+	// an inclusive end; compacting a little more than asked is harmless.
+	written := map[uint64]bool{}
+	for level := 0; level < NumLevels; level++ {
+		if db.beforeCompactStep != nil {
+			db.beforeCompactStep(level)
 		}
-	}
-	db.mu.Unlock()
-	for level := 0; level <= deepest; level++ {
 		db.mu.Lock()
 		for db.compacting {
 			db.cond.Wait()
@@ -165,6 +166,10 @@ func (db *DB) Compact(start, end []byte) error {
 			return err
 		}
 		v := db.versions.current
+		if !v.holdsOthers(level, start, end, written) {
+			db.mu.Unlock()
+			break
+		}
 		inputs := v.overlapping(level, start, end)
 		if len(inputs) == 0 {
 			db.mu.Unlock()
@@ -180,6 +185,9 @@ func (db *DB) Compact(start, end []byte) error {
 		db.mu.Unlock()
 		if err := db.runCompaction(c); err != nil {
 			return err
+		}
+		for _, f := range c.outputs {
+			written[f.fileNum] = true
 		}
 	}
 	signal(db.compactSignal)

@@ -18,6 +18,8 @@ type compaction struct {
 	// version is the version the inputs were picked from (referenced).
 	version *version
 	manual  bool
+	// outputs are the tables the compaction installed (set when it succeeds).
+	outputs []*fileMetadata
 }
 
 func (c *compaction) allInputs() []*fileMetadata {

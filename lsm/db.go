@@ -92,6 +92,9 @@ type DB struct {
 	batches sync.Pool
 	// tableScratch keeps the sstable writers' memory between tables.
 	tableScratch scratchList
+	// beforeCompactStep, if set (by tests), runs before each level step
+	// of Compact, where an automatic compaction may run.
+	beforeCompactStep func(level int)
 }
 
 // memTable is a memtable together with the WAL segment that holds its writes.

@@ -82,6 +82,19 @@ func (v *version) levelBytes(level int) int64 {
 	return n
 }
 
+// holdsOthers reports whether a level from level down holds a table that
+// overlaps [start, end] (inclusive, nil = unbounded) and is not in except.
+func (v *version) holdsOthers(level int, start, end []byte, except map[uint64]bool) bool {
+	for ; level < NumLevels; level++ {
+		for _, f := range v.overlapping(level, start, end) {
+			if !except[f.fileNum] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // overlapping returns the tables of level whose key ranges meet the user-key
 // range [start, end] (inclusive, nil = unbounded). For L0, whose tables
 // overlap each other, the range is widened until it covers every table that

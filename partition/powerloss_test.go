@@ -544,6 +544,11 @@ func powerLossRound(t *testing.T, seed uint64, st *plStats) {
 			}
 		}
 	}
+	// The live store's drops must be reclaimed as well as a recovered one's.
+	s.waitDrops()
+	if err := checkNoOrphans(s); err != nil {
+		t.Fatalf("seed %d: before the close: %v", seed, err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("seed %d: close: %v", seed, err)
 	}
