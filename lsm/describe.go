@@ -34,7 +34,7 @@ func Describe(dir string, fs vfs.FS) (*Description, error) {
 		fs = vfs.Default()
 	}
 	opts := (&Options{FS: fs}).withDefaults()
-	vs := newVersionSet(dir, &opts, nil)
+	vs := newVersionSet(dir, &opts, nil, nil)
 	exists, err := vs.load()
 	if err != nil {
 		return nil, fmt.Errorf("lsm: describe %s: %w", dir, err)

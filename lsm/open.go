@@ -52,7 +52,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		db.blockCache = sstable.NewCache(o.CacheSize)
 	}
 	db.tableCache = newTableCache(dir, db.fs, db.blockCache, o.MaxOpenFiles)
-	db.versions = newVersionSet(dir, &db.opts, db.queueObsolete)
+	db.versions = newVersionSet(dir, &db.opts, &db.mu, db.queueObsolete)
 	if err := db.recover(); err != nil {
 		db.versions.closeManifest()
 		db.tableCache.close()
@@ -158,7 +158,9 @@ func (db *DB) recover() error {
 	nv, err := vs.current.applyEdit(edit)
 	if err == nil {
 		vs.logNum = logNum
+		db.mu.Lock() // which createManifest releases while it writes
 		err = vs.createManifest(nv, lastSeq)
+		db.mu.Unlock()
 	}
 	if err != nil {
 		if nv != nil {
@@ -441,6 +443,10 @@ func (db *DB) Close() error {
 	}
 	if cerr := db.log.file.Close(); err == nil && cerr != nil {
 		err = cerr
+	}
+	// A manual Compact may still be logging its edit.
+	for db.versions.logging {
+		db.versions.logged.Wait()
 	}
 	if merr := db.versions.closeManifest(); err == nil && merr != nil {
 		err = merr

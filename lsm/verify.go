@@ -158,7 +158,7 @@ func (v *verifier) manifest(num uint64) (*version, uint64, base.SeqNum, error) {
 		return nil, 0, 0, v.fail(fileTypeManifest, num, -1, "%w", err)
 	}
 	opts := (&Options{FS: v.fs}).withDefaults()
-	vs := newVersionSet(v.dir, &opts, nil)
+	vs := newVersionSet(v.dir, &opts, nil, nil)
 	cur := vs.current
 	r := wal.NewReader(f, info.Size())
 	for i := 0; ; i++ {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/tabuladb/tabula/internal/base"
@@ -19,12 +20,20 @@ import (
 const maxManifestSize = 4 << 20
 
 // versionSet owns the current version and the MANIFEST that records how it
-// came to be. All methods are called with DB.mu held (or before the DB is
-// shared, during Open).
+// came to be. All methods are called with mu (DB.mu) held, or before the DB
+// is shared, during Open; logAndApply releases it while it writes.
 type versionSet struct {
 	dir  string
 	fs   vfs.FS
 	opts *Options
+	// mu is DB.mu (nil for a version set read without a DB: Describe,
+	// Verify). logged, on mu, is signalled when an edit is logged.
+	mu     *sync.Mutex
+	logged sync.Cond
+	// logging is set while an edit is being written to the manifest,
+	// without mu: edits are logged one at a time, and only the goroutine
+	// logging one touches the manifest's writer.
+	logging bool
 
 	current *version
 	// logNum is the lowest WAL number still needed for recovery.
@@ -59,8 +68,9 @@ func (vs *versionSet) setCurrent(v *version) {
 	vs.l0Tables.Store(int32(len(v.levels[0])))
 }
 
-func newVersionSet(dir string, opts *Options, onObsolete func([]*fileMetadata)) *versionSet {
-	vs := &versionSet{dir: dir, fs: opts.FS, opts: opts, onObsolete: onObsolete, nextFileNum: 1, maxManifestSize: maxManifestSize}
+func newVersionSet(dir string, opts *Options, mu *sync.Mutex, onObsolete func([]*fileMetadata)) *versionSet {
+	vs := &versionSet{dir: dir, fs: opts.FS, opts: opts, mu: mu, onObsolete: onObsolete, nextFileNum: 1, maxManifestSize: maxManifestSize}
+	vs.logged.L = mu
 	vs.current = &version{onObsolete: onObsolete}
 	vs.current.refs.Store(1)
 	return vs
@@ -160,8 +170,15 @@ func (vs *versionSet) applyCounters(e *versionEdit) {
 var errEditUncertain = errors.New("the manifest edit may be durable")
 
 // logAndApply records e in the manifest (synced) and makes the version it
-// produces current. lastSeq is the DB's last sequence number.
+// produces current. mu is released while the manifest is written and
+// synced: a manifest fsync can wait behind a compaction's table fsyncs,
+// and meanwhile readers taking snapshots and a writer rotating the
+// memtable need mu. Until the edit is durable nothing reads its effect:
+// the current version and the counters change only after.
 func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
+	for vs.logging {
+		vs.logged.Wait()
+	}
 	if vs.err != nil {
 		return vs.err
 	}
@@ -169,29 +186,34 @@ func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
 	if err != nil {
 		return err
 	}
+	vs.logging = true
+	defer func() {
+		vs.logging = false
+		vs.logged.Broadcast()
+	}()
 	if vs.manifest == nil || vs.manifest.Size() > vs.maxManifestSize {
-		// The new manifest's snapshot already contains e's effect. If it
-		// fails, the counters must not keep it: a later snapshot would
-		// record e's log number without e's tables, skipping at recovery
-		// a WAL whose memtable was never flushed.
-		savedLogNum, savedLastSeq := vs.logNum, vs.lastSeq
-		vs.applyCounters(e)
-		if err := vs.createManifest(nv, lastSeq); err != nil {
+		// The new manifest's snapshot already holds e's effect.
+		m, err := vs.startManifest(nv, e, lastSeq)
+		if err != nil {
 			if errors.Is(err, errEditUncertain) {
 				vs.err = err // nv kept, as below
 			} else {
-				vs.logNum, vs.lastSeq = savedLogNum, savedLastSeq
 				nv.unref()
 			}
 			return err
 		}
+		vs.applyCounters(e)
+		vs.switchManifest(m)
 	} else {
 		e.nextFileNum = vs.nextFileNum
 		e.lastSeq = lastSeq
-		end, err := vs.manifest.WriteRecord(e.encode())
+		rec := e.encode()
+		vs.unlock()
+		end, err := vs.manifest.WriteRecord(rec)
 		if err == nil {
 			err = vs.manifest.SyncTo(end)
 		}
+		vs.lock()
 		if err != nil {
 			// nv stays referenced on purpose: releasing it would queue the
 			// tables e adds for deletion, and the edit may be durable. The
@@ -206,21 +228,62 @@ func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
 	return nil
 }
 
-// createManifest writes a new manifest holding a snapshot of v, points
-// CURRENT at it, and retires the previous manifest.
+func (vs *versionSet) unlock() {
+	if vs.mu != nil {
+		vs.mu.Unlock()
+	}
+}
+
+func (vs *versionSet) lock() {
+	if vs.mu != nil {
+		vs.mu.Lock()
+	}
+}
+
+// newManifest is a manifest written and named by CURRENT, not yet the
+// version set's.
+type newManifest struct {
+	num  uint64
+	file vfs.File
+	w    *wal.Writer
+}
+
+// createManifest writes a new manifest holding a snapshot of v and the
+// version set's counters, points CURRENT at it, and retires the previous
+// manifest (Open's).
 func (vs *versionSet) createManifest(v *version, lastSeq base.SeqNum) error {
-	num := vs.newFileNum()
-	name := makeFilename(vs.dir, fileTypeManifest, num)
+	m, err := vs.startManifest(v, &versionEdit{}, lastSeq)
+	if err != nil {
+		return err
+	}
+	vs.switchManifest(m)
+	return nil
+}
+
+// startManifest writes a new manifest holding a snapshot of v and the
+// counters as e leaves them, and points CURRENT at it, with mu released.
+// It changes nothing of vs but its next file number.
+func (vs *versionSet) startManifest(v *version, e *versionEdit, lastSeq base.SeqNum) (newManifest, error) {
+	m := newManifest{num: vs.newFileNum()}
+	tempNum := vs.newFileNum()
+	snap := v.snapshotEdit()
+	snap.logNum = vs.logNum
+	if e.logNum != 0 {
+		snap.logNum = e.logNum
+	}
+	snap.nextFileNum = vs.nextFileNum
+	snap.lastSeq = max(lastSeq, vs.lastSeq)
+	rec := snap.encode()
+
+	vs.unlock()
+	defer vs.lock()
+	name := makeFilename(vs.dir, fileTypeManifest, m.num)
 	f, err := vs.fs.Create(name)
 	if err != nil {
-		return fmt.Errorf("create manifest: %w", err)
+		return m, fmt.Errorf("create manifest: %w", err)
 	}
 	w := wal.NewWriter(f, wal.WriterOptions{})
-	e := v.snapshotEdit()
-	e.logNum = vs.logNum
-	e.nextFileNum = vs.nextFileNum
-	e.lastSeq = max(lastSeq, vs.lastSeq)
-	end, err := w.WriteRecord(e.encode())
+	end, err := w.WriteRecord(rec)
 	if err == nil {
 		err = w.SyncTo(end)
 	}
@@ -228,22 +291,27 @@ func (vs *versionSet) createManifest(v *version, lastSeq base.SeqNum) error {
 		w.Close()
 		f.Close()
 		vs.fs.Remove(name)
-		return fmt.Errorf("manifest %06d: %w", num, err)
+		return m, fmt.Errorf("manifest %06d: %w", m.num, err)
 	}
-	if err := setCurrent(vs.fs, vs.dir, num, vs.newFileNum()); err != nil {
+	if err := setCurrent(vs.fs, vs.dir, m.num, tempNum); err != nil {
 		// CURRENT may name the new manifest already: keep it.
 		w.Close()
 		f.Close()
-		return fmt.Errorf("manifest %06d: %w: %w", num, errEditUncertain, err)
+		return m, fmt.Errorf("manifest %06d: %w: %w", m.num, errEditUncertain, err)
 	}
+	m.file, m.w = f, w
+	return m, nil
+}
+
+// switchManifest makes m, which CURRENT names, the manifest edits go to.
+func (vs *versionSet) switchManifest(m newManifest) {
 	oldNum := vs.manifestNum
 	vs.closeManifest()
-	vs.manifest, vs.manifestFile, vs.manifestNum = w, f, num
+	vs.manifest, vs.manifestFile, vs.manifestNum = m.w, m.file, m.num
 	if oldNum != 0 {
 		// Best effort: a leftover manifest is deleted at the next open.
 		vs.fs.Remove(makeFilename(vs.dir, fileTypeManifest, oldNum))
 	}
-	return nil
 }
 
 func (vs *versionSet) closeManifest() error {

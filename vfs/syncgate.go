@@ -1,20 +1,22 @@
 package vfs
 
 import (
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 )
 
 // SyncGate wraps a filesystem so that a test controls the fsyncs of the
-// files whose names end in a suffix (".log": the WAL): each takes at least
+// files whose base names contain a pattern (".log": the WAL; "MANIFEST-":
+// the engine's manifests): each takes at least
 // a delay, and after Hold the next one waits, once it has started, until
 // Release, which also decides its result. It lets a test look at a store
 // while a synced commit waits for the disk, or fail that commit's fsync at
 // a moment of its choosing.
 type SyncGate struct {
 	FS
-	suffix  string
+	pattern string
 	delay   time.Duration
 	mu      sync.Mutex
 	hold    bool
@@ -22,10 +24,10 @@ type SyncGate struct {
 	release chan error
 }
 
-// NewSyncGate wraps fs, gating the fsyncs of the files named with suffix,
-// each slowed to at least delay.
-func NewSyncGate(fs FS, suffix string, delay time.Duration) *SyncGate {
-	return &SyncGate{FS: fs, suffix: suffix, delay: delay, entered: make(chan struct{}, 1), release: make(chan error, 1)}
+// NewSyncGate wraps fs, gating the fsyncs of the files whose base names
+// contain pattern, each slowed to at least delay.
+func NewSyncGate(fs FS, pattern string, delay time.Duration) *SyncGate {
+	return &SyncGate{FS: fs, pattern: pattern, delay: delay, entered: make(chan struct{}, 1), release: make(chan error, 1)}
 }
 
 // Hold makes the next gated fsync wait for Release.
@@ -42,10 +44,10 @@ func (g *SyncGate) Entered() <-chan struct{} { return g.entered }
 // fails with err (and syncs nothing).
 func (g *SyncGate) Release(err error) { g.release <- err }
 
-// Create opens a new file, gated when its name has the suffix.
+// Create opens a new file, gated when its base name has the pattern.
 func (g *SyncGate) Create(name string) (File, error) {
 	f, err := g.FS.Create(name)
-	if err != nil || !strings.HasSuffix(name, g.suffix) {
+	if err != nil || !strings.Contains(filepath.Base(name), g.pattern) {
 		return f, err
 	}
 	return &gatedFile{File: f, g: g}, nil
