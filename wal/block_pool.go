@@ -1,6 +1,11 @@
 package wal
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+
+	"github.com/tabuladb/tabula/internal/manual"
+)
 
 // BlockPool recycles the in-memory blocks of Writers (BlockSize bytes
 // each). A Writer takes a block to fill and gives it back once written
@@ -16,8 +21,8 @@ type BlockPool struct {
 }
 
 // NewBlockPool returns a pool that keeps up to maxBytes of free blocks (at
-// least two); blocks given back beyond that are left to the collector, so
-// that a burst, or one huge record, does not pin its memory for good.
+// least two); blocks given back beyond that are freed, so that a burst,
+// or one huge record, does not pin its memory for good.
 func NewBlockPool(maxBytes int) *BlockPool {
 	return &BlockPool{max: max(2, maxBytes/BlockSize+2)}
 }
@@ -33,7 +38,16 @@ func (p *BlockPool) get() *block {
 		b.n, b.written = 0, 0
 		return b
 	}
-	return new(block)
+	return newBlock()
+}
+
+func newBlock() *block {
+	m := manual.New(BlockSize)
+	b := &block{buf: m.Bytes(), mem: m}
+	if m.Mapped() {
+		b.cleanup = runtime.AddCleanup(b, manual.Buf.Free, m)
+	}
+	return b
 }
 
 // put gives back a block no Writer uses any more.
@@ -42,5 +56,8 @@ func (p *BlockPool) put(b *block) {
 	defer p.mu.Unlock()
 	if len(p.free) < p.max {
 		p.free = append(p.free, b)
+		return
 	}
+	b.cleanup.Stop()
+	b.mem.Free()
 }

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"time"
+
+	"github.com/tabuladb/tabula/internal/manual"
 )
 
 // SyncFile is what a Writer appends to. vfs.File satisfies it.
@@ -70,7 +73,17 @@ var ErrWriterClosed = errors.New("wal: writer closed")
 
 // block is one BlockSize slice of the log being assembled in memory.
 type block struct {
-	buf [BlockSize]byte
+	// buf is BlockSize bytes outside the Go heap when the system grants a
+	// mapping (internal/manual): a burst of blocks (up to MaxBuffered
+	// while a rotation's previous segment closes) then costs its size in
+	// resident memory, not also as much again of the collector's headroom
+	// over a heap that briefly held it.
+	buf []byte
+	// mem is buf's allocation; cleanup frees it if the block is dropped
+	// unreturned (a Writer abandoned after a failure). BlockPool.put
+	// frees the blocks it does not keep at once.
+	mem     manual.Buf
+	cleanup runtime.Cleanup
 	// n is how many bytes of buf hold chunks (or trailer padding).
 	n int
 	// written is how many bytes of buf the background goroutine has
