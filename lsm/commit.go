@@ -299,8 +299,8 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 		return nil, fmt.Errorf("%w: needs %d bytes of memtable", errBatchTooLarge, b.memSize)
 	}
 	// The common case takes no DB.mu, which flushes and compactions hold
-	// while they log their edits (an fsync): the mutable memtable is
-	// replaced only with commit.mu held, as the caller holds it.
+	// while they install their tables: the mutable memtable is replaced
+	// only with commit.mu held, as the caller holds it.
 	if mem := db.mem.mutable; !db.closed.Load() && !db.stopped.Load() && mem.reserve(b.memSize) {
 		mem.ref() // the insert's, which Enqueue drops
 		return mem, nil

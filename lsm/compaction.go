@@ -135,10 +135,12 @@ func (db *DB) compactTables(c *compaction, snapshots []base.SeqNum) ([]*fileMeta
 }
 
 // Compact compacts the key range [start, end) (nil = unbounded) down the
-// levels: memtables are flushed, then every level that holds keys of the
-// range is merged into the next, down to the deepest level holding any, so
-// that afterwards the range's data sits in one level with deleted and
-// overwritten versions dropped (except what live snapshots still see).
+// levels: memtables are flushed, then each level from L0 down that holds
+// keys of the range is merged into the next, until no table of the range
+// is left that Compact did not write, so that afterwards all of the
+// range's data has been rewritten, as a rule into one level, with deleted
+// and overwritten versions dropped (except what live snapshots still see)
+// and the keys DropKey drops gone.
 func (db *DB) Compact(start, end []byte) error {
 	if start != nil && end != nil && bytes.Compare(start, end) >= 0 {
 		return nil

@@ -444,10 +444,11 @@ func (db *DB) Close() error {
 	if cerr := db.log.file.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	// A manual Compact may still be logging its edit.
+	// A manual Compact may still be logging its edit; none is logged after.
 	for db.versions.logging {
 		db.versions.logged.Wait()
 	}
+	db.versions.closed = true
 	if merr := db.versions.closeManifest(); err == nil && merr != nil {
 		err = merr
 	}

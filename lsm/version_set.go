@@ -34,6 +34,10 @@ type versionSet struct {
 	// without mu: edits are logged one at a time, and only the goroutine
 	// logging one touches the manifest's writer.
 	logging bool
+	// closed is set by DB.Close before it closes the manifest: an edit
+	// logged after that (a manual Compact racing Close) would start a new
+	// manifest and rewrite CURRENT in a directory the DB no longer holds.
+	closed bool
 
 	current *version
 	// logNum is the lowest WAL number still needed for recovery.
@@ -178,6 +182,9 @@ var errEditUncertain = errors.New("the manifest edit may be durable")
 func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
 	for vs.logging {
 		vs.logged.Wait()
+	}
+	if vs.closed {
+		return ErrClosed
 	}
 	if vs.err != nil {
 		return vs.err
