@@ -74,7 +74,7 @@ func (db *DB) runCompaction(c *compaction) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if err == nil {
-		err = db.versions.logAndApply(edit, base.SeqNum(db.commit.logSeq.Load()))
+		err = db.versions.logAndApply(edit)
 		if err != nil && !c.trivialMove && !errors.Is(err, errEditUncertain) {
 			db.removeTables(outputs)
 		}

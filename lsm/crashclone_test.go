@@ -13,7 +13,10 @@ import (
 	"github.com/tabuladb/tabula/vfs"
 )
 
-var crashCloneDuration = flag.Duration("crashclone-duration", 3*time.Second, "time budget of TestCrashClones")
+var (
+	crashCloneDuration = flag.Duration("crashclone-duration", 3*time.Second, "time budget of TestCrashClones")
+	crashCloneSeed     = flag.Uint64("crashclone-seed", 0, "run only this seed of TestCrashClones, again and again for its time budget (failures name the seed; background timing varies between runs)")
+)
 
 // crashClone is the state a power loss left at one moment of a workload,
 // and which prefixes of each writer's batches it may hold.
@@ -50,6 +53,9 @@ func TestCrashClones(t *testing.T) {
 	var rounds int
 	var total crashStats
 	for seed := uint64(1); time.Since(start) < *crashCloneDuration || rounds < 2; seed++ {
+		if *crashCloneSeed != 0 {
+			seed = *crashCloneSeed
+		}
 		if seed%2 == 1 {
 			total.add(crashCloneRound(t, seed))
 		} else {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tabuladb/tabula/internal/base"
 	"github.com/tabuladb/tabula/vfs"
 )
 
@@ -320,11 +319,11 @@ func TestFailedManifestSwitch(t *testing.T) {
 			// A flush's edit: its memtable's WAL is no longer needed. It
 			// fails, as the flush would.
 			flushEdit := &versionEdit{logNum: db.mem.mutable.logNum + 1000}
-			if err := vs.logAndApply(flushEdit, base.SeqNum(db.commit.logSeq.Load())); err == nil {
+			if err := vs.logAndApply(flushEdit); err == nil {
 				t.Fatal("the edit succeeded despite the fault")
 			}
 			// A compaction finishing meanwhile logs its own edit.
-			err = vs.logAndApply(&versionEdit{}, base.SeqNum(db.commit.logSeq.Load()))
+			err = vs.logAndApply(&versionEdit{})
 			db.mu.Unlock()
 			if c.uncertain && err == nil {
 				t.Fatal("an edit was logged after one that may be durable failed")

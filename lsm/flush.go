@@ -144,7 +144,7 @@ func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start 
 		edit.added = append(edit.added, newFileEntry{level: 0, meta: meta})
 	}
 	if err == nil {
-		err = db.versions.logAndApply(edit, base.SeqNum(db.commit.logSeq.Load()))
+		err = db.versions.logAndApply(edit)
 	}
 	if err != nil {
 		if !errors.Is(err, errEditUncertain) {

@@ -97,3 +97,65 @@ func TestManifestSyncLeavesTheDBMutexFree(t *testing.T) {
 		})
 	}
 }
+
+// TestEditRecordsTheSequenceNumberAfterItsWait: an edit that waits for
+// another to be logged records the last sequence number as of its turn,
+// not as of its call. The one it waited for may have added tables holding
+// later sequence numbers; a new manifest's snapshot of them recording the
+// earlier one made a reopened DB hide their newer entries (a crash-clone
+// run caught acknowledged writes lost so).
+func TestEditRecordsTheSequenceNumberAfterItsWait(t *testing.T) {
+	for _, snapshot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("new-manifest=%v", snapshot), func(t *testing.T) {
+			fs := vfs.NewMem()
+			opts := smallOptions()
+			opts.FS = fs
+			opts.DisableBackgroundCompactions = true
+			db := openTestDB(t, "/db", opts)
+			defer db.Close()
+			if snapshot {
+				setMaxManifestSize(db, 0)
+			}
+			if err := db.Set([]byte("a"), []byte("1"), nil); err != nil {
+				t.Fatal(err)
+			}
+
+			// Another edit is being logged: this one waits its turn.
+			db.mu.Lock()
+			db.versions.logging = true
+			db.mu.Unlock()
+			called := make(chan struct{})
+			logged := make(chan error, 1)
+			go func() {
+				db.mu.Lock()
+				close(called)
+				err := db.versions.logAndApply(&versionEdit{})
+				db.mu.Unlock()
+				logged <- err
+			}()
+			<-called
+			db.mu.Lock() // taken once the edit waits (which releases it)
+			db.mu.Unlock()
+			for i := range 50 {
+				if err := db.Set(fmt.Appendf(nil, "k%02d", i), []byte("v"), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := db.commit.logSeq.Load()
+			db.mu.Lock()
+			db.versions.logging = false
+			db.versions.logged.Broadcast()
+			db.mu.Unlock()
+			if err := <-logged; err != nil {
+				t.Fatal(err)
+			}
+			d, err := Describe("/db", fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.LastSeq < want {
+				t.Fatalf("the manifest records sequence number %d, the DB had assigned %d when the edit was logged", d.LastSeq, want)
+			}
+		})
+	}
+}

@@ -53,6 +53,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	db.tableCache = newTableCache(dir, db.fs, db.blockCache, o.MaxOpenFiles)
 	db.versions = newVersionSet(dir, &db.opts, &db.mu, db.queueObsolete)
+	db.versions.lastAssigned = func() base.SeqNum { return base.SeqNum(db.commit.logSeq.Load()) }
 	if err := db.recover(); err != nil {
 		db.versions.closeManifest()
 		db.tableCache.close()

@@ -38,6 +38,11 @@ type versionSet struct {
 	// logged after that (a manual Compact racing Close) would start a new
 	// manifest and rewrite CURRENT in a directory the DB no longer holds.
 	closed bool
+	// lastAssigned returns the DB's last assigned sequence number, which
+	// an edit records. It is read once the edit's turn has come: an edit
+	// that waited for another may hold tables that one added, with
+	// sequence numbers past any read before the wait.
+	lastAssigned func() base.SeqNum
 
 	current *version
 	// logNum is the lowest WAL number still needed for recovery.
@@ -179,7 +184,7 @@ var errEditUncertain = errors.New("the manifest edit may be durable")
 // and meanwhile readers taking snapshots and a writer rotating the
 // memtable need mu. Until the edit is durable nothing reads its effect:
 // the current version and the counters change only after.
-func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
+func (vs *versionSet) logAndApply(e *versionEdit) error {
 	for vs.logging {
 		vs.logged.Wait()
 	}
@@ -193,6 +198,9 @@ func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
 	if err != nil {
 		return err
 	}
+	// At least every sequence number in nv's tables: a snapshot of nv
+	// recording less would hide their newer entries after a restart.
+	lastSeq := vs.lastAssigned()
 	vs.logging = true
 	defer func() {
 		vs.logging = false
@@ -200,6 +208,7 @@ func (vs *versionSet) logAndApply(e *versionEdit, lastSeq base.SeqNum) error {
 	}()
 	if vs.manifest == nil || vs.manifest.Size() > vs.maxManifestSize {
 		// The new manifest's snapshot already holds e's effect.
+		e.lastSeq = lastSeq // for applyCounters below
 		m, err := vs.startManifest(nv, e, lastSeq)
 		if err != nil {
 			if errors.Is(err, errEditUncertain) {
