@@ -135,6 +135,11 @@ func TestEditRecordsTheSequenceNumberAfterItsWait(t *testing.T) {
 			}()
 			<-called
 			db.mu.Lock() // taken once the edit waits (which releases it)
+			select {
+			case err := <-logged:
+				t.Fatalf("the edit was logged (%v) while another one was", err)
+			default:
+			}
 			db.mu.Unlock()
 			for i := range 50 {
 				if err := db.Set(fmt.Appendf(nil, "k%02d", i), []byte("v"), nil); err != nil {
