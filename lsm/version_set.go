@@ -26,8 +26,9 @@ type versionSet struct {
 	dir  string
 	fs   vfs.FS
 	opts *Options
-	// mu is DB.mu (nil for a version set read without a DB: Describe,
-	// Verify). logged, on mu, is signalled when an edit is logged.
+	// mu is DB.mu; nil for a version set read without a DB (Describe,
+	// Verify), which logs no edit. logged, on mu, is signalled when an
+	// edit is logged.
 	mu     *sync.Mutex
 	logged sync.Cond
 	// logging is set while an edit is being written to the manifest,
@@ -200,7 +201,7 @@ func (vs *versionSet) logAndApply(e *versionEdit) error {
 	}
 	// At least every sequence number in nv's tables: a snapshot of nv
 	// recording less would hide their newer entries after a restart.
-	lastSeq := vs.lastAssigned()
+	e.lastSeq = vs.lastAssigned()
 	vs.logging = true
 	defer func() {
 		vs.logging = false
@@ -208,8 +209,7 @@ func (vs *versionSet) logAndApply(e *versionEdit) error {
 	}()
 	if vs.manifest == nil || vs.manifest.Size() > vs.maxManifestSize {
 		// The new manifest's snapshot already holds e's effect.
-		e.lastSeq = lastSeq // for applyCounters below
-		m, err := vs.startManifest(nv, e, lastSeq)
+		m, err := vs.startManifest(nv, e)
 		if err != nil {
 			if errors.Is(err, errEditUncertain) {
 				vs.err = err // nv kept, as below
@@ -222,14 +222,13 @@ func (vs *versionSet) logAndApply(e *versionEdit) error {
 		vs.switchManifest(m)
 	} else {
 		e.nextFileNum = vs.nextFileNum
-		e.lastSeq = lastSeq
 		rec := e.encode()
-		vs.unlock()
+		vs.mu.Unlock()
 		end, err := vs.manifest.WriteRecord(rec)
 		if err == nil {
 			err = vs.manifest.SyncTo(end)
 		}
-		vs.lock()
+		vs.mu.Lock()
 		if err != nil {
 			// nv stays referenced on purpose: releasing it would queue the
 			// tables e adds for deletion, and the edit may be durable. The
@@ -244,18 +243,6 @@ func (vs *versionSet) logAndApply(e *versionEdit) error {
 	return nil
 }
 
-func (vs *versionSet) unlock() {
-	if vs.mu != nil {
-		vs.mu.Unlock()
-	}
-}
-
-func (vs *versionSet) lock() {
-	if vs.mu != nil {
-		vs.mu.Lock()
-	}
-}
-
 // newManifest is a manifest written and named by CURRENT, not yet the
 // version set's.
 type newManifest struct {
@@ -268,7 +255,7 @@ type newManifest struct {
 // version set's counters, points CURRENT at it, and retires the previous
 // manifest (Open's).
 func (vs *versionSet) createManifest(v *version, lastSeq base.SeqNum) error {
-	m, err := vs.startManifest(v, &versionEdit{}, lastSeq)
+	m, err := vs.startManifest(v, &versionEdit{lastSeq: lastSeq})
 	if err != nil {
 		return err
 	}
@@ -279,7 +266,7 @@ func (vs *versionSet) createManifest(v *version, lastSeq base.SeqNum) error {
 // startManifest writes a new manifest holding a snapshot of v and the
 // counters as e leaves them, and points CURRENT at it, with mu released.
 // It changes nothing of vs but its next file number.
-func (vs *versionSet) startManifest(v *version, e *versionEdit, lastSeq base.SeqNum) (newManifest, error) {
+func (vs *versionSet) startManifest(v *version, e *versionEdit) (newManifest, error) {
 	m := newManifest{num: vs.newFileNum()}
 	tempNum := vs.newFileNum()
 	snap := v.snapshotEdit()
@@ -288,11 +275,11 @@ func (vs *versionSet) startManifest(v *version, e *versionEdit, lastSeq base.Seq
 		snap.logNum = e.logNum
 	}
 	snap.nextFileNum = vs.nextFileNum
-	snap.lastSeq = max(lastSeq, vs.lastSeq)
+	snap.lastSeq = max(e.lastSeq, vs.lastSeq)
 	rec := snap.encode()
 
-	vs.unlock()
-	defer vs.lock()
+	vs.mu.Unlock()
+	defer vs.mu.Lock()
 	name := makeFilename(vs.dir, fileTypeManifest, m.num)
 	f, err := vs.fs.Create(name)
 	if err != nil {
