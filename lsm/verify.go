@@ -52,7 +52,8 @@ type VerifyReport struct {
 // without opening the DB or changing any file: CURRENT names a manifest;
 // every MANIFEST record is intact and decodes into version edits that
 // apply cleanly (tables deleted from where they are, no overlaps within
-// L1 and below); every table of the resulting version exists with the
+// L1 and below, no table's sequence numbers past the last one recorded);
+// every table of the resulting version exists with the
 // size the manifest records, passes sstable.Verify (every block checksum,
 // key order, filter, properties), and holds exactly the key and sequence
 // range the manifest says, so that levels 1 and below are ordered and
@@ -195,6 +196,11 @@ func (v *verifier) manifest(num uint64) (*version, uint64, base.SeqNum, error) {
 		for _, f := range files {
 			if f.fileNum >= vs.nextFileNum {
 				return cur, 0, 0, v.fail(fileTypeManifest, num, -1, "table %06d in L%d is not below the next file number %d: %w", f.fileNum, level, vs.nextFileNum, ErrCorruption)
+			}
+			if f.largestSeq > vs.lastSeq {
+				// Open reads at the manifest's last sequence number: the
+				// table's newer entries would be hidden.
+				return cur, 0, 0, v.fail(fileTypeManifest, num, -1, "table %06d in L%d holds sequence number %d, past the manifest's last one %d: %w", f.fileNum, level, f.largestSeq, vs.lastSeq, ErrCorruption)
 			}
 		}
 	}
