@@ -151,8 +151,8 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		// The faults name the moves; a placement controller moving
 		// groups too would move them under the final check.
 		c = &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
-		// Followers go dormant after one quiet tick, so that the faults
-		// find many of them waking.
+		// Replicas, leaders too, go dormant after one quiet tick, so
+		// that the faults find many of them waking.
 		c.prepare = func(tn *testNode) { tn.node.dozeTicks = 1 }
 		c.startAll(size)
 	} else {
@@ -166,7 +166,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 	var group uint64
 	if ranges {
 		group = c.tableGroup("chaos").ID
-		leads = func(tn *testNode) bool { r := tn.node.group(group); return r != nil && r.ready.Load() }
+		leads = func(tn *testNode) bool { r := tn.node.group(group); return r != nil && r.holdsLease() }
 	}
 
 	var (

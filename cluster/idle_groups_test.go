@@ -112,7 +112,8 @@ func BenchmarkIdleGroupTick(b *testing.B) {
 // have quiesced: three nodes in one process, each hosting every group,
 // with the default raft tick (100 ms), the in-memory network of the
 // tests. It reports the process's CPU over a quiet window as a share of
-// one core per node (core%/node) and the heap per group (B/group); the
+// one core per node (core%/node) and the heap per replica (B/group: over
+// three times the groups, once every replica is dormant); the
 // plan's target is 10,000 idle groups under 5% of a core per node. The
 // CPU is the whole process's: the tests' network and clocks are in it.
 // Setup (elections, then quiescence) takes a while: run it with

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ const (
 func (n *Node) balanceLeases() {
 	var led []*replica
 	for _, r := range n.replicaList {
-		if r.group != systemGroup && r.isLeader {
+		if r.group != systemGroup && (r.isLeader || r.dormantLeader.Load()) {
 			led = append(led, r)
 		}
 	}
@@ -76,30 +77,30 @@ func (n *Node) balanceLeases() {
 		busyEvery = n.busyLeaseTicks
 	}
 	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= busyEvery
-	slices.SortStableFunc(led, func(a, b *replica) int {
-		if a.quiesced.Load() == b.quiesced.Load() {
+	// Idle groups first, the dormant ones among them last: one must be
+	// woken (and so elected again) before its lease can go.
+	order := func(r *replica) int {
+		switch {
+		case r.dormantLeader.Load():
+			return 1
+		case r.quiesced.Load():
 			return 0
 		}
-		if a.quiesced.Load() {
-			return -1
-		}
-		return 1
-	})
+		return 2
+	}
+	slices.SortStableFunc(led, func(a, b *replica) int { return cmp.Compare(order(a), order(b)) })
 	for _, r := range led {
-		idle := r.quiesced.Load()
-		if !r.ready.Load() || !r.settled() || (!idle && !busyOK) {
+		idle, dormant := r.quiesced.Load(), r.dormantLeader.Load()
+		if !dormant && (!r.ready.Load() || !r.settled() || (!idle && !busyOK)) {
 			continue // electing, moving its members, or busy: leave it
 		}
-		var to, toNode uint64
-		for _, id := range r.conf.GetVoters() {
-			node := transport.NodeOf(id)
-			if node == n.cfg.ID || !n.isLive(node) || n.live.leases[node]+2 > n.live.held ||
-				!idle && rates[r.group] > float64(n.live.load)-float64(n.live.loads[node]) {
-				continue
-			}
-			if to == 0 || n.live.leases[node] < n.live.leases[toNode] {
-				to, toNode = id, node
-			}
+		to, toNode := n.leaseTarget(r, idle, rates[r.group])
+		if to != 0 && dormant {
+			// Woken now and elected again in a moment, it stays awake
+			// (maybeDoze) for the next look, which hands it over.
+			r.rawNode()
+			r.wokenForLease = n.live.ticks
+			return
 		}
 		if to != 0 {
 			if !idle {
@@ -117,6 +118,24 @@ func (n *Node) balanceLeases() {
 			n.busyHandedOver(g)
 		}
 	}
+}
+
+// leaseTarget returns the member of r's group, and its node, that r's
+// lease goes to to even the nodes' lease counts out (0 if none), without
+// making the two nodes' loads less even when the group is busy (its
+// requests per second are rate).
+func (n *Node) leaseTarget(r *replica, idle bool, rate float64) (to, toNode uint64) {
+	for _, id := range r.conf.GetVoters() {
+		node := transport.NodeOf(id)
+		if node == n.cfg.ID || !n.isLive(node) || n.live.leases[node]+2 > n.live.held ||
+			!idle && rate > float64(n.live.load)-float64(n.live.loads[node]) {
+			continue
+		}
+		if to == 0 || n.live.leases[node] < n.live.leases[toNode] {
+			to, toNode = id, node
+		}
+	}
+	return to, toNode
 }
 
 // busyHandedOver notes the hand-over of a busy group's lease: the next
@@ -248,7 +267,7 @@ func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to 
 	if r.leader.Load() == to {
 		return g.ID, nil
 	}
-	if !r.ready.Load() {
+	if !r.ready.Load() && !r.awaitWake(ctx) {
 		return g.ID, ErrNotLeaseholder
 	}
 	select {
@@ -343,7 +362,7 @@ func (r *replica) endHandOver() {
 func (r *replica) refuseRequest() error {
 	switch {
 	case !r.ready.Load():
-		return errNotLeader(r.leader.Load())
+		return r.notReady()
 	case r.handingOver.Load():
 		return errMoved(fmt.Sprintf("the lease of group %d is being handed over", r.group))
 	}

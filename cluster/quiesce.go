@@ -248,12 +248,15 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 		r.rawNode().Tick()
 		n.touch(r)
 		r.standForLostLeader()
-		if r.campaignLeft == 0 && r.group != systemGroup && r.leader.Load() == 0 && n.replica.ready.Load() {
+		if r.campaignLeft == 0 && r.group != systemGroup && r.leader.Load() == 0 && n.replica.ready.Load() &&
+			r.rawNode().BasicStatus().RaftState == raft.StateFollower {
 			// A range group with no leader this node knows of (the
 			// cluster restarted, its leader's node died): the system
 			// group's leader stands at once rather than leave the group
 			// unavailable for a randomized election timeout. PreVote
 			// keeps this from deposing a leader the others still hear.
+			// A candidate already stands (a dormant leader woken:
+			// reelect), and a pre-vote now would abandon its election.
 			r.campaignLeft = campaignTicks
 		}
 		if r.campaignLeft > 0 {
@@ -275,7 +278,7 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 // again after a silence or a restart (it may have missed entries, which
 // only the leader's ticks bring it).
 func (r *replica) mustWake(fell bool, back []uint64) bool {
-	if r.dormant() || r.rn.BasicStatus().RaftState != raft.StateLeader {
+	if !r.dormantLeader.Load() && (r.dormant() || r.rn.BasicStatus().RaftState != raft.StateLeader) {
 		// Its leader's node went silent, or came back (it may have
 		// restarted, and lost its leadership with it).
 		lead := r.leader.Load()

@@ -12,12 +12,13 @@ import (
 	"github.com/tabuladb/tabula/partition"
 )
 
-// groupLeader waits for a ready leader of range group g and returns it.
+// groupLeader waits for a ready leader of range group g, or a dormant one
+// (which a request wakes), and returns it.
 func (c *testCluster) groupLeader(g uint64, timeout time.Duration) *testNode {
 	c.t.Helper()
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for _, tn := range c.nodes {
-			if r := tn.node.group(g); r != nil && r.ready.Load() {
+			if r := tn.node.group(g); r != nil && r.holdsLease() {
 				return tn
 			}
 		}

@@ -39,7 +39,7 @@ func (c *testCluster) waitMembers(g uint64, voters []uint64, timeout time.Durati
 		for _, tn := range c.nodes {
 			if r := tn.node.group(g); r != nil {
 				hosts = append(hosts, tn.id)
-				if r.ready.Load() {
+				if r.holdsLease() {
 					ld = tn
 				}
 			}
@@ -243,7 +243,7 @@ func TestRemovedMemberThatMissedItRetires(t *testing.T) {
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			var cs *raftpb.ConfState
 			for _, tn := range c.nodes {
-				if r := tn.node.group(g.ID); r != nil && r.ready.Load() && tn.id != cut {
+				if r := tn.node.group(g.ID); r != nil && r.holdsLease() && tn.id != cut {
 					cs = r.confState()
 				}
 			}

@@ -81,8 +81,9 @@ func (n *Node) heardMergedCheck(m *raftpb.Message) {
 }
 
 // holdsMerged says whether group, merged away with a span that starts at
-// sp's key, has its keys held by a group this node leads, ready, whose
-// span is settled, and of which node is no member. It runs on the loop.
+// sp's key, has its keys held by a group this node leads (ready or
+// dormant), whose span is settled, and of which node is no member. It
+// runs on the loop.
 func (n *Node) holdsMerged(group uint64, sp partition.Span, node uint64) bool {
 	st := n.st()
 	if _, named := st.GroupTable(group); named || !n.catalogKnew(group) {
@@ -93,7 +94,7 @@ func (n *Node) holdsMerged(group uint64, sp partition.Span, node uint64) bool {
 		return false
 	}
 	r := n.replicas[tg.Group.ID]
-	if r == nil || !r.ready.Load() || memberOf(r.conf, node) != 0 {
+	if r == nil || !r.holdsLease() || memberOf(r.conf, node) != 0 {
 		return false
 	}
 	w, _, own := r.spanDue()

@@ -64,7 +64,7 @@ func (c *testCluster) splitDone(table string, starts []string) ([]partition.Tabl
 	for _, tg := range ranges {
 		ld := (*testNode)(nil)
 		for _, tn := range c.nodes {
-			if r := tn.node.group(tg.Group.ID); r != nil && r.ready.Load() {
+			if r := tn.node.group(tg.Group.ID); r != nil && r.holdsLease() {
 				ld = tn
 			}
 		}
@@ -353,7 +353,7 @@ func TestSplitChildRetiresAnInheritedMember(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var cs *raftpb.ConfState
 		for _, tn := range c.nodes {
-			if r := tn.node.group(child); r != nil && r.ready.Load() && tn.id != late {
+			if r := tn.node.group(child); r != nil && r.holdsLease() && tn.id != late {
 				cs = r.confState()
 			}
 		}

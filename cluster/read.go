@@ -71,8 +71,9 @@ func (n *Node) requestReads(reads []*readWaiter) {
 // holds one, and otherwise asks raft for one read index for the batch.
 func (r *replica) requestRead(batch []*readWaiter) {
 	if !r.ready.Load() {
+		err := r.notReady()
 		for _, rw := range batch {
-			rw.done <- readIndex{err: errNotLeader(r.leader.Load())}
+			rw.done <- readIndex{err: err}
 		}
 		return
 	}

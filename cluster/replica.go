@@ -54,6 +54,14 @@ type replica struct {
 	leaderMu sync.Mutex
 	isLeader bool
 	readyAt  uint64
+	// dormantLeader is set while the replica is a leader that dropped its
+	// raft state, and wakeAsked once a request asked the loop to wake it
+	// (dormant.go).
+	dormantLeader atomic.Bool
+	wakeAsked     atomic.Bool
+	// wokenForLease is the tick the lease balancer woke the dormant
+	// leader at, to hand its lease over (loop-owned).
+	wokenForLease uint64
 
 	// The loop's own state: the stamp clock's last issued timestamp, the
 	// read batches waiting for their ReadIndex, and whether the group is
@@ -172,6 +180,11 @@ func (r *replica) newRawNode(applied uint64) (*raft.RawNode, error) {
 	return rn, nil
 }
 
+// holdsLease reports whether the replica is its group's leaseholder: the
+// ready leader, or a dormant one, which the next request wakes
+// (dormant.go).
+func (r *replica) holdsLease() bool { return r.ready.Load() || r.dormantLeader.Load() }
+
 // guardingVotes says the replica is still in its first election timeout
 // after starting with state: it neither votes nor stands (voteAfter).
 func (r *replica) guardingVotes() bool { return r.n.live.ticks < r.voteAfter }
@@ -195,7 +208,9 @@ func (r *replica) step(msgs []*raftpb.Message) {
 				continue // stepped once its snapshot is fetched and staged
 			}
 		}
-		if m.GetType() == raftpb.MessageType_MsgVote && r.guardingVotes() {
+		if m.GetType() == raftpb.MessageType_MsgVote && r.guardingVotes() && transport.NodeOf(m.GetFrom()) != r.leader.Load() {
+			// The leader this replica knew may count on its vote; that
+			// leader standing again (a dormant one woken) may have it.
 			continue // the candidate tries again; see voteAfter
 		}
 		// A message of a stale term or for an unknown peer is an error

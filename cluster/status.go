@@ -118,7 +118,7 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 		// the statistics of the range partitions that start in it.
 		for _, tg := range groups {
 			r := n.group(tg.Group.ID)
-			if r == nil || !r.ready.Load() {
+			if r == nil || !r.holdsLease() {
 				continue
 			}
 			cs := r.confState()
