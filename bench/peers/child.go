@@ -76,6 +76,9 @@ type result struct {
 	P50Micros num `json:"p50_us"`
 	P99Micros num `json:"p99_us"`
 	MaxMicros num `json:"max_us"`
+	// MaxWriteMicros is the longest write of a workload that mixes reads
+	// and writes (ycsba).
+	MaxWriteMicros num `json:"max_write_us,omitempty"`
 
 	// The large run: a chain's child reports each workload as a phase,
 	// and samples of the engine's shape over the whole chain. Its fill
@@ -213,6 +216,7 @@ func measure(res *result, e Engine, w workload, spec childSpec) error {
 	res.Ops, res.Entries, res.Wrong = ph.Ops, ph.Entries, ph.Wrong
 	micros := func(d time.Duration) num { return num(float64(d) / float64(time.Microsecond)) }
 	res.P50Micros, res.P99Micros, res.MaxMicros = micros(ph.Lat.quantile(0.5)), micros(ph.Lat.quantile(0.99)), micros(ph.Lat.max)
+	res.MaxWriteMicros = micros(ph.LongestWrite)
 	res.Seconds = elapsed.Seconds()
 	if res.Seconds > 0 {
 		res.OpsPerSec = float64(res.Ops) / res.Seconds

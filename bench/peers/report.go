@@ -96,6 +96,9 @@ type engineSummary struct {
 	P50Micros num `json:"p50_us"`
 	P99Micros num `json:"p99_us"`
 	MaxMicros num `json:"max_us"`
+	// MaxWriteMicros is the median of the longest writes of a workload
+	// that mixes reads and writes (ycsba), 0 for the others.
+	MaxWriteMicros num `json:"max_write_us,omitempty"`
 	// PerRepeat is ops/s by repeat, NaN (null) where the run failed.
 	PerRepeat []num `json:"per_repeat_ops_per_sec"`
 }
@@ -197,7 +200,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 	for i := range ops {
 		ops[i] = math.NaN()
 	}
-	var wa, wan, sa, saf, sat, rss, p50, p99, longest []float64
+	var wa, wan, sa, saf, sat, rss, p50, p99, longest, longestWrite []float64
 	for _, r := range results {
 		if r.Engine != eng || r.Workload != wl || r.Error != "" || r.Repeat < 1 || r.Repeat > repeats {
 			continue
@@ -211,6 +214,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 		sat = append(sat, float64(r.SpaceAmpTables))
 		rss = append(rss, float64(r.PeakRSS))
 		p50, p99, longest = append(p50, float64(r.P50Micros)), append(p99, float64(r.P99Micros)), append(longest, float64(r.MaxMicros))
+		longestWrite = append(longestWrite, float64(r.MaxWriteMicros))
 	}
 	es.OpsPerSec = num(median(ops))
 	es.WriteAmp = num(median(wa))
@@ -220,6 +224,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 	es.SpaceAmpTables = num(median(sat))
 	es.PeakRSS = num(median(rss))
 	es.P50Micros, es.P99Micros, es.MaxMicros = num(median(p50)), num(median(p99)), num(median(longest))
+	es.MaxWriteMicros = num(median(longestWrite))
 	for _, o := range ops {
 		es.PerRepeat = append(es.PerRepeat, num(o))
 	}
@@ -350,10 +355,14 @@ func (rep *engineReport) markdown() string {
 			skip: never,
 		},
 		{
-			title: "Latency of one operation, a batch for batch100: p50 / p99 / longest, medians over the repeats",
+			title: "Latency of one operation, a batch for batch100: p50 / p99 / longest (in brackets: the longest write, where reads and writes mix), medians over the repeats",
 			unit:  " µs",
 			cell: func(e engineSummary) string {
-				return fmtFloat(float64(e.P50Micros), 1) + " / " + fmtFloat(float64(e.P99Micros), 1) + " / " + fmtFloat(float64(e.MaxMicros), 0)
+				s := fmtFloat(float64(e.P50Micros), 1) + " / " + fmtFloat(float64(e.P99Micros), 1) + " / " + fmtFloat(float64(e.MaxMicros), 0)
+				if e.MaxWriteMicros > 0 {
+					s += " (" + fmtFloat(float64(e.MaxWriteMicros), 0) + ")"
+				}
+				return s
 			},
 			ratio: func(ws workloadSummary) string {
 				t, pb := ws.engine("tabula"), ws.engine("pebble")

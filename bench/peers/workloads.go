@@ -38,8 +38,11 @@ type phase struct {
 	Wrong    int64
 	Mistakes []string // the first few wrong results, for the error message
 	// Lat holds the latency of every operation (of every batch for
-	// batch100).
-	Lat latency
+	// batch100). LongestWrite is the longest write of a workload that
+	// mixes reads and writes (ycsba), whose longest operation may be
+	// either: a write stall shows there.
+	Lat          latency
+	LongestWrite time.Duration
 }
 
 // wrong records a wrong result, keeping the first few descriptions.
@@ -400,15 +403,18 @@ func runYCSBA(e Engine, p params) (phase, error) {
 					if !found {
 						ph.wrong("get %s: not found", key)
 					}
+					ph.Lat.since(start)
 				} else {
 					g.fill(val, i)
 					if err := e.Set(key, val, false); err != nil {
 						errs[w] = err
 						return
 					}
+					d := time.Since(start)
+					ph.Lat.record(d)
+					ph.LongestWrite = max(ph.LongestWrite, d)
 					ph.LogicalBytes += entryLen
 				}
-				ph.Lat.since(start)
 				ph.Ops++
 			}
 		})
@@ -421,6 +427,7 @@ func runYCSBA(e Engine, p params) (phase, error) {
 		total.Wrong += ph.Wrong
 		total.Mistakes = append(total.Mistakes, ph.Mistakes...)
 		total.Lat.merge(&ph.Lat)
+		total.LongestWrite = max(total.LongestWrite, ph.LongestWrite)
 	}
 	total.LiveBytes = int64(p.N) * entryLen
 	if err := firstError(errs); err != nil {
