@@ -145,6 +145,7 @@ func (r *replica) reelect() {
 	r.dormantLeader.Store(false)
 	r.wakeAsked.Store(false)
 	r.quiesced.Store(false) // the election times out by ticks
+	r.reelectUntil = r.n.live.ticks + uint64(r.n.cfg.ElectionTicks)
 	term := r.rn.BasicStatus().GetTerm()
 	// Refused only by a replica that may not stand (a learner, or one
 	// removed from the group): then raft's own timers or the group's

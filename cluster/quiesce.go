@@ -248,15 +248,14 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 		r.rawNode().Tick()
 		n.touch(r)
 		r.standForLostLeader()
-		if r.campaignLeft == 0 && r.group != systemGroup && r.leader.Load() == 0 && n.replica.ready.Load() &&
-			r.rawNode().BasicStatus().RaftState == raft.StateFollower {
+		if r.campaignLeft == 0 && r.group != systemGroup && r.leader.Load() == 0 && n.replica.ready.Load() && n.live.ticks >= r.reelectUntil {
 			// A range group with no leader this node knows of (the
 			// cluster restarted, its leader's node died): the system
 			// group's leader stands at once rather than leave the group
 			// unavailable for a randomized election timeout. PreVote
 			// keeps this from deposing a leader the others still hear.
-			// A candidate already stands (a dormant leader woken:
-			// reelect), and a pre-vote now would abandon its election.
+			// A dormant leader just woken stands without pre-vote
+			// (reelect): one now would abandon its election.
 			r.campaignLeft = campaignTicks
 		}
 		if r.campaignLeft > 0 {

@@ -60,8 +60,9 @@ type replica struct {
 	dormantLeader atomic.Bool
 	wakeAsked     atomic.Bool
 	// wokenForLease is the tick the lease balancer woke the dormant
-	// leader at, to hand its lease over (loop-owned).
-	wokenForLease uint64
+	// leader at, to hand its lease over, and reelectUntil the tick its
+	// own election, once woken, is left alone until (loop-owned).
+	wokenForLease, reelectUntil uint64
 
 	// The loop's own state: the stamp clock's last issued timestamp, the
 	// read batches waiting for their ReadIndex, and whether the group is
