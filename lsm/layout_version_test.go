@@ -21,6 +21,26 @@ import (
 // newer build would have written.
 func rewriteManifestVersion(t *testing.T, fs vfs.FS, dir string, ver uint64, extra []byte) {
 	t.Helper()
+	rewriteManifest(t, fs, dir, func(i int, e *versionEdit) []byte {
+		if i > 0 {
+			return e.encode()
+		}
+		if e.formatVersion != manifestFormatVersion {
+			t.Fatalf("first manifest edit: %+v", e)
+		}
+		e.formatVersion = ver
+		return append(e.encode(), extra...)
+	})
+}
+
+// rewriteManifest rewrites the current manifest of the closed DB in dir,
+// its i-th edit replaced by what change makes of it, every record properly
+// framed and checksummed.
+func rewriteManifest(t *testing.T, fs vfs.FS, dir string, change func(i int, e *versionEdit) []byte) {
+	t.Helper()
+	if fs == nil {
+		fs = vfs.Default()
+	}
 	d, err := Describe(dir, fs)
 	if err != nil {
 		t.Fatal(err)
@@ -35,22 +55,20 @@ func rewriteManifestVersion(t *testing.T, fs vfs.FS, dir string, ver uint64, ext
 	}
 	r := wal.NewReader(f, info.Size())
 	var recs [][]byte
-	for {
+	for i := 0; ; i++ {
 		rec, err := r.Next()
 		if err == io.EOF {
 			break
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		recs = append(recs, bytes.Clone(rec))
+		e, err := decodeVersionEdit(rec)
+		if err != nil {
+			t.Fatalf("manifest edit %d: %v", i, err)
+		}
+		recs = append(recs, change(i, e))
 	}
 	f.Close()
-	e, err := decodeVersionEdit(recs[0])
-	if err != nil || e.formatVersion != manifestFormatVersion {
-		t.Fatalf("first manifest edit: %+v, %v", e, err)
-	}
-	e.formatVersion = ver
-	recs[0] = append(e.encode(), extra...)
 
 	out, err := fs.Create(d.Manifest)
 	if err != nil {

@@ -1,11 +1,9 @@
 package lsm
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -249,38 +247,10 @@ func TestVerifyStaleLastSeq(t *testing.T) {
 	}
 	stale := base.SeqNum(newest - 1)
 
-	data, err := os.ReadFile(d.Manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := wal.NewReader(bytes.NewReader(data), int64(len(data)))
-	f, err := os.Create(d.Manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := wal.NewWriter(f, wal.WriterOptions{})
-	for {
-		rec, err := r.Next()
-		if err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		e, err := decodeVersionEdit(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
+	rewriteManifest(t, nil, dir, func(_ int, e *versionEdit) []byte {
 		e.lastSeq = min(e.lastSeq, stale)
-		if _, err := w.WriteRecord(e.encode()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+		return e.encode()
+	})
 
 	_, err = Verify(dir, nil)
 	var ve *VerifyError
