@@ -1,7 +1,10 @@
 package lsm
 
 import (
+	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +98,97 @@ func TestManifestSyncLeavesTheDBMutexFree(t *testing.T) {
 				t.Fatalf("a = %q", got)
 			}
 		})
+	}
+}
+
+// removeGate holds the removal of files whose base name contains a
+// pattern until released, and says when one is held.
+type removeGate struct {
+	vfs.FS
+	pattern string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *removeGate) Remove(name string) error {
+	if strings.Contains(filepath.Base(name), g.pattern) {
+		select {
+		case g.entered <- struct{}{}:
+		default:
+		}
+		<-g.release
+	}
+	return g.FS.Remove(name)
+}
+
+// TestManifestSwitchLeavesTheDBMutexFree: a flush's edit that starts a new
+// manifest retires the old one (its close and unlink, which a busy journal
+// can hold up) without DB.mu: snapshots are taken and a writer rotates the
+// memtable meanwhile, the flush's table is already read, and Close waits
+// for the retirement rather than racing it.
+func TestManifestSwitchLeavesTheDBMutexFree(t *testing.T) {
+	gate := &removeGate{FS: vfs.NewMem(), pattern: "MANIFEST-", entered: make(chan struct{}, 1), release: make(chan struct{})}
+	opts := smallOptions()
+	opts.FS = gate
+	opts.DisableBackgroundCompactions = true
+	db := openTestDB(t, "/db", opts) // new: no manifest to retire
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(gate.release)
+		}
+	}
+	defer release()
+	setMaxManifestSize(db, 0)
+	if err := db.Set([]byte("a"), []byte("1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- db.Flush() }()
+	select {
+	case <-gate.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the flush retired no manifest")
+	}
+	done := make(chan error, 1)
+	go func() {
+		db.NewSnapshot().Close()
+		for i := range 400 { // more than a memtable: a rotation
+			if err := db.Set(fmt.Appendf(nil, "k%04d", i), make([]byte, 100), &WriteOptions{}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("snapshots and a memtable rotation waited for the old manifest's unlink")
+	}
+	db.mu.Lock()
+	l0 := len(db.versions.current.levels[0])
+	db.mu.Unlock()
+	if l0 == 0 {
+		t.Fatal("the flush's table is not in the current version while the old manifest is retired")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the old manifest was being retired", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if err := <-flushed; err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatal(err) // closed: Close ended the Flush's wait, its edit logged
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
 	}
 }
 

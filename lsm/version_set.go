@@ -219,7 +219,15 @@ func (vs *versionSet) logAndApply(e *versionEdit) error {
 			return err
 		}
 		vs.applyCounters(e)
-		vs.switchManifest(m)
+		retire := vs.switchManifest(m)
+		vs.current.unref()
+		vs.setCurrent(nv)
+		// Still logging: no other edit starts a manifest, and Close
+		// waits, while the old one goes.
+		vs.mu.Unlock()
+		retire()
+		vs.mu.Lock()
+		return nil
 	} else {
 		e.nextFileNum = vs.nextFileNum
 		rec := e.encode()
@@ -259,7 +267,7 @@ func (vs *versionSet) createManifest(v *version, lastSeq base.SeqNum) error {
 	if err != nil {
 		return err
 	}
-	vs.switchManifest(m)
+	vs.switchManifest(m)()
 	return nil
 }
 
@@ -306,14 +314,21 @@ func (vs *versionSet) startManifest(v *version, e *versionEdit) (newManifest, er
 	return m, nil
 }
 
-// switchManifest makes m, which CURRENT names, the manifest edits go to.
-func (vs *versionSet) switchManifest(m newManifest) {
-	oldNum := vs.manifestNum
-	vs.closeManifest()
+// switchManifest makes m, which CURRENT names, the manifest edits go to,
+// and returns what retires the previous one (its close and unlink), for
+// the caller to run without mu: an unlink waits for a busy journal.
+func (vs *versionSet) switchManifest(m newManifest) (retire func()) {
+	old, oldFile, oldNum := vs.manifest, vs.manifestFile, vs.manifestNum
 	vs.manifest, vs.manifestFile, vs.manifestNum = m.w, m.file, m.num
-	if oldNum != 0 {
-		// Best effort: a leftover manifest is deleted at the next open.
-		vs.fs.Remove(makeFilename(vs.dir, fileTypeManifest, oldNum))
+	return func() {
+		if old != nil {
+			old.Close()
+			oldFile.Close()
+		}
+		if oldNum != 0 {
+			// Best effort: a leftover manifest is deleted at the next open.
+			vs.fs.Remove(makeFilename(vs.dir, fileTypeManifest, oldNum))
+		}
 	}
 }
 
