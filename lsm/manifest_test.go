@@ -11,6 +11,32 @@ import (
 	"github.com/tabuladb/tabula/vfs"
 )
 
+// snapshotAndRotate takes and releases a snapshot and writes more than a
+// memtable (so the writer rotates it), all of which take DB.mu, and fails
+// the test if that does not end within 10 s while what is named holds on.
+func snapshotAndRotate(t *testing.T, db *DB, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		db.NewSnapshot().Close()
+		for i := range 400 {
+			if err := db.Set(fmt.Appendf(nil, "k%04d", i), make([]byte, 100), &WriteOptions{}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("snapshots and a memtable rotation waited for %s", what)
+	}
+}
+
 // TestManifestSyncLeavesTheDBMutexFree: while a flush's edit waits for
 // the manifest's fsync, snapshots are taken and released and a writer
 // rotates the memtable (all of which take DB.mu), and the edit's tables
@@ -46,26 +72,7 @@ func TestManifestSyncLeavesTheDBMutexFree(t *testing.T) {
 			go func() { flushed <- db.Flush() }()
 			<-gate.Entered()
 
-			done := make(chan error, 1)
-			go func() {
-				db.NewSnapshot().Close()
-				// More than a memtable: the writer rotates it at least once.
-				for i := range 400 {
-					if err := db.Set(fmt.Appendf(nil, "k%04d", i), make([]byte, 100), &WriteOptions{}); err != nil {
-						done <- err
-						return
-					}
-				}
-				done <- nil
-			}()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("snapshots and a memtable rotation waited for the manifest's fsync")
-			}
+			snapshotAndRotate(t, db, "the manifest's fsync")
 			if got := l0(); got != before {
 				t.Fatalf("L0 holds %d tables before the edit adding one is durable, %d before the flush", got, before)
 			}
@@ -151,25 +158,7 @@ func TestManifestSwitchLeavesTheDBMutexFree(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the flush retired no manifest")
 	}
-	done := make(chan error, 1)
-	go func() {
-		db.NewSnapshot().Close()
-		for i := range 400 { // more than a memtable: a rotation
-			if err := db.Set(fmt.Appendf(nil, "k%04d", i), make([]byte, 100), &WriteOptions{}); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("snapshots and a memtable rotation waited for the old manifest's unlink")
-	}
+	snapshotAndRotate(t, db, "the old manifest's unlink")
 	db.mu.Lock()
 	l0 := len(db.versions.current.levels[0])
 	db.mu.Unlock()
