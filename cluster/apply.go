@@ -34,10 +34,15 @@ func (n *Node) applyLoop() {
 		}
 		r := item.r
 		for _, e := range item.ents {
+			var rp reply
 			if e.GetType() == raftpb.EntryType_EntryNormal && len(e.GetData()) > 0 {
-				if err := r.applyEntry(e); err != nil {
+				var err error
+				if rp, err = r.applyEntry(e); err != nil {
 					n.fail(err)
 					break
+				}
+				if n.afterApplyEntry != nil {
+					n.afterApplyEntry(r.group, e.GetIndex())
 				}
 			} else if e.GetType() == raftpb.EntryType_EntryConfChange && r.group != systemGroup {
 				// The store's applied index passes a range group's
@@ -50,7 +55,7 @@ func (n *Node) applyLoop() {
 					break
 				}
 			}
-			r.advanceApplied(e.GetIndex())
+			r.advanceAppliedReplying(e.GetIndex(), rp)
 			r.sinceSync++
 		}
 		if (r.sinceSync >= n.cfg.SyncEvery || r.holdsFirstEntry()) && n.Err() == nil {
@@ -94,14 +99,23 @@ func (n *Node) onApplyBeside(fn func() error) error {
 	return <-done
 }
 
-// applyEntry applies one command. A refusal (a condition not met, a table
-// missing) is the command's result, the same on every replica; a storage
-// failure, or an entry that does not decode, stops the node: a replica
-// that skipped an entry would no longer be a replica.
-func (r *replica) applyEntry(e *raftpb.Entry) error {
+// reply is the result of a command this node proposed, for its waiter.
+type reply struct {
+	id  uint64 // the proposal's id; 0: no waiter here
+	res result
+}
+
+// applyEntry applies one command and returns the reply its proposer
+// waits for, if this node proposed it: the caller hands it over once the
+// applied index covers the command (advanceAppliedReplying). A refusal (a
+// condition not met, a table missing) is the command's result, the same
+// on every replica; a storage failure, or an entry that does not decode,
+// stops the node: a replica that skipped an entry would no longer be a
+// replica.
+func (r *replica) applyEntry(e *raftpb.Entry) (reply, error) {
 	c, err := command.Decode(e.GetData())
 	if err != nil {
-		return fmt.Errorf("cluster: group %d, entry %d: %w", r.group, e.GetIndex(), err)
+		return reply{}, fmt.Errorf("cluster: group %d, entry %d: %w", r.group, e.GetIndex(), err)
 	}
 	n := r.n
 	ctx := partition.WithStamp(context.Background(), partition.Stamp{Group: r.group, Index: e.GetIndex(), Timestamp: c.Timestamp})
@@ -119,7 +133,7 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 	switch c.Kind {
 	case command.KindApply, command.KindBatch:
 		if refused, err = r.wrongGroup(s, c.Account, c.Table, c.Ops[0].Entity.PartitionKey); err != nil {
-			return fmt.Errorf("cluster: group %d, entry %d: %w", r.group, e.GetIndex(), err)
+			return reply{}, fmt.Errorf("cluster: group %d, entry %d: %w", r.group, e.GetIndex(), err)
 		}
 		switch {
 		case refused != nil:
@@ -152,7 +166,7 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			// that found the table again would host the groups, and
 			// replay them, from logs that are no longer there.
 			if err := s.SyncApplied(r.group, e.GetIndex()); err != nil {
-				return err
+				return reply{}, err
 			}
 			for _, g := range groups {
 				n.hosts.add(hostChange{group: g, drop: true})
@@ -173,7 +187,7 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			n.hosts.add(hostChange{group: right.Group.ID, wake: true})
 			n.hosts.add(hostChange{group: c.Group, wake: true})
 			if err := n.forgetRetired(right.Group.ID); err != nil {
-				return err
+				return reply{}, err
 			}
 			// This node's replica of the left group may hold the right
 			// one's keys already, from a snapshot made past the merge
@@ -181,7 +195,7 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			// group still named then).
 			if sp, ok := n.groupSpan(c.Group); ok && n.group(c.Group) != nil {
 				if err := n.forgetMergedInto(c.Group, sp); err != nil {
-					return err
+					return reply{}, err
 				}
 			}
 		}
@@ -210,7 +224,7 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 		res.err = s.SetNodeDown(ctx, c.Node, since)
 	}
 	if res.err != nil && partition.ErrorCode(res.err) == "" {
-		return fmt.Errorf("cluster: group %d: apply entry %d (%s): %w", r.group, e.GetIndex(), c.Kind, res.err)
+		return reply{}, fmt.Errorf("cluster: group %d: apply entry %d (%s): %w", r.group, e.GetIndex(), c.Kind, res.err)
 	}
 	if refused != nil {
 		res.err = refused
@@ -229,14 +243,25 @@ func (r *replica) applyEntry(e *raftpb.Entry) error {
 			r.appliedTS.Store(last)
 		}
 	}
-	if c.ID>>48 == n.cfg.ID {
-		r.waiters.done(c.ID, res)
+	if c.ID>>48 != n.cfg.ID {
+		return reply{}, nil
 	}
-	return nil
+	return reply{id: c.ID, res: res}, nil
 }
 
 // advanceApplied records index as applied and wakes whoever waits for it.
-func (r *replica) advanceApplied(index uint64) {
+func (r *replica) advanceApplied(index uint64) { r.advanceAppliedReplying(index, reply{}) }
+
+// advanceAppliedReplying is advanceApplied for the entry at index, whose
+// command's proposer waits here for rp. The reply goes after the index is
+// recorded: a client that has its answer finds the replica's applied index
+// past its write (a read on this replica waits for the index before it
+// reads; a test waits for replicas to apply as far as the furthest), and
+// with the reply before it, a replica could be seen applied short of a
+// write already acknowledged. And it goes before the orphans are settled,
+// which take a waiter still waiting at an applied index as one whose entry
+// was replaced.
+func (r *replica) advanceAppliedReplying(index uint64, rp reply) {
 	r.appliedMu.Lock()
 	r.applied.Store(index)
 	if r.appliedCh != nil {
@@ -244,6 +269,9 @@ func (r *replica) advanceApplied(index uint64) {
 		r.appliedCh = nil
 	}
 	r.appliedMu.Unlock()
+	if rp.id != 0 {
+		r.waiters.done(rp.id, rp.res)
+	}
 	if r.waiters.hasOrphans.Load() {
 		r.waiters.settle(index)
 	}

@@ -96,6 +96,10 @@ type Node struct {
 	stopped chan struct{}
 	failed  atomic.Pointer[error]
 
+	// afterApplyEntry, set by tests before Run, is called on the apply
+	// goroutine once a command is applied to the store and before the
+	// replica records its index as applied.
+	afterApplyEntry func(group, index uint64)
 	// afterSpanIngest, set by tests before Run, is called on the apply
 	// goroutine once a span snapshot is in the store and before the raft
 	// log records it.

@@ -53,7 +53,7 @@ func TestLateRangeEntryStaysOutOfARecreatedTable(t *testing.T) {
 	cmd := &command.Command{Kind: command.KindApply, Account: acct, Table: "late", Ops: []partition.Op{opUpsert("p", "ghost", 7)}}
 	idx := uint64(1000)
 	e := &raftpb.Entry{Index: &idx, Data: cmd.Append(nil)}
-	if err := old.applyEntry(e); err != nil {
+	if _, err := old.applyEntry(e); err != nil {
 		t.Fatal(err)
 	}
 	if ent, err := node.st().GetEntity(context.Background(), acct, "late", "p", "ghost"); err == nil {

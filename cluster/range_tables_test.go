@@ -505,24 +505,16 @@ func TestSpanSnapshotCrashBeforeTheLogRecordsIt(t *testing.T) {
 	if err := back.node.Err(); err != nil {
 		t.Fatal(err)
 	}
-	c.waitStoreLikeLeader(back, g.ID, "crashy", 10*time.Second)
+	c.storeLikeLeader(back, g.ID, "crashy")
 }
 
-// waitStoreLikeLeader waits until tn's store holds table as its group
-// g's leader's does. A replica's applied index can pass a write a few
-// milliseconds before its store shows it (seen about once in twenty runs
-// of the tests below under load; the stop-31 note leaves it to look
-// into), so a store read right after convergeGroup may miss it.
-func (c *testCluster) waitStoreLikeLeader(tn *testNode, g uint64, table string, timeout time.Duration) {
+// storeLikeLeader checks that tn's store holds table as its group g's
+// leader's does, once the group has converged: a replica that has applied
+// as far as the others holds what they hold.
+func (c *testCluster) storeLikeLeader(tn *testNode, g uint64, table string) {
 	c.t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
-		got, want := dump(c.t, tn.node.st(), table), dump(c.t, c.groupLeader(g, time.Second).node.st(), table)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("table %s on node %d:\n%s\nits leader's:\n%s", table, tn.id, got, want)
-		}
+	if got, want := dump(c.t, tn.node.st(), table), dump(c.t, c.groupLeader(g, time.Second).node.st(), table); got != want {
+		c.t.Fatalf("table %s on node %d:\n%s\nits leader's:\n%s", table, tn.id, got, want)
 	}
 }
 
@@ -571,7 +563,7 @@ func TestSystemSnapshotKeepsRangeGroups(t *testing.T) {
 	}
 	for _, tb := range []string{"kept", "fresh"} {
 		g := c.tableGroup(tb)
-		c.waitStoreLikeLeader(back, g.ID, tb, 10*time.Second)
+		c.storeLikeLeader(back, g.ID, tb)
 	}
 	for deadline := time.Now().Add(10 * time.Second); back.node.group(dropped.ID) != nil; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -581,7 +573,6 @@ func TestSystemSnapshotKeepsRangeGroups(t *testing.T) {
 	// The group it kept goes on taking writes.
 	upsertVia(c, "kept", "p", "after", 4)
 	c.convergeGroup(kept.ID, 20*time.Second)
-	c.waitStoreLikeLeader(back, kept.ID, "kept", 10*time.Second)
 	if e, err := back.node.st().GetEntity(context.Background(), acct, "kept", "p", "after"); err != nil || entityN(t, e) != 4 {
 		t.Fatalf("a write after the snapshot on the returning node: %+v, %v", e, err)
 	}

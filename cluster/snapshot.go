@@ -452,13 +452,15 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	if st.ts > n.appliedTS.Load() {
 		n.appliedTS.Store(st.ts)
 	}
+	// Counted before the index moves: whoever sees the node applied past
+	// the snapshot sees it installed (the tests wait on the index).
+	n.snaps.mu.Lock()
+	n.snaps.installed++
+	n.snaps.mu.Unlock()
 	n.advanceApplied(meta.GetIndex())
 	for _, c := range changes {
 		n.hosts.add(c)
 	}
-	n.snaps.mu.Lock()
-	n.snaps.installed++
-	n.snaps.mu.Unlock()
 	n.log.Info("cluster: snapshot installed", "node", n.cfg.ID, "index", meta.GetIndex())
 	return nil
 }

@@ -206,10 +206,10 @@ func (r *replica) endSpanInstall(st *stagedSpan, applied uint64) error {
 	if st.ts > r.appliedTS.Load() {
 		r.appliedTS.Store(st.ts)
 	}
-	r.advanceApplied(applied)
 	n.snaps.mu.Lock()
-	n.snaps.spanInstalled++
+	n.snaps.spanInstalled++ // before the index moves, as installSnapshot's count
 	n.snaps.mu.Unlock()
+	r.advanceApplied(applied)
 	n.log.Info("cluster: span snapshot installed", "node", n.cfg.ID, "group", r.group, "index", applied)
 	return nil
 }
