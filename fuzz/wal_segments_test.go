@@ -15,10 +15,14 @@ import (
 // FuzzWALSegments feeds recovery two WAL segments of arbitrary records
 // (valid record framing around arbitrary batch bytes), the older one cut
 // at an arbitrary offset, as a crash during a rotation may leave them
-// (docs/wal.md, "Segments"). Open must either recover or refuse with a
-// corruption error, never panic; Verify must refuse what Open refuses (it
-// may refuse more: batches out of sequence order, which Open replays);
-// and a DB that opened must take a write and open again.
+// (docs/wal.md, "Segments"). cut%3 picks how they are written: in version
+// 1 chunks (an engine before recycling), in recyclable chunks, or in
+// recyclable chunks with the older segment's file a reused one, whose
+// older log (the newer records, misaligned) lies past what was written.
+// Open must either recover or refuse with a corruption error, never
+// panic; Verify must refuse what Open refuses (it may refuse more:
+// batches out of sequence order, which Open replays); and a DB that
+// opened must take a write and open again.
 func FuzzWALSegments(f *testing.F) {
 	batch := func(seq uint64, keys ...string) []byte {
 		b := binary.LittleEndian.AppendUint64(nil, seq)
@@ -46,6 +50,11 @@ func FuzzWALSegments(f *testing.F) {
 	f.Add(older, join(batch(9), batch(9, "d")), uint16(0xffff))
 	f.Add(older, join(batch(1, "x")), uint16(0xffff))
 	f.Add([]byte{}, join(batch(1, "a")), uint16(0))
+	// Recyclable chunks (cut%3 == 1), and over a reused file (2).
+	f.Add(older, join(batch(4), batch(4, "d")), uint16(0xfffd))
+	f.Add(older, join(batch(4), batch(4, "d"), batch(5, "e", "f", "g")), uint16(0xfffe))
+	f.Add(older, join(batch(4), batch(4, "d")), uint16(31))
+	f.Add(older, join(batch(4), batch(4, "d")), uint16(62))
 	f.Fuzz(func(t *testing.T, olderRecs, newerRecs []byte, cut uint16) {
 		fs := vfs.NewMem()
 		db, err := lsm.Open("/db", &lsm.Options{FS: fs, MemTableSize: 256 << 10})
@@ -72,8 +81,16 @@ func FuzzWALSegments(f *testing.F) {
 		}
 		num := slices.Max(logs)
 		name := func(n uint64) string { return fmt.Sprintf("/db/%06d.log", n) }
-		writeSegment(t, fs, name(num), splitRecords(olderRecs), int(cut))
-		writeSegment(t, fs, name(num+1), splitRecords(newerRecs), -1)
+		var olderNum, newerNum uint64 // version 1 chunks
+		var under []byte
+		if cut%3 > 0 {
+			olderNum, newerNum = num, num+1
+		}
+		if cut%3 == 2 {
+			under = encodeSegment(t, append([][]byte{nil}, splitRecords(newerRecs)...), num-1)
+		}
+		writeFile(t, fs, name(num), overwrite(under, cutTo(encodeSegment(t, splitRecords(olderRecs), olderNum), int(cut))))
+		writeFile(t, fs, name(num+1), encodeSegment(t, splitRecords(newerRecs), newerNum))
 
 		_, verr := lsm.Verify("/db", fs)
 		db, err = lsm.Open("/db", &lsm.Options{FS: fs, MemTableSize: 256 << 10})
@@ -123,12 +140,12 @@ func splitRecords(data []byte) [][]byte {
 	return recs
 }
 
-// writeSegment writes recs as the log file name, cut to its first cut
-// bytes when cut is not negative and below its size.
-func writeSegment(t *testing.T, fs vfs.FS, name string, recs [][]byte, cut int) {
+// encodeSegment returns recs written as log num: in recyclable chunks
+// carrying num, or in version 1 chunks when num is 0.
+func encodeSegment(t *testing.T, recs [][]byte, num uint64) []byte {
 	t.Helper()
 	var buf walBuffer
-	w := wal.NewWriter(&buf, wal.WriterOptions{})
+	w := wal.NewWriter(&buf, wal.WriterOptions{LogNum: num})
 	for _, r := range recs {
 		if _, err := w.WriteRecord(r); err != nil {
 			t.Fatal(err)
@@ -137,9 +154,19 @@ func writeSegment(t *testing.T, fs vfs.FS, name string, recs [][]byte, cut int) 
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	data := buf.Bytes()
-	if cut >= 0 && cut < len(data) {
-		data = data[:cut]
-	}
-	writeFile(t, fs, name, data)
+	return buf.Bytes()
+}
+
+// cutTo returns data cut to its first cut bytes when cut is below its
+// size.
+func cutTo(data []byte, cut int) []byte {
+	return data[:min(cut, len(data))]
+}
+
+// overwrite returns data written over under from its start, as into a
+// reused file.
+func overwrite(under, data []byte) []byte {
+	out := slices.Clone(under)
+	n := copy(out, data)
+	return append(out, data[n:]...)
 }

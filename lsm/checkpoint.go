@@ -25,9 +25,10 @@ import (
 // closed, immutable segment and every later one in newer segments; the
 // current version (its tables) and the oldest WAL segment it still needs
 // are pinned together. Checkpoint then waits until seq is committed (so
-// the copy holds no batch whose sync failed), gives each table and each
-// needed segment a second name in dir (a hard link where the filesystem
-// allows, else a copy), and writes a new MANIFEST describing exactly those
+// the copy holds no batch whose sync failed), gives each table a second
+// name in dir (a hard link where the filesystem allows, else a copy),
+// copies each needed segment (never linked: a retired segment's file is
+// reused, logRecycler), and writes a new MANIFEST describing exactly those
 // tables, with lastSeq = seq, and a CURRENT naming it. Writers wait only
 // for the rotation; the files are linked or copied outside every lock.
 //
@@ -70,16 +71,19 @@ func (db *DB) Checkpoint(dir string) (seq uint64, err error) {
 			src := makeFilename(db.dir, fileTypeTable, f.fileNum)
 			dst := makeFilename(dir, fileTypeTable, f.fileNum)
 			written = append(written, dst)
-			if err := linkOrCopy(fs, src, dst, nil); err != nil {
+			if err := linkOrCopy(fs, src, dst); err != nil {
 				return fail(err)
 			}
 		}
 	}
 	for _, l := range pin.logs {
+		// Copied, not linked: a segment's file is reused for a later
+		// segment once it retires (logRecycler), which would overwrite
+		// the checkpoint's copy through a link.
 		src := makeFilename(db.dir, fileTypeLog, l.num)
 		dst := makeFilename(dir, fileTypeLog, l.num)
 		written = append(written, dst)
-		if err := linkOrCopy(fs, src, dst, l.file); err != nil {
+		if err := copyFile(fs, src, dst, l.file); err != nil {
 			return fail(err)
 		}
 	}
@@ -105,6 +109,7 @@ func (db *DB) Checkpoint(dir string) (seq uint64, err error) {
 // from the version's log number on that hold batches up to seq (open, so
 // a flush deleting one cannot take it away), and the counters to write.
 type checkpointPin struct {
+	db          *DB
 	seq         base.SeqNum
 	version     *version
 	logNum      uint64
@@ -122,6 +127,15 @@ func (p *checkpointPin) release() {
 	for _, l := range p.logs {
 		l.file.Close()
 	}
+	p.db.logs.unpin(p.nums())
+}
+
+func (p *checkpointPin) nums() []uint64 {
+	nums := make([]uint64, len(p.logs))
+	for i, l := range p.logs {
+		nums[i] = l.num
+	}
+	return nums
 }
 
 // pinCheckpoint rotates the mutable memtable (unless it is empty) so that
@@ -155,6 +169,7 @@ func (db *DB) pinCheckpoint() (*checkpointPin, error) {
 	// record yet: every batch up to seq is in an older, closed segment,
 	// and no flush can have put a later batch into a table.
 	p := &checkpointPin{
+		db:          db,
 		seq:         base.SeqNum(db.commit.logSeq.Load()),
 		version:     db.versions.current,
 		logNum:      db.versions.logNum,
@@ -185,13 +200,14 @@ func (db *DB) pinCheckpoint() (*checkpointPin, error) {
 		p.logs = append(p.logs, pinnedLog{num: num, file: f})
 	}
 	p.version.ref()
+	db.logs.pin(p.nums())
 	return p, nil
 }
 
 // linkOrCopy gives the file src the name dst: a hard link when fs can make
-// one, else a synced copy read from open (or from src when open is nil).
-// The new name is made durable by the directory sync of setCurrent.
-func linkOrCopy(fs vfs.FS, src, dst string, open vfs.File) error {
+// one, else a synced copy (copyFile). The new name is made durable by the
+// directory sync of setCurrent.
+func linkOrCopy(fs vfs.FS, src, dst string) error {
 	if l, ok := fs.(vfs.Linker); ok {
 		err := l.Link(src, dst)
 		if err == nil {
@@ -200,9 +216,15 @@ func linkOrCopy(fs vfs.FS, src, dst string, open vfs.File) error {
 		if errors.Is(err, iofs.ErrExist) {
 			return fmt.Errorf("link %s: %w", dst, err)
 		}
-		// Another device, a filesystem without hard links, or (for a WAL
-		// segment a flush just deleted) a missing name: copy instead.
+		// Another device, or a filesystem without hard links: copy
+		// instead.
 	}
+	return copyFile(fs, src, dst, nil)
+}
+
+// copyFile writes dst, synced, with the content of src, read from open
+// (or from src when open is nil).
+func copyFile(fs vfs.FS, src, dst string, open vfs.File) error {
 	in := open
 	if in == nil {
 		f, err := fs.Open(src)

@@ -429,6 +429,7 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 	defer db.mu.Unlock()
 	old := db.mem.mutable
 	old.lastSeq = base.SeqNum(db.commit.logSeq.Load())
+	old.logClosed = previousClosed
 	db.mem.queue = append(db.mem.queue, old)
 	db.mem.size = min(2*db.mem.size, db.opts.MemTableSize)
 	db.mem.mutable = db.newMemTable(db.mem.size, newLogNum)
@@ -459,7 +460,7 @@ const walBytesPerSync = 2 << 20
 func (db *DB) createLog(num uint64, firstSeq base.SeqNum, previous func() error) (vfs.File, *wal.Writer, error) {
 	fs, dir := db.fs, db.dir
 	name := makeFilename(dir, fileTypeLog, num)
-	f, err := fs.Create(name)
+	f, err := db.newLogFile(name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lsm: create WAL: %w", err)
 	}
@@ -483,13 +484,29 @@ func (db *DB) createLog(num uint64, firstSeq base.SeqNum, previous func() error)
 			return syncName()
 		}
 	}
-	w := wal.NewWriter(f, wal.WriterOptions{OnSync: db.metrics.recordSync, BytesPerSync: walBytesPerSync, Blocks: db.walBlocks, Previous: gate})
+	w := wal.NewWriter(f, wal.WriterOptions{OnSync: db.metrics.recordSync, BytesPerSync: walBytesPerSync, Blocks: db.walBlocks, Previous: gate, LogNum: num})
 	if _, err := w.WriteRecord(segmentHeader(firstSeq)); err != nil {
 		w.Close()
 		f.Close()
 		return nil, nil, fmt.Errorf("lsm: write WAL %s: %w", name, err)
 	}
 	return f, w, nil
+}
+
+// newLogFile opens a new WAL segment's file, name: a retired segment's
+// file renamed, written over from its start (logRecycler), or a new one.
+// A reuse that fails leaves the retired file to be deleted.
+func (db *DB) newLogFile(name string) (vfs.File, error) {
+	if old, ok := db.logs.take(); ok {
+		oldName := makeFilename(db.dir, fileTypeLog, old)
+		f, err := db.fs.Reuse(oldName, name)
+		if err == nil {
+			db.metrics.walReused.Add(1)
+			return f, nil
+		}
+		db.fs.Remove(oldName)
+	}
+	return db.fs.Create(name)
 }
 
 // segmentHeader returns a WAL segment's first record: an empty batch

@@ -28,12 +28,15 @@ type crashClone struct {
 // crashStats counts what TestCrashClones checked.
 type crashStats struct {
 	clones, synced, batches int
+	// reused counts WAL segments written over a retired one's file.
+	reused int64
 }
 
 func (s *crashStats) add(o crashStats) {
 	s.clones += o.clones
 	s.synced += o.synced
 	s.batches += o.batches
+	s.reused += o.reused
 }
 
 // TestCrashClones runs random workloads on the in-memory filesystem: sets
@@ -63,8 +66,11 @@ func TestCrashClones(t *testing.T) {
 		}
 		rounds++
 	}
-	t.Logf("%d workloads, %d crash clones opened and crashed again; %d batches acknowledged with Sync before a clone found whole, %d batches checked in all",
-		rounds, total.clones, total.synced, total.batches)
+	t.Logf("%d workloads, %d crash clones opened and crashed again; %d batches acknowledged with Sync before a clone found whole, %d batches checked in all; %d WAL segments written over retired ones",
+		rounds, total.clones, total.synced, total.batches, total.reused)
+	if total.reused == 0 {
+		t.Fatal("no WAL segment reused a retired one's file: the clones never tested recovery over an older segment's records")
+	}
 }
 
 // crashOptions are small options varied by rng.
@@ -116,6 +122,7 @@ func crashCloneRound(t *testing.T, seed uint64) crashStats {
 		batches    [][]mutation
 		clones     []crashClone
 		lastSynced = -1
+		reused     int64
 	)
 	for n := range 300 {
 		b, ops := randomBatch(db, rng, "k", 200, n)
@@ -135,6 +142,7 @@ func crashCloneRound(t *testing.T, seed uint64) crashStats {
 			lo := fmt.Sprintf("k%03d", rng.IntN(200))
 			err = db.Compact([]byte(lo), []byte(lo+"~"))
 		case 3:
+			reused += db.Metrics().WAL.Reused
 			err = db.Close()
 			db = open()
 		}
@@ -149,10 +157,11 @@ func crashCloneRound(t *testing.T, seed uint64) crashStats {
 			clones = append(clones, crashClone{fs: mem.CrashClone(tails), lo: []int{lastSynced + 1}, hi: []int{n + 1}})
 		}
 	}
+	reused += db.Metrics().WAL.Reused
 	if err := db.Close(); err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
-	var st crashStats
+	st := crashStats{reused: reused}
 	for i, c := range clones {
 		checkCrashClone(t, fmt.Sprintf("seed %d clone %d", seed, i), c, []string{"k"}, [][][]mutation{batches}, rng)
 		st.clones++
@@ -253,6 +262,7 @@ func concurrentCrashCloneRound(t *testing.T, seed uint64) crashStats {
 	if err := <-bgResult; err != nil {
 		t.Fatalf("seed %d: flush or compaction: %v", seed, err)
 	}
+	st := crashStats{reused: db.Metrics().WAL.Reused}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +270,6 @@ func concurrentCrashCloneRound(t *testing.T, seed uint64) crashStats {
 	for w := range writers {
 		prefixes[w] = fmt.Sprintf("w%d/", w)
 	}
-	var st crashStats
 	for i, c := range clones {
 		checkCrashClone(t, fmt.Sprintf("seed %d clone %d (concurrent)", seed, i), c, prefixes, batches[:], rng)
 		st.clones++

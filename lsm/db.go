@@ -88,6 +88,8 @@ type DB struct {
 	// walBlocks are the in-memory blocks of the WAL segments' writers,
 	// shared by a segment and the next (wal.WriterOptions.Blocks).
 	walBlocks *wal.BlockPool
+	// logs keeps retired WAL segments' files for new segments to reuse.
+	logs logRecycler
 	// batches recycles the batches of Set and Delete (singleWrite).
 	batches sync.Pool
 	// tableScratch keeps the sstable writers' memory between tables.
@@ -104,6 +106,11 @@ type memTable struct {
 	// lastSeq is the last sequence number assigned when the memtable was
 	// rotated out; its flush waits until that is visible.
 	lastSeq base.SeqNum
+	// logClosed, set when the rotation that queued the memtable also
+	// started a new WAL segment, waits until the memtable's segment is
+	// closed and returns the close's error: its file is reused only then
+	// (the close's last writes would land in the next segment's records).
+	logClosed func() error
 	// refs counts the DB's reference, held while the memtable is the
 	// mutable one or queued for flush (or until Close), one per readState
 	// holding it (iterators and reads hold a readState), and one per batch

@@ -164,15 +164,24 @@ func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start 
 	db.cond.Broadcast()
 	signal(db.compactSignal)
 	db.mu.Unlock()
-	// The segment is deleted without db.mu, which a writer rotating the
-	// memtable needs: an unlink may wait for the filesystem's journal,
-	// behind a compaction's fsync (a watched 20M fill caught a write
-	// waiting 40 ms so). Nothing needs the segment now: a checkpoint
-	// pins only segments at or past the logged log number.
-	if m.logNum < edit.logNum {
+	// The segment is kept for reuse, or deleted, without db.mu, which a
+	// writer rotating the memtable needs: an unlink may wait for the
+	// filesystem's journal, behind a compaction's fsync (a watched 20M
+	// fill caught a write waiting 40 ms so). Nothing needs the segment
+	// now but a checkpoint copying it (logRecycler).
+	if m.logNum < edit.logNum && !db.retireLog(m) {
 		db.fs.Remove(makeFilename(db.dir, fileTypeLog, m.logNum))
 	}
 	return true
+}
+
+// retireLog offers the WAL segment of m, whose flush is durable, for
+// reuse, once its close is done, and reports whether it was taken.
+func (db *DB) retireLog(m *memTable) bool {
+	if m.logClosed == nil || m.logClosed() != nil {
+		return false
+	}
+	return db.logs.retire(m.logNum)
 }
 
 // waitVisible waits until seq is visible. It returns false if a failed

@@ -14,6 +14,9 @@ type Metrics struct {
 		Files        int   // live segments
 		Bytes        int64 // size of live segments
 		BytesWritten int64 // batch bytes appended since Open
+		// Reused counts the segments since Open written over a retired
+		// segment's file instead of a new one (logRecycler).
+		Reused int64
 		// SyncLatency is the duration of each WAL fsync since Open, in
 		// seconds.
 		SyncLatency Histogram
@@ -114,6 +117,7 @@ func (m *Metrics) String() string {
 // dbMetrics are the counters the DB updates as it works.
 type dbMetrics struct {
 	walBytesWritten   atomic.Int64
+	walReused         atomic.Int64
 	flushCount        atomic.Int64
 	flushBytes        atomic.Int64
 	flushNanos        atomic.Int64
@@ -191,6 +195,7 @@ func (db *DB) Metrics() Metrics {
 		}
 	}
 	m.WAL.BytesWritten = db.metrics.walBytesWritten.Load()
+	m.WAL.Reused = db.metrics.walReused.Load()
 	m.WAL.SyncLatency = db.metrics.walSyncs.snapshot()
 	m.WAL.GroupSize = db.metrics.walGroups.snapshot()
 	m.Levels[0].BytesWritten = db.metrics.flushBytes.Load()

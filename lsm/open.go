@@ -279,7 +279,7 @@ func (db *DB) replayLog(num uint64, end logEnd) (logEnd, []*fileMetadata, error)
 	var (
 		metas   []*fileMetadata
 		mem     = db.newMemTable(db.opts.MemTableSize, num)
-		r       = wal.NewReader(f, info.Size())
+		r       = wal.NewRecyclableReader(f, info.Size(), num)
 		b       Batch
 		records int
 	)
@@ -465,6 +465,7 @@ func (db *DB) Close() error {
 	db.readState.mu.Unlock()
 	rs.unref()
 	db.mu.Unlock()
+	db.logs.drain(db.fs, db.dir)
 	db.deleteObsoleteTables()
 	db.tableCache.close()
 	if db.blockCache != nil {

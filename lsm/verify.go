@@ -336,7 +336,7 @@ func (v *verifier) log(num uint64, end logEnd) (logEnd, error) {
 	if err != nil {
 		return end, v.fail(fileTypeLog, num, -1, "%w", err)
 	}
-	r := wal.NewReader(f, info.Size())
+	r := wal.NewRecyclableReader(f, info.Size(), num)
 	records := 0
 	for ; ; records++ {
 		start := r.Offset()

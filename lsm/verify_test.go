@@ -149,6 +149,9 @@ func TestVerifyFlippedByte(t *testing.T) {
 		defer f.Close()
 		info, _ := f.Stat()
 		r := wal.NewReader(f, info.Size())
+		if _, num := parseFilename(filepath.Base(name)); strings.HasSuffix(name, ".log") {
+			r = wal.NewRecyclableReader(f, info.Size(), num)
+		}
 		var start int64
 		for {
 			s := r.Offset()
@@ -165,10 +168,10 @@ func TestVerifyFlippedByte(t *testing.T) {
 		{"sstable filter block", tablePart(2)},
 		{"sstable properties block", tablePart(3)},
 		{"sstable footer", tablePart(-1)},
-		{"WAL first record", func(t *testing.T, dir string) (string, int64) { return firstWAL(t, dir), wal.HeaderSize + 4 }},
+		{"WAL first record", func(t *testing.T, dir string) (string, int64) { return firstWAL(t, dir), wal.RecyclableHeaderSize + 4 }},
 		{"WAL last record", func(t *testing.T, dir string) (string, int64) {
 			name := firstWAL(t, dir)
-			return name, lastRecord(t, name) + wal.HeaderSize + 4
+			return name, lastRecord(t, name) + wal.RecyclableHeaderSize + 4
 		}},
 		{"MANIFEST first record", func(t *testing.T, dir string) (string, int64) { return manifest(t, dir), wal.HeaderSize + 2 }},
 		{"MANIFEST last record", func(t *testing.T, dir string) (string, int64) {
@@ -212,12 +215,23 @@ func TestVerifyTornTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := makeFilename(dir, fileTypeLog, d.WALs[len(d.WALs)-1])
-	info, err := os.Stat(name)
+	num := d.WALs[len(d.WALs)-1]
+	name := makeFilename(dir, fileTypeLog, num)
+	f, err := os.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(name, info.Size()-7); err != nil {
+	info, _ := f.Stat()
+	// The segment's file may be a retired one's, reused: the log ends
+	// before the file does.
+	r := wal.NewRecyclableReader(f, info.Size(), num)
+	for {
+		if _, err := r.Next(); err != nil {
+			break
+		}
+	}
+	f.Close()
+	if err := os.Truncate(name, r.Offset()-7); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := Verify(dir, nil)

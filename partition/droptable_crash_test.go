@@ -64,6 +64,14 @@ func (f *syncCloneFS) Create(name string) (vfs.File, error) {
 	return cloneOnSync{file, f}, nil
 }
 
+func (f *syncCloneFS) Reuse(oldname, newname string) (vfs.File, error) {
+	file, err := f.FS.Reuse(oldname, newname)
+	if err != nil {
+		return nil, err
+	}
+	return cloneOnSync{file, f}, nil
+}
+
 func (f *syncCloneFS) OpenDir(name string) (vfs.File, error) {
 	file, err := f.FS.OpenDir(name)
 	if err != nil {

@@ -14,7 +14,8 @@ package vfs
 //
 // Unsynced appends are dropped, or, with a random source, cut at a random
 // point: a disk that wrote part of what it was given before power failed
-// (a torn write). The model assumes a disk persists a file's data in
+// (a torn write). A reused file (MemFS.Reuse) keeps its old content past
+// what of its new writes survived. The model assumes a disk persists a file's data in
 // order, as appends reach the disk on common filesystems; it does not
 // model reordered or corrupted sectors (the corruption tests do that).
 
@@ -74,7 +75,13 @@ func (m *MemFS) CrashClone(rng *rand.Rand) *MemFS {
 			if rng != nil && len(f.data) > n {
 				n += rng.IntN(len(f.data) - n + 1)
 			}
-			c = &memFile{data: bytes.Clone(f.data[:n]), synced: n}
+			data := bytes.Clone(f.data[:n])
+			if len(f.under) > n {
+				// A reused file: past what reached the disk, its old
+				// content.
+				data = append(data, f.under[n:]...)
+			}
+			c = &memFile{data: data, synced: len(data)}
 			clones[f] = c
 		}
 		out.files[name] = c

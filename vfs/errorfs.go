@@ -28,7 +28,7 @@ type Op uint8
 
 // The operations of FS and File that faults can be injected into.
 const (
-	OpCreate   Op = iota + 1 // FS.Create
+	OpCreate   Op = iota + 1 // FS.Create, and FS.Reuse (matched on the new name)
 	OpOpen                   // FS.Open
 	OpRemove                 // FS.Remove
 	OpRename                 // FS.Rename (matched on the new name)
@@ -191,6 +191,18 @@ func (e *ErrorFS) Create(name string) (File, error) {
 		return nil, err
 	}
 	return &errorFile{File: f, fs: e, name: name}, nil
+}
+
+// Reuse implements FS; it fails as Create does.
+func (e *ErrorFS) Reuse(oldname, newname string) (File, error) {
+	if err := e.fail(OpCreate, newname); err != nil {
+		return nil, err
+	}
+	f, err := e.fs.Reuse(oldname, newname)
+	if err != nil {
+		return nil, err
+	}
+	return &errorFile{File: f, fs: e, name: newname}, nil
 }
 
 // Open implements FS.

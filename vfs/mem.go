@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -42,10 +43,16 @@ type MemFS struct {
 }
 
 // memFile is a file's content, shared by every handle open on it.
+//
+// A reused file (Reuse) is written from its start over what it held:
+// under is that, data what was written since, so the file reads as data
+// followed by the rest of under. Its old content counts as durable (Reuse
+// takes only files synced whole), the writes as far as they were synced.
 type memFile struct {
 	mu     sync.RWMutex
 	data   []byte
 	synced int // the length of data as of the last Sync
+	under  []byte
 }
 
 // memHandle is an open file: a position for Read, and the content.
@@ -116,6 +123,34 @@ func (m *MemFS) Rename(oldname, newname string) error {
 	return nil
 }
 
+// Reuse implements FS. The file keeps its identity, as an inode does: a
+// handle still open on it, and a name a crash would still keep, see the
+// writes that replace its content.
+func (m *MemFS) Reuse(oldname, newname string) (File, error) {
+	oldname, newname = filepath.Clean(oldname), filepath.Clean(newname)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.files[oldname]
+	if !ok {
+		return nil, &os.LinkError{Op: "reuse", Old: oldname, New: newname, Err: fs.ErrNotExist}
+	}
+	delete(m.files, oldname)
+	m.files[newname] = f
+	f.mu.Lock()
+	f.under, f.data, f.synced = f.contentLocked(), nil, 0
+	f.mu.Unlock()
+	return &memHandle{fs: m, name: newname, f: f, writable: true}, nil
+}
+
+// contentLocked returns the file's bytes: data, then what under holds
+// past it. Called with f.mu held.
+func (f *memFile) contentLocked() []byte {
+	if len(f.under) <= len(f.data) {
+		return f.data
+	}
+	return append(bytes.Clone(f.data), f.under[len(f.data):]...)
+}
+
 func (m *MemFS) MkdirAll(dir string, _ os.FileMode) error {
 	dir = filepath.Clean(dir)
 	m.mu.Lock()
@@ -183,7 +218,7 @@ func (c lockCloser) Close() error { return c() }
 func (f *memFile) size() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return int64(len(f.data))
+	return int64(max(len(f.data), len(f.under)))
 }
 
 var errClosed = errors.New("vfs: file closed")
@@ -206,10 +241,17 @@ func (h *memHandle) ReadAt(p []byte, off int64) (int, error) {
 	}
 	h.f.mu.RLock()
 	defer h.f.mu.RUnlock()
-	if off >= int64(len(h.f.data)) {
+	data, under := h.f.data, h.f.under
+	if off >= int64(max(len(data), len(under))) {
 		return 0, io.EOF
 	}
-	n := copy(p, h.f.data[off:])
+	n := 0
+	if off < int64(len(data)) {
+		n = copy(p, data[off:])
+	}
+	if end := off + int64(n); n < len(p) && end < int64(len(under)) {
+		n += copy(p[n:], under[end:])
+	}
 	if n < len(p) {
 		return n, io.EOF
 	}

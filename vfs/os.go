@@ -21,6 +21,13 @@ func (osFS) Remove(name string) error { return os.Remove(name) }
 
 func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
 
+func (osFS) Reuse(oldname, newname string) (File, error) {
+	if err := os.Rename(oldname, newname); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(newname, os.O_RDWR, 0)
+}
+
 func (osFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }
 
 func (osFS) List(dir string) ([]string, error) {

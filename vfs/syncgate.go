@@ -53,6 +53,15 @@ func (g *SyncGate) Create(name string) (File, error) {
 	return &gatedFile{File: f, g: g}, nil
 }
 
+// Reuse reuses a file as Create creates one, gated likewise.
+func (g *SyncGate) Reuse(oldname, newname string) (File, error) {
+	f, err := g.FS.Reuse(oldname, newname)
+	if err != nil || !strings.Contains(filepath.Base(newname), g.pattern) {
+		return f, err
+	}
+	return &gatedFile{File: f, g: g}, nil
+}
+
 type gatedFile struct {
 	File
 	g *SyncGate

@@ -36,6 +36,15 @@ type FS interface {
 	Remove(name string) error
 	// Rename atomically replaces newname with oldname.
 	Rename(oldname, newname string) error
+	// Reuse renames oldname to newname and opens it for writing from its
+	// start, keeping its contents until the writes replace them: a log
+	// whose records tell its own from an older log's
+	// (wal.WriterOptions.LogNum) reuses a retired log's file, which
+	// saves the filesystem the block allocation, and the journal commit
+	// at every fsync, that appending to a new file costs. The new name
+	// is durable once its directory is synced. Reuse only a file that
+	// was synced whole and that nothing else reads or links.
+	Reuse(oldname, newname string) (File, error)
 	// MkdirAll creates a directory and its parents.
 	MkdirAll(dir string, perm os.FileMode) error
 	// List returns the names (not paths) of a directory's entries.

@@ -107,6 +107,33 @@ func TestFilesystems(t *testing.T) {
 			if err != nil || fmt.Sprint(names) != "[b]" {
 				t.Fatalf("List = %v, %v", names, err)
 			}
+			// Reuse renames the file and writes over it from its start.
+			w, err := fs.Reuse(filepath.Join(dir, "b"), filepath.Join(dir, "c"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Write([]byte("ONE")); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			if _, err := fs.Stat(filepath.Join(dir, "b")); !errors.Is(err, iofs.ErrNotExist) {
+				t.Fatalf("Stat of the reused file's old name: %v", err)
+			}
+			r, err = fs.Open(filepath.Join(dir, "c"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ = io.ReadAll(r)
+			r.Close()
+			if string(got) != "ONE two" {
+				t.Fatalf("reused file holds %q, want %q", got, "ONE two")
+			}
+			if err := fs.Rename(filepath.Join(dir, "c"), filepath.Join(dir, "b")); err != nil {
+				t.Fatal(err)
+			}
 			if err := fs.Remove(filepath.Join(dir, "b")); err != nil {
 				t.Fatal(err)
 			}

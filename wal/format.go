@@ -22,14 +22,16 @@ import (
 // FormatVersion is the version of the chunk layout described in
 // docs/wal.md. Files carry no header, so the version is implied by the
 // file's role (WAL segment or MANIFEST) in a store of a given version.
-const FormatVersion = 1
+// Version 2 added recyclable chunks: a log whose files may be reused
+// (WriterOptions.LogNum) writes them, and version 1 files read as before.
+const FormatVersion = 2
 
 // BlockSize is the size of the blocks a log is laid out in. No chunk
 // crosses a block boundary, so a reader can always resume parsing at the
 // start of any block.
 const BlockSize = 32 << 10
 
-// HeaderSize is the size of a chunk header:
+// HeaderSize is the size of a version 1 chunk header:
 //
 //	checksum   uint64  xxhash64 of bytes [8, 19+length) of the chunk
 //	length     uint16  payload length
@@ -39,44 +41,101 @@ const BlockSize = 32 << 10
 // all little-endian.
 const HeaderSize = 19
 
-// maxPayload is the largest payload one chunk can carry.
+// RecyclableHeaderSize is the size of a recyclable chunk's header: a
+// version 1 header, its type offset by recyclableTypes, followed by
+//
+//	logNum     uint32  the low 32 bits of the number of the log the chunk
+//	                   was written for
+//
+// which the checksum covers too. A file reused for another log keeps the
+// chunks of the log it held until they are overwritten; their number
+// tells them apart from the new log's.
+const RecyclableHeaderSize = HeaderSize + 4
+
+// maxPayload is the largest payload one version 1 chunk can carry.
 const maxPayload = BlockSize - HeaderSize
 
 // Chunk types. Zero is deliberately invalid so that a zero-filled region
-// (a preallocated or never-written page) never parses as a chunk.
+// (a preallocated or never-written page) never parses as a chunk. A
+// recyclable chunk's type is one of these plus recyclableTypes.
 const (
 	chunkFull   = 1
 	chunkFirst  = 2
 	chunkMiddle = 3
 	chunkLast   = 4
+
+	recyclableTypes = 4
 )
 
-// chunkHeader is a decoded chunk header.
+// layout is how a file's chunks are laid out: version 1 chunks, or
+// recyclable ones of the log logNum.
+type layout struct {
+	recyclable bool
+	logNum     uint32
+}
+
+func (l layout) headerSize() int {
+	if l.recyclable {
+		return RecyclableHeaderSize
+	}
+	return HeaderSize
+}
+
+// chunkHeader is a decoded chunk header. typ is chunkFull..chunkLast for
+// a chunk of the file's layout, whatever its version.
 type chunkHeader struct {
 	checksum   uint64
 	length     int
 	typ        byte
 	syncOffset int64
+	logNum     uint32
 }
 
-func decodeHeader(b []byte) chunkHeader {
-	_ = b[HeaderSize-1]
-	return chunkHeader{
+// decodeHeader decodes the header at b, of layout l. A type outside the
+// layout's range comes out as 0 (invalid).
+func (l layout) decodeHeader(b []byte) chunkHeader {
+	_ = b[l.headerSize()-1]
+	h := chunkHeader{
 		checksum:   binary.LittleEndian.Uint64(b[0:8]),
 		length:     int(binary.LittleEndian.Uint16(b[8:10])),
 		typ:        b[10],
 		syncOffset: int64(binary.LittleEndian.Uint64(b[11:19])),
 	}
+	if l.recyclable {
+		h.logNum = binary.LittleEndian.Uint32(b[19:23])
+		h.typ -= recyclableTypes // below the range it wraps past chunkLast
+	}
+	if h.typ < chunkFull || h.typ > chunkLast {
+		h.typ = 0
+	}
+	return h
 }
 
-// putChunk encodes a chunk header in b[:HeaderSize] for the payload that
-// the caller has already placed at b[HeaderSize:HeaderSize+length], then
-// fills in the checksum over both.
-func putChunk(b []byte, length int, typ byte, syncOffset int64) {
+// foreign reports whether the bytes at b, of a recyclable layout, do not
+// even claim to be a chunk of this file's log: no recyclable type, or
+// another log's number. Past the end of what the log wrote, a reused file
+// holds the chunks of the log it held before (or parts of them), which
+// this tells from a damaged chunk of this log's own. The caller
+// guarantees len(b) >= RecyclableHeaderSize.
+func (l layout) foreign(b []byte) bool {
+	t := b[10]
+	return t <= recyclableTypes || t > recyclableTypes+chunkLast ||
+		binary.LittleEndian.Uint32(b[19:23]) != l.logNum
+}
+
+// putChunk encodes a chunk header of layout l in b[:l.headerSize()] for
+// the payload that the caller has already placed after it, then fills in
+// the checksum over both.
+func (l layout) putChunk(b []byte, length int, typ byte, syncOffset int64) {
+	hs := l.headerSize()
 	binary.LittleEndian.PutUint16(b[8:10], uint16(length))
 	b[10] = typ
 	binary.LittleEndian.PutUint64(b[11:19], uint64(syncOffset))
-	binary.LittleEndian.PutUint64(b[0:8], xxhash.Sum64(b[8:HeaderSize+length]))
+	if l.recyclable {
+		b[10] += recyclableTypes
+		binary.LittleEndian.PutUint32(b[19:23], l.logNum)
+	}
+	binary.LittleEndian.PutUint64(b[0:8], xxhash.Sum64(b[8:hs+length]))
 }
 
 // chunkProblem is why the bytes at some offset are not a valid chunk, or ""
@@ -93,21 +152,25 @@ const (
 	problemChecksum    chunkProblem = "checksum mismatch"
 	problemBadType     chunkProblem = "invalid chunk type"
 	problemBadSync     chunkProblem = "sync offset beyond the chunk's own offset"
+	problemForeign     chunkProblem = "a chunk of another log"
 )
 
-// checkChunk validates the chunk starting at block[pos:], where block holds
-// the bytes of one block that are present in the file (fewer than
-// BlockSize for the file's last block) and blockOff is the block's file
-// offset. The caller guarantees pos+HeaderSize <= BlockSize.
-func checkChunk(block []byte, pos int, blockOff int64) (chunkHeader, chunkProblem) {
-	if pos+HeaderSize > len(block) {
+// checkChunk validates the chunk of layout l starting at block[pos:],
+// where block holds the bytes of one block that are present in the file
+// (fewer than BlockSize for the file's last block) and blockOff is the
+// block's file offset. The caller guarantees pos+l.headerSize() <=
+// BlockSize. A chunk intact in every other way but written for another
+// log is problemForeign.
+func (l layout) checkChunk(block []byte, pos int, blockOff int64) (chunkHeader, chunkProblem) {
+	hs := l.headerSize()
+	if pos+hs > len(block) {
 		return chunkHeader{}, problemTruncHeader
 	}
-	h := decodeHeader(block[pos:])
-	if h == (chunkHeader{}) {
+	h := l.decodeHeader(block[pos:])
+	if isZero(block[pos : pos+hs]) {
 		return h, problemZeroHeader
 	}
-	end := pos + HeaderSize + h.length
+	end := pos + hs + h.length
 	if end > BlockSize {
 		return h, problemBadLength
 	}
@@ -117,7 +180,7 @@ func checkChunk(block []byte, pos int, blockOff int64) (chunkHeader, chunkProble
 	if xxhash.Sum64(block[pos+8:end]) != h.checksum {
 		return h, problemChecksum
 	}
-	if h.typ < chunkFull || h.typ > chunkLast {
+	if h.typ == 0 {
 		return h, problemBadType
 	}
 	// A writer only ever records a durable offset it has reached, which is
@@ -126,5 +189,17 @@ func checkChunk(block []byte, pos int, blockOff int64) (chunkHeader, chunkProble
 	if h.syncOffset < 0 || h.syncOffset > blockOff+int64(pos) {
 		return h, problemBadSync
 	}
+	if l.recyclable && h.logNum != l.logNum {
+		return h, problemForeign
+	}
 	return h, problemNone
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

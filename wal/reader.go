@@ -13,6 +13,10 @@ import (
 type Reader struct {
 	f    io.ReaderAt
 	size int64
+	// l is the file's chunk layout; guess says it is to be decided from
+	// the file's first chunk (NewRecyclableReader).
+	l     layout
+	guess bool
 
 	// buf holds the bytes of the block at blockOff that are present in the
 	// file: BlockSize of them except in the file's last block.
@@ -36,7 +40,8 @@ type Reader struct {
 	tornWhy string
 }
 
-// NewReader returns a Reader over the first size bytes of f.
+// NewReader returns a Reader over the first size bytes of f, a log of
+// version 1 chunks (WriterOptions.LogNum unset).
 func NewReader(f io.ReaderAt, size int64) *Reader {
 	return &Reader{
 		f:        f,
@@ -45,6 +50,18 @@ func NewReader(f io.ReaderAt, size int64) *Reader {
 		blockOff: -BlockSize,
 		pos:      BlockSize,
 	}
+}
+
+// NewRecyclableReader returns a Reader over the first size bytes of f,
+// the file of log logNum (WriterOptions.LogNum), which may have held
+// another log before: the log ends where that one's chunks begin. A file
+// written in version 1 chunks (its first chunk says so) is read as
+// NewReader reads it.
+func NewRecyclableReader(f io.ReaderAt, size int64, logNum uint64) *Reader {
+	r := NewReader(f, size)
+	r.l = layout{recyclable: true, logNum: uint32(logNum)}
+	r.guess = true
+	return r
 }
 
 // Next returns the next record, valid until the next call. At the end of
@@ -94,17 +111,23 @@ func (r *Reader) TornDamage() (offset int64, why string, cut bool) {
 // whyLastChunkMissing is the damage of a file ending inside a record.
 const whyLastChunkMissing = "record's last chunk missing at end of file"
 
+// whyForeignInRecord is the damage of a record whose next chunk is
+// another log's: the rest of the record never reached the reused file.
+const whyForeignInRecord = "record's next chunk is another log's"
+
 func (r *Reader) next() ([]byte, error) {
 	r.rec = r.rec[:0]
 	inRecord := false
 	for {
-		if r.pos+HeaderSize > BlockSize {
+		hs := r.l.headerSize()
+		if r.pos+hs > BlockSize {
 			// Either the block is used up or only its zero-filled
 			// trailer is left: the next chunk starts the next block.
 			if err := r.loadBlock(r.blockOff + BlockSize); err != nil {
 				return nil, err
 			}
 			r.pos = 0
+			hs = r.l.headerSize() // decided by the first block
 		}
 		off := r.blockOff + int64(r.pos)
 		if r.pos == len(r.buf) {
@@ -113,15 +136,28 @@ func (r *Reader) next() ([]byte, error) {
 			}
 			return nil, io.EOF
 		}
-		h, problem := checkChunk(r.buf, r.pos, r.blockOff)
+		if r.l.recyclable {
+			// Where a record of this log could start, bytes that are not
+			// one of its chunks, or too few for a header, are where what
+			// it wrote ends in a reused file (whose older log they are);
+			// inside a record they are a torn write.
+			short := r.pos+hs > len(r.buf)
+			switch {
+			case !inRecord && (short || r.l.foreign(r.buf[r.pos:])):
+				return nil, r.foreignEnd(off)
+			case inRecord && !short && r.l.foreign(r.buf[r.pos:]):
+				return nil, r.bad(off, whyForeignInRecord)
+			}
+		}
+		h, problem := r.l.checkChunk(r.buf, r.pos, r.blockOff)
 		if problem != problemNone {
 			return nil, r.bad(off, string(problem))
 		}
-		payload := r.buf[r.pos+HeaderSize : r.pos+HeaderSize+h.length]
+		payload := r.buf[r.pos+hs : r.pos+hs+h.length]
 		switch {
 		case h.typ == chunkFull && !inRecord:
 			r.advance(h)
-			r.end = off + HeaderSize + int64(h.length)
+			r.end = off + int64(hs+h.length)
 			return payload, nil
 		case h.typ == chunkFirst && !inRecord:
 			inRecord = true
@@ -133,7 +169,7 @@ func (r *Reader) next() ([]byte, error) {
 		case h.typ == chunkLast && inRecord:
 			r.rec = append(r.rec, payload...)
 			r.advance(h)
-			r.end = off + HeaderSize + int64(h.length)
+			r.end = off + int64(hs+h.length)
 			return r.rec, nil
 		default:
 			// A valid chunk out of sequence: the writer never produces
@@ -146,11 +182,13 @@ func (r *Reader) next() ([]byte, error) {
 // advance moves past the valid chunk h at r.pos.
 func (r *Reader) advance(h chunkHeader) {
 	r.maxSync = max(r.maxSync, h.syncOffset)
-	r.pos += HeaderSize + h.length
+	r.pos += r.l.headerSize() + h.length
 }
 
 // loadBlock reads the block at off into r.buf; past the end of the file
-// it leaves r.buf empty.
+// it leaves r.buf empty. The first block decides a recyclable reader's
+// layout: a file whose first chunk has a version 1 type was written in
+// version 1 chunks.
 func (r *Reader) loadBlock(off int64) error {
 	r.blockOff = off
 	r.buf = r.buf[:0]
@@ -166,7 +204,30 @@ func (r *Reader) loadBlock(off int64) error {
 		return fmt.Errorf("wal: read block at offset %d: %w", off, err)
 	}
 	r.buf = r.buf[:n]
+	if r.guess && off == 0 {
+		r.guess = false
+		if n > 10 && r.buf[10] >= chunkFull && r.buf[10] <= chunkLast {
+			r.l = layout{}
+		}
+	}
 	return nil
+}
+
+// foreignEnd decides what another log's chunk at off, where a record of
+// this log could start, means: the end of what this log wrote into a
+// reused file, unless a chunk of this log further on says the log was
+// synced past the intact prefix (then the chunk at off replaced durable
+// data: corruption).
+func (r *Reader) foreignEnd(off int64) error {
+	synced, err := r.syncedPast(r.end)
+	if err != nil {
+		return err
+	}
+	if synced > r.end {
+		return fmt.Errorf("wal: chunk at offset %d: %s (the log was synced to offset %d, past the intact prefix ending at %d): %w",
+			off, problemForeign, synced, r.end, base.ErrCorruption)
+	}
+	return io.EOF
 }
 
 // bad decides what the damage found at off (a bad chunk, or the file
@@ -204,14 +265,14 @@ func (r *Reader) syncedPast(x int64) (int64, error) {
 	if r.maxSync > x {
 		return r.maxSync, nil
 	}
-	if s := scanForSync(r.buf, r.pos, r.blockOff, x); s > x {
+	if s := r.l.scanForSync(r.buf, r.pos, r.blockOff, x); s > x {
 		return s, nil
 	}
 	for off := r.blockOff + BlockSize; off < r.size; off += BlockSize {
 		if err := r.loadBlock(off); err != nil {
 			return 0, err
 		}
-		if s := scanForSync(r.buf, 0, off, x); s > x {
+		if s := r.l.scanForSync(r.buf, 0, off, x); s > x {
 			return s, nil
 		}
 	}
@@ -219,37 +280,41 @@ func (r *Reader) syncedPast(x int64) (int64, error) {
 }
 
 // scanForSync scans block[pos:], where a chunk starts at pos, for a valid
-// chunk whose sync offset exceeds x, and returns that offset (or 0).
-func scanForSync(block []byte, pos int, blockOff int64, x int64) int64 {
+// chunk of this log whose sync offset exceeds x, and returns that offset
+// (or 0). Another log's chunks, which a reused file holds past what this
+// log wrote, are never evidence, but the scan follows their chain as it
+// does its own log's: it checksums them rather than trying every byte of
+// an older log's megabytes.
+func (l layout) scanForSync(block []byte, pos int, blockOff int64, x int64) int64 {
+	hs := l.headerSize()
 	chained := true
-	for pos+HeaderSize <= len(block) && pos+HeaderSize <= BlockSize {
+	for pos+hs <= len(block) && pos+hs <= BlockSize {
 		if !chained {
 			// Test the type byte alone first: it rejects almost every
 			// offset, and this loop may run over a whole block.
-			if t := block[pos+10]; t < chunkFull || t > chunkLast {
-				pos++
-				continue
-			}
-			h := decodeHeader(block[pos:])
-			plausible := h.typ >= chunkFull && h.typ <= chunkLast &&
-				pos+HeaderSize+h.length <= len(block) &&
+			h := l.decodeHeader(block[pos:])
+			plausible := h.typ != 0 &&
+				pos+hs+h.length <= len(block) &&
 				h.syncOffset >= 0 && h.syncOffset <= blockOff+int64(pos)
 			if !plausible {
 				pos++
 				continue
 			}
 		}
-		h, problem := checkChunk(block, pos, blockOff)
-		if problem != problemNone {
+		h, problem := l.checkChunk(block, pos, blockOff)
+		switch problem {
+		case problemNone:
+			if h.syncOffset > x {
+				return h.syncOffset
+			}
+		case problemForeign:
+		default:
 			chained = false
 			pos++
 			continue
 		}
-		if h.syncOffset > x {
-			return h.syncOffset
-		}
 		chained = true
-		pos += HeaderSize + h.length
+		pos += hs + h.length
 	}
 	return 0
 }

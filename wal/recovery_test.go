@@ -91,7 +91,7 @@ func chunkOffset(data []byte, off int64) int64 {
 	blockOff := off - off%BlockSize
 	p := blockOff
 	for {
-		next := p + HeaderSize + int64(decodeHeader(data[p:]).length)
+		next := p + HeaderSize + int64(layout{}.decodeHeader(data[p:]).length)
 		if off < next {
 			return p
 		}
@@ -236,7 +236,7 @@ func TestOutOfSequenceChunks(t *testing.T) {
 	chunk := func(typ byte, payload string, sync int64) []byte {
 		b := make([]byte, HeaderSize+len(payload))
 		copy(b[HeaderSize:], payload)
-		putChunk(b, len(payload), typ, sync)
+		layout{}.putChunk(b, len(payload), typ, sync)
 		return b
 	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }

@@ -66,6 +66,14 @@ type WriterOptions struct {
 	// nothing before the close, as this did, held unsynced writers up on
 	// MaxBuffered while the close's fsync waited for the disk.
 	Previous func() error
+	// LogNum, when nonzero, is the number of the log this Writer writes,
+	// and makes its chunks recyclable: each carries the number (its low
+	// 32 bits), so that the file may be one that held another log before,
+	// overwritten from its start. A reader given the number
+	// (NewRecyclableReader) ends the log where the older log's chunks
+	// begin. A reused file saves the filesystem the allocation, and the
+	// journal commit, that appending costs at every fsync.
+	LogNum uint64
 }
 
 // ErrWriterClosed is returned by calls made on a Writer after Close.
@@ -98,6 +106,7 @@ type block struct {
 // goroutine.
 type Writer struct {
 	f            SyncFile
+	l            layout
 	maxBuffered  int64
 	bytesPerSync int64
 	onSync       func(time.Duration, int)
@@ -174,8 +183,10 @@ const handOffDelay = time.Millisecond
 // committers to join it.
 const maxGatherDelay = time.Millisecond
 
-// NewWriter returns a Writer appending to f, which must be empty: offsets
-// are counted from the start of the file. It starts a background goroutine
+// NewWriter returns a Writer appending to f from the file's start:
+// offsets are counted from there. f must be empty, unless
+// WriterOptions.LogNum makes the chunks recyclable: then it may hold an
+// older log, which the writes overwrite. It starts a background goroutine
 // that Close stops.
 func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 	maxBuffered := opts.MaxBuffered
@@ -188,6 +199,7 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 	}
 	w := &Writer{
 		f:            f,
+		l:            layout{recyclable: opts.LogNum != 0, logNum: uint32(opts.LogNum)},
 		maxBuffered:  int64(maxBuffered),
 		bytesPerSync: int64(opts.BytesPerSync),
 		previousOpen: opts.Previous != nil,
@@ -238,10 +250,11 @@ func (w *Writer) WriteRecord(p []byte) (end int64, err error) {
 	syncOffset := w.synced
 	first := true
 	filled := false
+	hs := w.l.headerSize()
 	for {
 		b := w.cur
 		left := BlockSize - b.n
-		if left < HeaderSize {
+		if left < hs {
 			// Blocks are reused, so the trailer must be zeroed explicitly.
 			clear(b.buf[b.n:])
 			b.n = BlockSize
@@ -250,7 +263,7 @@ func (w *Writer) WriteRecord(p []byte) (end int64, err error) {
 			filled = true
 			continue
 		}
-		n := min(len(p), left-HeaderSize)
+		n := min(len(p), left-hs)
 		last := n == len(p)
 		var typ byte
 		switch {
@@ -263,10 +276,10 @@ func (w *Writer) WriteRecord(p []byte) (end int64, err error) {
 		default:
 			typ = chunkMiddle
 		}
-		copy(b.buf[b.n+HeaderSize:], p[:n])
-		putChunk(b.buf[b.n:], n, typ, syncOffset)
-		b.n += HeaderSize + n
-		w.logical += int64(HeaderSize + n)
+		copy(b.buf[b.n+hs:], p[:n])
+		w.l.putChunk(b.buf[b.n:], n, typ, syncOffset)
+		b.n += hs + n
+		w.logical += int64(hs + n)
 		p = p[n:]
 		first = false
 		if b.n == BlockSize {

@@ -106,7 +106,7 @@ func TestBlockLayout(t *testing.T) {
 		recs := [][]byte{record(0, maxPayload-HeaderSize), record(1, 10)}
 		f, _ := writeLog(t, recs, nil)
 		data, _ := f.snapshot()
-		h := decodeHeader(data[BlockSize-HeaderSize:])
+		h := layout{}.decodeHeader(data[BlockSize-HeaderSize:])
 		if h.typ != chunkFirst || h.length != 0 {
 			t.Fatalf("chunk in the last %d bytes: type %d length %d, want an empty first chunk", HeaderSize, h.typ, h.length)
 		}
