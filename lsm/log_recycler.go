@@ -6,11 +6,6 @@ import (
 	"github.com/tabuladb/tabula/vfs"
 )
 
-// maxRecycledLogs bounds the retired WAL segments kept for reuse. A flush
-// retires one segment and a rotation starts one, so in a steady run one
-// is enough; the second covers a flush that retires two at once.
-const maxRecycledLogs = 2
-
 // logRecycler keeps the files of retired WAL segments for the next
 // segments to write over (vfs.FS.Reuse) instead of creating new files.
 // Appending to a new file costs the filesystem a block allocation and a
@@ -26,6 +21,11 @@ const maxRecycledLogs = 2
 // copying is deleted instead (the copy reads it through an open handle,
 // which a deletion leaves intact and a reuse would not).
 type logRecycler struct {
+	// max bounds the files kept (Options.RecycledWALSegments). A flush
+	// retires one segment and a rotation starts one, so in a steady run
+	// one is enough; the default's second covers a flush that retires
+	// two at once.
+	max    int
 	mu     sync.Mutex
 	free   []uint64       // retired segments' numbers, oldest first
 	pinned map[uint64]int // segments checkpoints are copying
@@ -36,7 +36,7 @@ type logRecycler struct {
 func (r *logRecycler) retire(num uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.pinned[num] > 0 || len(r.free) >= maxRecycledLogs {
+	if r.pinned[num] > 0 || len(r.free) >= r.max {
 		return false
 	}
 	r.free = append(r.free, num)

@@ -36,6 +36,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		// burst mapped fresh blocks in the writers' path, and the 1M
 		// overwrite's p99 rose by a third.
 		walBlocks: wal.NewBlockPool(wal.DefaultMaxBuffered),
+		logs:      logRecycler{max: o.RecycledWALSegments},
 	}
 	db.metrics.init()
 	db.cond.L = &db.mu

@@ -91,6 +91,10 @@ type Options struct {
 	// for keys no reader needs, including readers on snapshots. It is
 	// called from background goroutines.
 	DropKey func(key []byte) bool
+	// RecycledWALSegments is how many retired WAL segments' files the DB
+	// keeps for new segments to write over (logRecycler). Default 2;
+	// negative keeps none: every segment is a new file.
+	RecycledWALSegments int
 	// FS is the filesystem the DB writes through. Default: the OS.
 	FS vfs.FS
 	// DisableBackgroundCompactions stops automatic compactions (flushes
@@ -113,6 +117,7 @@ func (o *Options) withDefaults() Options {
 		r.InitialMemTableSize = r.MemTableSize
 	}
 	setDefault(&r.MemTableStopWritesThreshold, 2)
+	setDefault(&r.RecycledWALSegments, 2)
 	setDefault(&r.CacheSize, 32<<20)
 	setDefault(&r.BloomBitsPerKey, 10)
 	setDefault(&r.MaxOpenFiles, 1000)
