@@ -35,9 +35,10 @@ type Reader struct {
 	err  error
 	torn bool
 	// tornOff and tornWhy say where and what the damage ending a torn
-	// log was.
+	// log was; badEnd is where the damaged chunk ends by its length.
 	tornOff int64
 	tornWhy string
+	badEnd  int64
 }
 
 // NewReader returns a Reader over the first size bytes of f, a log of
@@ -96,14 +97,20 @@ func (r *Reader) Offset() int64 { return r.end }
 // TornDamage describes, after TornTail reported a torn tail, the damage
 // that ends the log: its offset, what was found there, and whether it is
 // the kind a crash leaves behind (the file ending inside a chunk or a
-// record, or a zero-filled chunk header). A false cut means an intact-
-// looking chunk whose checksum, type or sync offset is wrong: recovery
-// drops it all the same, as it cannot tell such a chunk from an unsynced
-// torn write, but a strict checker (tabula verify) reports it.
+// record, or a zero-filled chunk header; in a file of recyclable chunks
+// that goes on past the chunk, so perhaps a reused one, also a chunk
+// whose write stopped part way over an older log's bytes, which fails
+// its checksum, and a record whose next chunk is the older log's). A
+// false cut means an intact-looking chunk whose checksum, type or sync
+// offset is wrong: recovery drops it all the same, as it cannot tell such
+// a chunk from an unsynced torn write, but a strict checker (tabula
+// verify) reports it.
 func (r *Reader) TornDamage() (offset int64, why string, cut bool) {
 	switch r.tornWhy {
-	case string(problemTruncHeader), string(problemZeroHeader), string(problemTruncated), whyLastChunkMissing:
+	case string(problemTruncHeader), string(problemZeroHeader), string(problemTruncated), whyLastChunkMissing, whyForeignInRecord:
 		cut = true
+	case string(problemChecksum):
+		cut = r.l.recyclable && r.badEnd < r.size
 	}
 	return r.tornOff, r.tornWhy, cut
 }
@@ -151,6 +158,7 @@ func (r *Reader) next() ([]byte, error) {
 		}
 		h, problem := r.l.checkChunk(r.buf, r.pos, r.blockOff)
 		if problem != problemNone {
+			r.badEnd = off + int64(hs+h.length)
 			return nil, r.bad(off, string(problem))
 		}
 		payload := r.buf[r.pos+hs : r.pos+hs+h.length]

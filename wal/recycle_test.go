@@ -56,6 +56,8 @@ func writeOver(t testing.TB, under []byte, num uint64, recs [][]byte, syncAfter 
 }
 
 // readLog reads every record of data as log num (NewRecyclableReader).
+// A torn tail must be one a crash leaves (TornDamage's cut): in a reused
+// file every torn write is.
 func readLog(t testing.TB, data []byte, num uint64) readResult {
 	t.Helper()
 	var res readResult
@@ -67,6 +69,9 @@ func readLog(t testing.TB, data []byte, num uint64) readResult {
 				res.err = err
 			}
 			res.torn, res.off = r.TornTail()
+			if off, why, cut := r.TornDamage(); res.torn && !cut {
+				t.Fatalf("torn tail at %d (%s) not one a crash leaves", off, why)
+			}
 			return res
 		}
 		res.recs = append(res.recs, bytes.Clone(rec))
