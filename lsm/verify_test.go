@@ -218,6 +218,30 @@ func TestVerifyFlippedByte(t *testing.T) {
 	}
 }
 
+// lastSegment reads the newest WAL segment of the store in dir: its
+// path, its bytes, and where each of its records starts, then where the
+// last one ends. The segment's file may be a retired one's, reused: the
+// log may end before the file does.
+func lastSegment(t *testing.T, dir string) (name string, data []byte, starts []int64) {
+	t.Helper()
+	d, err := Describe(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	num := d.WALs[len(d.WALs)-1]
+	name = makeFilename(dir, fileTypeLog, num)
+	if data, err = os.ReadFile(name); err != nil {
+		t.Fatal(err)
+	}
+	r := wal.NewRecyclableReader(bytes.NewReader(data), int64(len(data)), num)
+	for {
+		starts = append(starts, r.Offset())
+		if _, err := r.Next(); err != nil {
+			return name, data, starts
+		}
+	}
+}
+
 // TestVerifyReusedSegment: a WAL segment written over a retired one's
 // file may end in a chunk whose write stopped part way over the older
 // segment's bytes, which fails its checksum: that is a torn tail, not
@@ -226,26 +250,9 @@ func TestVerifyFlippedByte(t *testing.T) {
 // one vouches for is corruption.
 func TestVerifyReusedSegment(t *testing.T) {
 	dir := verifyStore(t)
-	d, err := Describe(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	num := d.WALs[len(d.WALs)-1]
-	name := makeFilename(dir, fileTypeLog, num)
-	data, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := wal.NewRecyclableReader(bytes.NewReader(data), int64(len(data)), num)
-	var starts []int64
-	for {
-		starts = append(starts, r.Offset())
-		if _, err := r.Next(); err != nil {
-			break
-		}
-	}
-	if end := r.Offset(); end >= int64(len(data)) || len(starts) < 3 {
-		t.Fatalf("test setup: segment %d ends at %d of its %d bytes after %d records: not a reused file holding an older segment past its records", num, end, len(data), len(starts)-1)
+	name, data, starts := lastSegment(t, dir)
+	if end := starts[len(starts)-1]; end >= int64(len(data)) || len(starts) < 3 {
+		t.Fatalf("test setup: %s ends at %d of its %d bytes after %d records: not a reused file holding an older segment past its records", name, end, len(data), len(starts)-1)
 	}
 	flip := func(off int64) error {
 		damaged := bytes.Clone(data)
@@ -273,27 +280,8 @@ func TestVerifyReusedSegment(t *testing.T) {
 // TestVerifyTornTail: a WAL cut short by a crash is not damage.
 func TestVerifyTornTail(t *testing.T) {
 	dir := verifyStore(t)
-	d, err := Describe(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	num := d.WALs[len(d.WALs)-1]
-	name := makeFilename(dir, fileTypeLog, num)
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, _ := f.Stat()
-	// The segment's file may be a retired one's, reused: the log ends
-	// before the file does.
-	r := wal.NewRecyclableReader(f, info.Size(), num)
-	for {
-		if _, err := r.Next(); err != nil {
-			break
-		}
-	}
-	f.Close()
-	if err := os.Truncate(name, r.Offset()-7); err != nil {
+	name, _, starts := lastSegment(t, dir)
+	if err := os.Truncate(name, starts[len(starts)-1]-7); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := Verify(dir, nil)

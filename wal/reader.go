@@ -227,13 +227,8 @@ func (r *Reader) loadBlock(off int64) error {
 // synced past the intact prefix (then the chunk at off replaced durable
 // data: corruption).
 func (r *Reader) foreignEnd(off int64) error {
-	synced, err := r.syncedPast(r.end)
-	if err != nil {
+	if err := r.durable(off, string(problemForeign)); err != nil {
 		return err
-	}
-	if synced > r.end {
-		return fmt.Errorf("wal: chunk at offset %d: %s (the log was synced to offset %d, past the intact prefix ending at %d): %w",
-			off, problemForeign, synced, r.end, base.ErrCorruption)
 	}
 	return io.EOF
 }
@@ -245,6 +240,19 @@ func (r *Reader) foreignEnd(off int64) error {
 // crash tore the tail, the log ends at the intact prefix, and bad returns
 // io.EOF.
 func (r *Reader) bad(off int64, why string) error {
+	if err := r.durable(off, why); err != nil {
+		return err
+	}
+	r.torn = true
+	r.tornOff, r.tornWhy = off, why
+	return io.EOF
+}
+
+// durable returns the corruption error for what why says was found at
+// off if a valid chunk of this log says the log was synced past the
+// intact prefix, which off ends; nil if none does; a read error if the
+// search for one failed.
+func (r *Reader) durable(off int64, why string) error {
 	synced, err := r.syncedPast(r.end)
 	if err != nil {
 		return err
@@ -253,9 +261,7 @@ func (r *Reader) bad(off int64, why string) error {
 		return fmt.Errorf("wal: chunk at offset %d: %s (the log was synced to offset %d, past the intact prefix ending at %d): %w",
 			off, why, synced, r.end, base.ErrCorruption)
 	}
-	r.torn = true
-	r.tornOff, r.tornWhy = off, why
-	return io.EOF
+	return nil
 }
 
 // syncedPast looks for a valid chunk carrying a sync offset beyond x: among
