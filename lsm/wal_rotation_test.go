@@ -137,18 +137,33 @@ func checkPrefix(t *testing.T, db *DB, order []string, what string) {
 	}
 }
 
-// handSegment writes WAL segment num of the DB in dir as the engine does:
-// a header naming first, then one batch per key, with sequence numbers
-// from first on; without header, only the batches. It returns the offset
-// past each record.
-func handSegment(t *testing.T, fs vfs.FS, dir string, num uint64, first base.SeqNum, header bool, keys ...string) []int64 {
+// segmentLayout is how handSegment writes a segment: in version 1
+// chunks (as an engine before recycling did) or in recyclable ones, the
+// engine's now; over is the older content of a reused file, which the
+// segment is written over (recyclable chunks only).
+type segmentLayout struct {
+	recyclable bool
+	over       []byte
+}
+
+// handSegment writes WAL segment num of the DB in dir as the engine does,
+// in layout lay: a header naming first, then one batch per key, with
+// sequence numbers from first on; without header, only the batches. It
+// returns the offset past each record.
+func handSegment(t *testing.T, fs vfs.FS, dir string, lay segmentLayout, num uint64, first base.SeqNum, header bool, keys ...string) []int64 {
 	t.Helper()
-	f, err := fs.Create(makeFilename(dir, fileTypeLog, num))
+	name := makeFilename(dir, fileTypeLog, num)
+	writeFile(t, fs, name, lay.over)
+	f, err := fs.Reuse(name, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := wal.NewWriter(f, wal.WriterOptions{})
+	var opts wal.WriterOptions
+	if lay.recyclable {
+		opts.LogNum = num
+	}
+	w := wal.NewWriter(f, opts)
 	var ends []int64
 	if header {
 		end, err := w.WriteRecord(segmentHeader(first))
@@ -173,11 +188,28 @@ func handSegment(t *testing.T, fs vfs.FS, dir string, num uint64, first base.Seq
 	return ends
 }
 
+// olderSegment returns the bytes of a retired segment's file, of a
+// number none the cases write has: many batches, so that a segment
+// written over it ends inside them.
+func olderSegment(t *testing.T) []byte {
+	mem := vfs.NewMem()
+	mem.MkdirAll("/old", 0o700)
+	keys := make([]string, 300)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("old%03d", i)
+	}
+	const num = 999
+	handSegment(t, mem, "/old", segmentLayout{recyclable: true}, num, 1, true, keys...)
+	return readAll(t, mem, makeFilename("/old", fileTypeLog, num))
+}
+
 // TestSegmentAfterALoss: recovery replays WAL segments while each starts
 // where the one before it ends (its first record's sequence number), and
 // leaves out the first that does not, and every newer one: it starts
 // after batches a crash lost. A torn tail that the next segment continues
-// without a gap is corruption.
+// without a gap is corruption. The cases run on segments in version 1
+// chunks (an older engine's), in recyclable chunks, and in recyclable
+// chunks over a reused file's older segment.
 func TestSegmentAfterALoss(t *testing.T) {
 	// An empty DB whose WAL segments the cases write by hand, from
 	// sequence number 1 (nothing was written through the DB).
@@ -202,96 +234,127 @@ func TestSegmentAfterALoss(t *testing.T) {
 		}
 		return mem, last
 	}
-	truncate := func(t *testing.T, fs vfs.FS, num uint64, size int64) {
+	// truncate cuts segment num's records at size; over a reused file,
+	// the older segment's bytes stay past them, as a crash leaves them.
+	truncate := func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, size int64) {
 		name := makeFilename("/db", fileTypeLog, num)
-		writeFile(t, fs, name, readAll(t, fs, name)[:size])
+		data := readAll(t, fs, name)[:size]
+		if int64(len(lay.over)) > size {
+			data = append(data, lay.over[size:]...)
+		}
+		writeFile(t, fs, name, data)
 	}
+	// seg writes segment num in the case's layout.
+	type seg func(num uint64, first base.SeqNum, header bool, keys ...string) []int64
 	order := []string{"a", "b", "c", "d", "e"}
 	for _, c := range []struct {
 		name string
 		// build writes the segments from num on.
-		build func(t *testing.T, fs vfs.FS, num uint64)
+		build func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, seg seg)
 		want  []string // the keys recovered; nil: Open fails with corruption
+		// overWant, when set, replaces want for segments over a reused
+		// file, whose older bytes a recyclable segment ends at.
+		overWant []string
 	}{
-		{"contiguous", func(t *testing.T, fs vfs.FS, num uint64) {
-			handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
-			handSegment(t, fs, "/db", num+1, 4, true, "d", "e")
-		}, []string{"a", "b", "c", "d", "e"}},
-		{"contiguous, the newer segment without header", func(t *testing.T, fs vfs.FS, num uint64) {
-			handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
-			handSegment(t, fs, "/db", num+1, 4, false, "d", "e")
-		}, []string{"a", "b", "c", "d", "e"}},
-		{"cut at a record boundary", func(t *testing.T, fs vfs.FS, num uint64) {
-			ends := handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
-			truncate(t, fs, num, ends[2]) // header, a, b
-			handSegment(t, fs, "/db", num+1, 4, true, "d", "e")
-		}, []string{"a", "b"}},
-		{"torn", func(t *testing.T, fs vfs.FS, num uint64) {
-			ends := handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
-			truncate(t, fs, num, ends[3]-3) // c torn
-			handSegment(t, fs, "/db", num+1, 4, true, "d", "e")
-		}, []string{"a", "b"}},
-		{"the newer segment's batches lost, its header kept", func(t *testing.T, fs vfs.FS, num uint64) {
-			ends := handSegment(t, fs, "/db", num, 1, true, "a", "b", "c")
-			truncate(t, fs, num, ends[2])
-			ends = handSegment(t, fs, "/db", num+1, 4, true, "d")
-			truncate(t, fs, num+1, ends[0])
-			handSegment(t, fs, "/db", num+2, 5, true, "e")
-		}, []string{"a", "b"}},
-		{"a blank segment between", func(t *testing.T, fs vfs.FS, num uint64) {
-			handSegment(t, fs, "/db", num, 1, true, "a", "b")
-			writeFile(t, fs, makeFilename("/db", fileTypeLog, num+1), nil)
-			handSegment(t, fs, "/db", num+2, 3, true, "c")
-		}, []string{"a", "b"}},
-		{"an empty segment with its header between", func(t *testing.T, fs vfs.FS, num uint64) {
-			handSegment(t, fs, "/db", num, 1, true, "a", "b")
-			handSegment(t, fs, "/db", num+1, 3, true)
-			handSegment(t, fs, "/db", num+2, 3, true, "c")
-		}, []string{"a", "b", "c"}},
-		{"torn, yet continued", func(t *testing.T, fs vfs.FS, num uint64) {
-			handSegment(t, fs, "/db", num, 1, true, "a", "b")
+		{"contiguous", func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, seg seg) {
+			seg(num, 1, true, "a", "b", "c")
+			seg(num+1, 4, true, "d", "e")
+		}, []string{"a", "b", "c", "d", "e"}, nil},
+		{"contiguous, the newer segment without header", func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, seg seg) {
+			seg(num, 1, true, "a", "b", "c")
+			seg(num+1, 4, false, "d", "e")
+		}, []string{"a", "b", "c", "d", "e"}, nil},
+		{"cut at a record boundary", func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, seg seg) {
+			ends := seg(num, 1, true, "a", "b", "c")
+			truncate(t, fs, lay, num, ends[2]) // header, a, b
+			seg(num+1, 4, true, "d", "e")
+		}, []string{"a", "b"}, nil},
+		{"torn", func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, seg seg) {
+			ends := seg(num, 1, true, "a", "b", "c")
+			truncate(t, fs, lay, num, ends[3]-3) // c torn
+			seg(num+1, 4, true, "d", "e")
+		}, []string{"a", "b"}, nil},
+		{"the newer segment's batches lost, its header kept", func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, seg seg) {
+			ends := seg(num, 1, true, "a", "b", "c")
+			truncate(t, fs, lay, num, ends[2])
+			ends = seg(num+1, 4, true, "d")
+			truncate(t, fs, lay, num+1, ends[0])
+			seg(num+2, 5, true, "e")
+		}, []string{"a", "b"}, nil},
+		{"a blank segment between", func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, seg seg) {
+			seg(num, 1, true, "a", "b")
+			writeFile(t, fs, makeFilename("/db", fileTypeLog, num+1), lay.over)
+			seg(num+2, 3, true, "c")
+		}, []string{"a", "b"}, nil},
+		{"an empty segment with its header between", func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, seg seg) {
+			seg(num, 1, true, "a", "b")
+			seg(num+1, 3, true)
+			seg(num+2, 3, true, "c")
+		}, []string{"a", "b", "c"}, nil},
+		// Bytes that are no chunk of the segment's, after its records:
+		// damage after they were durable, in a new file; in a reused
+		// file, what an older segment left there, and the end of the
+		// segment's records.
+		{"torn, yet continued", func(t *testing.T, fs vfs.FS, lay segmentLayout, num uint64, seg seg) {
+			ends := seg(num, 1, true, "a", "b")
 			name := makeFilename("/db", fileTypeLog, num)
-			writeFile(t, fs, name, append(readAll(t, fs, name), 0x55, 0x55, 0x55, 0x55, 0x55))
-			handSegment(t, fs, "/db", num+1, 3, true, "c")
-		}, nil},
+			junk := append(readAll(t, fs, name)[:ends[len(ends)-1]], 0x55, 0x55, 0x55, 0x55, 0x55)
+			writeFile(t, fs, name, junk)
+			seg(num+1, 3, true, "c")
+		}, nil, []string{"a", "b", "c"}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			mem, num := fresh(t)
-			c.build(t, mem, num)
-			// Verify reads the segments as recovery does.
-			rep, verr := Verify("/db", mem)
-			db, err := Open("/db", &Options{FS: mem})
-			if c.want == nil {
-				if !errors.Is(err, ErrCorruption) {
-					t.Fatalf("Open: %v, want corruption", err)
+		for _, mode := range []struct {
+			name string
+			lay  segmentLayout
+		}{
+			{"version 1", segmentLayout{}},
+			{"recyclable", segmentLayout{recyclable: true}},
+			{"over a reused file", segmentLayout{recyclable: true, over: olderSegment(t)}},
+		} {
+			t.Run(c.name+"/"+mode.name, func(t *testing.T) {
+				mem, num := fresh(t)
+				c.build(t, mem, mode.lay, num, func(num uint64, first base.SeqNum, header bool, keys ...string) []int64 {
+					return handSegment(t, mem, "/db", mode.lay, num, first, header, keys...)
+				})
+				want := c.want
+				if mode.lay.recyclable && c.overWant != nil {
+					want = c.overWant
 				}
-				if !errors.Is(verr, ErrCorruption) {
-					t.Fatalf("Verify: %v, want corruption", verr)
+				// Verify reads the segments as recovery does.
+				rep, verr := Verify("/db", mem)
+				db, err := Open("/db", &Options{FS: mem})
+				if want == nil {
+					if !errors.Is(err, ErrCorruption) {
+						t.Fatalf("Open: %v, want corruption", err)
+					}
+					if !errors.Is(verr, ErrCorruption) {
+						t.Fatalf("Verify: %v, want corruption", verr)
+					}
+					return
 				}
-				return
-			}
-			if verr != nil {
-				t.Fatalf("Verify: %v", verr)
-			}
-			if rep.WALBatches != len(c.want) {
-				t.Fatalf("Verify counts %d batches it would replay, want %d (notes %q)", rep.WALBatches, len(c.want), rep.Notes)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			for _, k := range order {
-				_, err := db.Get([]byte(k))
-				if want := slices.Contains(c.want, k); want != (err == nil) {
-					t.Fatalf("%s: %v, want present %v (recovered should be %v)", k, err, want, c.want)
+				if verr != nil {
+					t.Fatalf("Verify: %v", verr)
 				}
-			}
-			// The sequence numbers go on above everything written, kept
-			// or not.
-			if err := db.Set([]byte("later"), []byte("v"), nil); err != nil {
-				t.Fatal(err)
-			}
-		})
+				if rep.WALBatches != len(want) {
+					t.Fatalf("Verify counts %d batches it would replay, want %d (notes %q)", rep.WALBatches, len(want), rep.Notes)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				for _, k := range order {
+					_, err := db.Get([]byte(k))
+					if want := slices.Contains(want, k); want != (err == nil) {
+						t.Fatalf("%s: %v, want present %v (recovered should be %v)", k, err, want, c.want)
+					}
+				}
+				// The sequence numbers go on above everything written,
+				// kept or not.
+				if err := db.Set([]byte("later"), []byte("v"), nil); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
 	}
 }
 
