@@ -191,10 +191,9 @@ func TestWALSeedFiles(t *testing.T) {
 // and cuts what it wrote at an arbitrary offset, as a crash leaves a
 // write half done: reading the file as the new log must give exactly a
 // prefix of its records (all of them when nothing was cut), never an
-// error, whatever the older bytes hold (unless they hold chunks of the
-// new log's number, which a file reused for a new log never does). The
-// older bytes alone, read as a log, must end in io.EOF or a corruption
-// error.
+// error, whatever the older bytes hold, chunks forged with the new log's
+// number included (its writer's salt is drawn at random). The older bytes
+// alone, read as a log, must end in io.EOF or a corruption error.
 func FuzzWALReusedFile(f *testing.F) {
 	var older walBuffer
 	w := wal.NewWriter(&older, wal.WriterOptions{LogNum: 7})
@@ -211,10 +210,13 @@ func FuzzWALReusedFile(f *testing.F) {
 	f.Add([]byte{}, recs, uint16(0xffff))
 	f.Fuzz(func(t *testing.T, under, recsData []byte, cut uint16) {
 		const num = 0x5eed5eed
-		numLE := binary.LittleEndian.AppendUint32(nil, num)
 		readLogOf(t, under, 7)
-		if bytes.Contains(under, numLE) {
-			return
+		if len(under) >= 23 && binary.LittleEndian.Uint32(under[19:]) == num {
+			// The older log's first chunk is its own, of another number
+			// (the engine writes a segment's header first): the one place
+			// the new log learns its salt from.
+			under = bytes.Clone(under)
+			under[19] ^= 1
 		}
 		recs := splitRecords(recsData)
 		written := encodeSegment(t, recs, num)

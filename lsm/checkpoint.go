@@ -79,11 +79,17 @@ func (db *DB) Checkpoint(dir string) (seq uint64, err error) {
 	for _, l := range pin.logs {
 		// Copied, not linked: a segment's file is reused for a later
 		// segment once it retires (logRecycler), which would overwrite
-		// the checkpoint's copy through a link.
+		// the checkpoint's copy through a link. And copied only as far
+		// as its records go: past them, a reused file holds an older
+		// segment's, whose writes the copy has no business keeping.
 		src := makeFilename(db.dir, fileTypeLog, l.num)
 		dst := makeFilename(dir, fileTypeLog, l.num)
+		end, err := logEndOf(l.file, l.num)
+		if err != nil {
+			return fail(fmt.Errorf("WAL %06d: %w", l.num, err))
+		}
 		written = append(written, dst)
-		if err := copyFile(fs, src, dst, l.file); err != nil {
+		if err := copyFile(fs, src, dst, l.file, end); err != nil {
 			return fail(err)
 		}
 	}
@@ -219,12 +225,34 @@ func linkOrCopy(fs vfs.FS, src, dst string) error {
 		// Another device, or a filesystem without hard links: copy
 		// instead.
 	}
-	return copyFile(fs, src, dst, nil)
+	return copyFile(fs, src, dst, nil, -1)
 }
 
-// copyFile writes dst, synced, with the content of src, read from open
-// (or from src when open is nil).
-func copyFile(fs vfs.FS, src, dst string, open vfs.File) error {
+// logEndOf returns where the records of closed WAL segment num, read
+// from f, end: an error if they do not read whole.
+func logEndOf(f vfs.File, num uint64) (int64, error) {
+	info, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	r := wal.NewRecyclableReader(f, info.Size(), num)
+	for {
+		if _, err := r.Next(); err == io.EOF {
+			break
+		} else if err != nil {
+			return 0, err
+		}
+	}
+	if torn, end := r.TornTail(); torn {
+		return 0, fmt.Errorf("a closed segment ends in a torn record at offset %d: %w", end, ErrCorruption)
+	}
+	return r.Offset(), nil
+}
+
+// copyFile writes dst, synced, with the first size bytes of src (all of
+// it when size is negative), read from open (or from src when open is
+// nil).
+func copyFile(fs vfs.FS, src, dst string, open vfs.File, size int64) error {
 	in := open
 	if in == nil {
 		f, err := fs.Open(src)
@@ -234,15 +262,18 @@ func copyFile(fs vfs.FS, src, dst string, open vfs.File) error {
 		defer f.Close()
 		in = f
 	}
-	info, err := in.Stat()
-	if err != nil {
-		return fmt.Errorf("copy %s: %w", src, err)
+	if size < 0 {
+		info, err := in.Stat()
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", src, err)
+		}
+		size = info.Size()
 	}
 	out, err := fs.Create(dst)
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
-	_, err = io.Copy(out, io.NewSectionReader(in, 0, info.Size()))
+	_, err = io.Copy(out, io.NewSectionReader(in, 0, size))
 	if err == nil {
 		err = out.Sync()
 	}

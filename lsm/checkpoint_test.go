@@ -1,6 +1,8 @@
 package lsm
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -240,6 +242,84 @@ func TestCheckpointLinksTables(t *testing.T) {
 	if got := len(scanAll(t, cdb)); got != 100 {
 		t.Fatalf("checkpoint holds %d keys, want 100", got)
 	}
+}
+
+// TestCheckpointCopiesSegmentsAsFarAsTheirRecords: the WAL segments of a
+// checkpoint are copies, not links (a retired segment's file is written
+// over by a later segment), and hold their own records only: a segment
+// written over a retired one's file leaves the older records behind,
+// writes the checkpoint must not keep.
+func TestCheckpointCopiesSegmentsAsFarAsTheirRecords(t *testing.T) {
+	root := t.TempDir()
+	db, err := Open(filepath.Join(root, "db"), &Options{MemTableSize: 64 << 10, InitialMemTableSize: -1, DisableBackgroundCompactions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	secret := bytes.Repeat([]byte("older-secret!"), 20)
+	for i := range 2000 {
+		if err := db.Set(fmt.Appendf(nil, "old%06d", i), secret, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every segment with the older writes flushed and retired; small
+	// writes go on until a segment is written over a retired one's file,
+	// and end among its records.
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reused := db.Metrics().WAL.Reused
+	for i := 0; db.Metrics().WAL.Reused == reused; i++ {
+		if i > 100000 {
+			t.Fatal("no WAL segment was written over a retired one")
+		}
+		if err := db.Set(fmt.Appendf(nil, "new%06d", i), []byte("v"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ckDir := filepath.Join(root, "ck")
+	if _, err := db.Checkpoint(ckDir); err != nil {
+		t.Fatal(err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(ckDir, "*.log"))
+	if len(logs) == 0 {
+		t.Fatal("the checkpoint has no WAL segment")
+	}
+	for _, name := range logs {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, b := statOf(t, name), statOf(t, filepath.Join(root, "db", filepath.Base(name))); b != nil && os.SameFile(a, b) {
+			t.Errorf("%s is a link to the DB's segment, not a copy", name)
+		}
+		if bytes.Contains(data, secret) {
+			t.Errorf("%s holds an older segment's records past its own", name)
+		}
+	}
+	cdb, err := Open(ckDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cdb.Close()
+	for i := range 50 {
+		if _, err := cdb.Get(fmt.Appendf(nil, "new%06d", i)); err != nil {
+			t.Fatalf("new%06d in the checkpoint: %v", i, err)
+		}
+	}
+}
+
+// statOf stats name, nil when it does not exist.
+func statOf(t *testing.T, name string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Stat(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
 }
 
 func TestCheckpointRefusesNonEmptyDir(t *testing.T) {

@@ -9,8 +9,13 @@ import (
 )
 
 // manifestFormatVersion is the version of the version-edit encoding
-// (docs/manifest.md). Every manifest starts with an edit that records it.
-const manifestFormatVersion = 1
+// (docs/manifest.md), and so of the store: every manifest starts with an
+// edit that records it, and a build refuses a store of a newer version.
+// Version 2: the WAL segments may be in recyclable chunks (docs/wal.md,
+// version 2), which a version 1 build reads as empty segments, dropping
+// every newer one: it must refuse the store instead. The edits encode as
+// in version 1.
+const manifestFormatVersion = 2
 
 // Version-edit field tags. The numeric values are part of the MANIFEST
 // format and never change.

@@ -46,11 +46,17 @@ const HeaderSize = 19
 //
 //	logNum     uint32  the low 32 bits of the number of the log the chunk
 //	                   was written for
+//	salt       uint32  a random number the log's writer drew, the same in
+//	                   every chunk of the log
 //
 // which the checksum covers too. A file reused for another log keeps the
 // chunks of the log it held until they are overwritten; their number
-// tells them apart from the new log's.
-const RecyclableHeaderSize = HeaderSize + 4
+// tells them apart from the new log's. The salt keeps bytes within the
+// older log's records (user data, which may hold anything, a number
+// easily guessed included) from passing for the new log's chunks: a
+// reader takes it from the log's first chunk, which the writer wrote
+// before any record.
+const RecyclableHeaderSize = HeaderSize + 8
 
 // maxPayload is the largest payload one version 1 chunk can carry.
 const maxPayload = BlockSize - HeaderSize
@@ -68,10 +74,14 @@ const (
 )
 
 // layout is how a file's chunks are laid out: version 1 chunks, or
-// recyclable ones of the log logNum.
+// recyclable ones of the log logNum, with salt when saltKnown (a reader
+// learns it from the log's first chunk; without it, no chunk is the
+// log's).
 type layout struct {
 	recyclable bool
 	logNum     uint32
+	salt       uint32
+	saltKnown  bool
 }
 
 func (l layout) headerSize() int {
@@ -89,6 +99,7 @@ type chunkHeader struct {
 	typ        byte
 	syncOffset int64
 	logNum     uint32
+	salt       uint32
 }
 
 // decodeHeader decodes the header at b, of layout l. A type outside the
@@ -103,6 +114,7 @@ func (l layout) decodeHeader(b []byte) chunkHeader {
 	}
 	if l.recyclable {
 		h.logNum = binary.LittleEndian.Uint32(b[19:23])
+		h.salt = binary.LittleEndian.Uint32(b[23:27])
 		h.typ -= recyclableTypes // below the range it wraps past chunkLast
 	}
 	if h.typ < chunkFull || h.typ > chunkLast {
@@ -113,14 +125,15 @@ func (l layout) decodeHeader(b []byte) chunkHeader {
 
 // foreign reports whether the bytes at b, of a recyclable layout, do not
 // even claim to be a chunk of this file's log: no recyclable type, or
-// another log's number. Past the end of what the log wrote, a reused file
-// holds the chunks of the log it held before (or parts of them), which
-// this tells from a damaged chunk of this log's own. The caller
-// guarantees len(b) >= RecyclableHeaderSize.
+// another log's number or salt. Past the end of what the log wrote, a
+// reused file holds the chunks of the log it held before (or parts of
+// them), which this tells from a damaged chunk of this log's own. The
+// caller guarantees len(b) >= RecyclableHeaderSize.
 func (l layout) foreign(b []byte) bool {
 	t := b[10]
-	return t <= recyclableTypes || t > recyclableTypes+chunkLast ||
-		binary.LittleEndian.Uint32(b[19:23]) != l.logNum
+	return !l.saltKnown || t <= recyclableTypes || t > recyclableTypes+chunkLast ||
+		binary.LittleEndian.Uint32(b[19:23]) != l.logNum ||
+		binary.LittleEndian.Uint32(b[23:27]) != l.salt
 }
 
 // putChunk encodes a chunk header of layout l in b[:l.headerSize()] for
@@ -134,6 +147,7 @@ func (l layout) putChunk(b []byte, length int, typ byte, syncOffset int64) {
 	if l.recyclable {
 		b[10] += recyclableTypes
 		binary.LittleEndian.PutUint32(b[19:23], l.logNum)
+		binary.LittleEndian.PutUint32(b[23:27], l.salt)
 	}
 	binary.LittleEndian.PutUint64(b[0:8], xxhash.Sum64(b[8:hs+length]))
 }
@@ -189,7 +203,7 @@ func (l layout) checkChunk(block []byte, pos int, blockOff int64) (chunkHeader, 
 	if h.syncOffset < 0 || h.syncOffset > blockOff+int64(pos) {
 		return h, problemBadSync
 	}
-	if l.recyclable && h.logNum != l.logNum {
+	if l.recyclable && (!l.saltKnown || h.logNum != l.logNum || h.salt != l.salt) {
 		return h, problemForeign
 	}
 	return h, problemNone

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -35,10 +36,12 @@ type Reader struct {
 	err  error
 	torn bool
 	// tornOff and tornWhy say where and what the damage ending a torn
-	// log was; badEnd is where the damaged chunk ends by its length.
-	tornOff int64
-	tornWhy string
-	badEnd  int64
+	// log was; badEnd, where the damaged chunk ends by its length;
+	// oursAfter, that a valid chunk of the log lies past it.
+	tornOff   int64
+	tornWhy   string
+	badEnd    int64
+	oursAfter bool
 }
 
 // NewReader returns a Reader over the first size bytes of f, a log of
@@ -98,19 +101,23 @@ func (r *Reader) Offset() int64 { return r.end }
 // that ends the log: its offset, what was found there, and whether it is
 // the kind a crash leaves behind (the file ending inside a chunk or a
 // record, or a zero-filled chunk header; in a file of recyclable chunks
-// that goes on past the chunk, so perhaps a reused one, also a chunk
-// whose write stopped part way over an older log's bytes, which fails
-// its checksum, and a record whose next chunk is the older log's). A
-// false cut means an intact-looking chunk whose checksum, type or sync
-// offset is wrong: recovery drops it all the same, as it cannot tell such
-// a chunk from an unsynced torn write, but a strict checker (tabula
-// verify) reports it.
+// that goes on past the damage with no chunk of the log, so perhaps a
+// reused one, also a chunk whose write stopped part way over an older
+// log's bytes, which fails its checksum, and a record whose next chunk is
+// the older log's). A false cut means an intact-looking chunk whose
+// checksum, type or sync offset is wrong, or damage with chunks of the
+// log after it: recovery drops it all the same, as it cannot tell such a
+// chunk from an unsynced torn write, but a strict checker (tabula verify)
+// reports it.
 func (r *Reader) TornDamage() (offset int64, why string, cut bool) {
 	switch r.tornWhy {
-	case string(problemTruncHeader), string(problemZeroHeader), string(problemTruncated), whyLastChunkMissing, whyForeignInRecord:
+	case string(problemTruncHeader), string(problemZeroHeader), string(problemTruncated), whyLastChunkMissing:
 		cut = true
-	case string(problemChecksum):
-		cut = r.l.recyclable && r.badEnd < r.size
+	case string(problemChecksum), whyForeignInRecord:
+		// A crash's torn write over an older log's bytes: the last the
+		// log wrote (no chunk of it comes after), and not at the end of
+		// the file (the older bytes go on past it).
+		cut = r.l.recyclable && !r.oursAfter && r.badEnd < r.size
 	}
 	return r.tornOff, r.tornWhy, cut
 }
@@ -153,6 +160,7 @@ func (r *Reader) next() ([]byte, error) {
 			case !inRecord && (short || r.l.foreign(r.buf[r.pos:])):
 				return nil, r.foreignEnd(off)
 			case inRecord && !short && r.l.foreign(r.buf[r.pos:]):
+				r.badEnd = off
 				return nil, r.bad(off, whyForeignInRecord)
 			}
 		}
@@ -214,21 +222,41 @@ func (r *Reader) loadBlock(off int64) error {
 	r.buf = r.buf[:n]
 	if r.guess && off == 0 {
 		r.guess = false
-		if n > 10 && r.buf[10] >= chunkFull && r.buf[10] <= chunkLast {
+		b := r.buf
+		switch {
+		case n > 10 && b[10] >= chunkFull && b[10] <= chunkLast:
 			r.l = layout{}
+		case n >= RecyclableHeaderSize && b[10] > recyclableTypes && b[10] <= recyclableTypes+chunkLast &&
+			binary.LittleEndian.Uint32(b[19:23]) == r.l.logNum:
+			// The log's first chunk, which its writer wrote before any
+			// record: its salt is the log's. (Otherwise the file's
+			// first chunk is an older log's, and this log wrote
+			// nothing: no chunk is its.)
+			r.l.salt, r.l.saltKnown = binary.LittleEndian.Uint32(b[23:27]), true
 		}
 	}
 	return nil
 }
 
-// foreignEnd decides what another log's chunk at off, where a record of
-// this log could start, means: the end of what this log wrote into a
-// reused file, unless a chunk of this log further on says the log was
-// synced past the intact prefix (then the chunk at off replaced durable
-// data: corruption).
+// whyForeignAmid is the damage of bytes that are no chunk of the log
+// where a record could start, with chunks of the log further on.
+const whyForeignAmid = "bytes that are not the log's before chunks that are"
+
+// foreignEnd decides what bytes at off that are no chunk of this log,
+// where a record of it could start, mean: the end of what the log wrote
+// into a reused file, unless a chunk of the log further on says the log
+// was synced past the intact prefix (then they replaced durable data:
+// corruption), or there are chunks of the log further on at all (then
+// they are damage to data never synced: a torn tail, but not one a crash
+// leaves).
 func (r *Reader) foreignEnd(off int64) error {
-	if err := r.durable(off, string(problemForeign)); err != nil {
+	ours, err := r.after(off, string(problemForeign))
+	if err != nil {
 		return err
+	}
+	if ours {
+		r.torn, r.oursAfter = true, true
+		r.tornOff, r.tornWhy = off, whyForeignAmid
 	}
 	return io.EOF
 }
@@ -240,33 +268,36 @@ func (r *Reader) foreignEnd(off int64) error {
 // crash tore the tail, the log ends at the intact prefix, and bad returns
 // io.EOF.
 func (r *Reader) bad(off int64, why string) error {
-	if err := r.durable(off, why); err != nil {
+	ours, err := r.after(off, why)
+	if err != nil {
 		return err
 	}
-	r.torn = true
+	r.torn, r.oursAfter = true, ours
 	r.tornOff, r.tornWhy = off, why
 	return io.EOF
 }
 
-// durable returns the corruption error for what why says was found at
-// off if a valid chunk of this log says the log was synced past the
-// intact prefix, which off ends; nil if none does; a read error if the
-// search for one failed.
-func (r *Reader) durable(off int64, why string) error {
-	synced, err := r.syncedPast(r.end)
+// after looks past the damage at off, which why describes: it returns
+// the corruption error if a valid chunk of this log says the log was
+// synced past the intact prefix (which off ends), a read error if the
+// search failed, and otherwise whether any valid chunk of the log lies
+// past off.
+func (r *Reader) after(off int64, why string) (ours bool, err error) {
+	synced, ours, err := r.syncedPast(r.end)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if synced > r.end {
-		return fmt.Errorf("wal: chunk at offset %d: %s (the log was synced to offset %d, past the intact prefix ending at %d): %w",
+		return true, fmt.Errorf("wal: chunk at offset %d: %s (the log was synced to offset %d, past the intact prefix ending at %d): %w",
 			off, why, synced, r.end, base.ErrCorruption)
 	}
-	return nil
+	return ours, nil
 }
 
 // syncedPast looks for a valid chunk carrying a sync offset beyond x: among
 // the chunks read so far, then in the rest of the file from the damaged
-// chunk on. It returns the first such offset found, or one <= x.
+// chunk on. It returns the first such offset found, or one <= x, and
+// whether it met any valid chunk of this log past the damage.
 //
 // Where the chain of chunks is intact (from the start of every block, and
 // from any valid chunk on) the scan follows chunk lengths. Past damage the
@@ -275,31 +306,30 @@ func (r *Reader) durable(off int64, why string) error {
 // hard to fool, a candidate is only checksummed if its header is
 // plausible: a valid type, a length that fits, and a sync offset no larger
 // than its own offset.
-func (r *Reader) syncedPast(x int64) (int64, error) {
+func (r *Reader) syncedPast(x int64) (synced int64, ours bool, err error) {
 	if r.maxSync > x {
-		return r.maxSync, nil
+		return r.maxSync, true, nil
 	}
-	if s := r.l.scanForSync(r.buf, r.pos, r.blockOff, x); s > x {
-		return s, nil
-	}
-	for off := r.blockOff + BlockSize; off < r.size; off += BlockSize {
+	s, ours := r.l.scanForSync(r.buf, r.pos, r.blockOff, x)
+	for off := r.blockOff + BlockSize; s <= x && off < r.size; off += BlockSize {
 		if err := r.loadBlock(off); err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		if s := r.l.scanForSync(r.buf, 0, off, x); s > x {
-			return s, nil
-		}
+		var more bool
+		s, more = r.l.scanForSync(r.buf, 0, off, x)
+		ours = ours || more
 	}
-	return x, nil
+	return max(s, x), ours, nil
 }
 
 // scanForSync scans block[pos:], where a chunk starts at pos, for a valid
 // chunk of this log whose sync offset exceeds x, and returns that offset
-// (or 0). Another log's chunks, which a reused file holds past what this
-// log wrote, are never evidence, but the scan follows their chain as it
-// does its own log's: it checksums them rather than trying every byte of
-// an older log's megabytes.
-func (l layout) scanForSync(block []byte, pos int, blockOff int64, x int64) int64 {
+// (or 0), and whether it met any valid chunk of this log. Another log's
+// chunks, which a reused file holds past what this log wrote, are never
+// evidence, but the scan follows their chain as it does its own log's: it
+// checksums them rather than trying every byte of an older log's
+// megabytes.
+func (l layout) scanForSync(block []byte, pos int, blockOff int64, x int64) (synced int64, ours bool) {
 	hs := l.headerSize()
 	chained := true
 	for pos+hs <= len(block) && pos+hs <= BlockSize {
@@ -319,8 +349,9 @@ func (l layout) scanForSync(block []byte, pos int, blockOff int64, x int64) int6
 		switch problem {
 		case problemNone:
 			if h.syncOffset > x {
-				return h.syncOffset
+				return h.syncOffset, true
 			}
+			ours = true
 		case problemForeign:
 		default:
 			chained = false
@@ -330,5 +361,5 @@ func (l layout) scanForSync(block []byte, pos int, blockOff int64, x int64) int6
 		chained = true
 		pos += hs + h.length
 	}
-	return 0
+	return 0, ours
 }

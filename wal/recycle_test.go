@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -241,6 +242,67 @@ func TestReusedFileEndsInAShortTail(t *testing.T) {
 		res := readLog(t, data[:end+k], 8)
 		if res.err != nil || res.torn || len(res.recs) != len(recs) {
 			t.Fatalf("%d bytes of the older log past the end: read %d of %d records, err=%v torn=%v", k, len(res.recs), len(recs), res.err, res.torn)
+		}
+	}
+}
+
+// TestOlderRecordsCannotForgeChunks puts, inside a record of the older
+// log, where the new log will end, bytes forged as the new log's: a whole
+// chunk with the new log's number and a valid checksum, and a header
+// whose type and number alone match. Neither passes for the new log's
+// (they lack its salt, which its writer drew at random): the new log
+// reads back exactly, and ends cleanly. (Found by review: with the
+// number alone, the first was read as a record, the second made a
+// complete log read as torn, which recovery calls corruption when the
+// next segment continues it.)
+func TestOlderRecordsCannotForgeChunks(t *testing.T) {
+	rec := []byte("hello")
+	end := RecyclableHeaderSize + len(rec) // where the new log ends
+	whole := make([]byte, RecyclableHeaderSize+4)
+	copy(whole[RecyclableHeaderSize:], "evil")
+	layout{recyclable: true, logNum: 9, saltKnown: true}.putChunk(whole, 4, chunkFull, 0)
+	bait := make([]byte, RecyclableHeaderSize+4)
+	bait[10] = chunkFull + recyclableTypes
+	binary.LittleEndian.PutUint32(bait[19:], 9)
+	for name, forged := range map[string][]byte{"a whole chunk": whole, "a header's type and number": bait} {
+		// The older log's single record starts after its header, so its
+		// payload reaches the new log's end at end-RecyclableHeaderSize.
+		payload := append(bytes.Repeat([]byte{'.'}, end-RecyclableHeaderSize), forged...)
+		payload = append(payload, bytes.Repeat([]byte{'.'}, 100)...)
+		older, _ := writeOver(t, nil, 5, [][]byte{payload}, nil)
+		data, _ := writeOver(t, older, 9, [][]byte{rec}, func(int) bool { return true })
+		res := readLog(t, data, 9)
+		if res.err != nil || res.torn || len(res.recs) != 1 || !bytes.Equal(res.recs[0], rec) {
+			t.Fatalf("%s of log 9 in the older log's record: read %q, err=%v torn=%v; want the one record, ending cleanly", name, res.recs, res.err, res.torn)
+		}
+	}
+}
+
+// TestDamageAmidUnsyncedChunks flips a byte of a record of a log in a new
+// file, with later records (none synced): a torn tail, as recovery must
+// take it, but not one a crash leaves (a crash's torn write is the last
+// thing written), so a strict checker reports it. (Found by review.)
+func TestDamageAmidUnsyncedChunks(t *testing.T) {
+	recs := [][]byte{[]byte("header"), bytes.Repeat([]byte("a"), 100), bytes.Repeat([]byte("b"), 100), bytes.Repeat([]byte("c"), 100)}
+	data, ends := writeOver(t, nil, 9, recs, nil)
+	for name, off := range map[string]int64{"a payload byte": ends[0] + RecyclableHeaderSize + 5, "the type byte": ends[0] + 10} {
+		damaged := bytes.Clone(data)
+		damaged[off] ^= 0x10
+		r := NewRecyclableReader(bytes.NewReader(damaged), int64(len(damaged)), 9)
+		n := 0
+		for {
+			if _, err := r.Next(); err != nil {
+				if err != io.EOF {
+					t.Fatalf("%s flipped: %v", name, err)
+				}
+				break
+			}
+			n++
+		}
+		torn, _ := r.TornTail()
+		_, why, cut := r.TornDamage()
+		if n != 1 || !torn || cut {
+			t.Fatalf("%s of record 1 flipped: %d records, torn=%v (%s) cut=%v; want 1, torn, not a crash's cut", name, n, torn, why, cut)
 		}
 	}
 }

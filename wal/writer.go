@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"time"
@@ -68,11 +69,12 @@ type WriterOptions struct {
 	Previous func() error
 	// LogNum, when nonzero, is the number of the log this Writer writes,
 	// and makes its chunks recyclable: each carries the number (its low
-	// 32 bits), so that the file may be one that held another log before,
-	// overwritten from its start. A reader given the number
-	// (NewRecyclableReader) ends the log where the older log's chunks
-	// begin. A reused file saves the filesystem the allocation, and the
-	// journal commit, that appending costs at every fsync.
+	// 32 bits) and a salt the Writer draws at random, so that the file may
+	// be one that held another log before, overwritten from its start. A
+	// reader given the number (NewRecyclableReader) ends the log where the
+	// older log's bytes begin. A reused file saves the filesystem the
+	// allocation, and the journal commit, that appending costs at every
+	// fsync.
 	LogNum uint64
 }
 
@@ -199,7 +201,7 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 	}
 	w := &Writer{
 		f:            f,
-		l:            layout{recyclable: opts.LogNum != 0, logNum: uint32(opts.LogNum)},
+		l:            layout{recyclable: opts.LogNum != 0, logNum: uint32(opts.LogNum), salt: rand.Uint32(), saltKnown: true},
 		maxBuffered:  int64(maxBuffered),
 		bytesPerSync: int64(opts.BytesPerSync),
 		previousOpen: opts.Previous != nil,
