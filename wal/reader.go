@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/tabuladb/tabula/internal/base"
 )
@@ -233,6 +234,15 @@ func (r *Reader) loadBlock(off int64) error {
 			// first chunk is an older log's, and this log wrote
 			// nothing: no chunk is its.)
 			r.l.salt, r.l.saltKnown = binary.LittleEndian.Uint32(b[23:27]), true
+		case n > 10 && (b[10] <= recyclableTypes || b[10] > recyclableTypes+chunkLast):
+			// Neither layout's type: a damaged first chunk (a log that
+			// wrote nothing into a reused file leaves the older log's
+			// chunk there, of a recyclable type). If valid version 1
+			// chunks follow in the block, it is a version 1 file, whose
+			// damage they judge.
+			if _, v1 := (layout{}).scanForSync(b, 0, 0, math.MaxInt64); v1 {
+				r.l = layout{}
+			}
 		}
 	}
 	return nil

@@ -306,3 +306,21 @@ func TestDamageAmidUnsyncedChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestDamagedFirstChunkOfAVersion1Log: a version 1 log whose first
+// chunk's type byte is damaged reads, through a recyclable reader, as a
+// version 1 log (its later chunks say so), so the synced records past
+// the damage make it corruption, as a version 1 reader finds it, rather
+// than an empty log of recyclable chunks. (Left open by review, then
+// closed.)
+func TestDamagedFirstChunkOfAVersion1Log(t *testing.T) {
+	f, _ := writeLog(t, randomRecords(10, 20, 300), func(int) bool { return true })
+	data, _ := f.snapshot()
+	data[10] = 0x77
+	if v1 := readAll(t, data); !errors.Is(v1.err, base.ErrCorruption) {
+		t.Fatalf("test setup: a version 1 reader finds %v, want corruption", v1.err)
+	}
+	if res := readLog(t, data, 9); !errors.Is(res.err, base.ErrCorruption) {
+		t.Fatalf("a recyclable reader: %d records, err=%v torn=%v; want corruption", len(res.recs), res.err, res.torn)
+	}
+}
