@@ -96,6 +96,18 @@ func writeLog(t testing.TB, recs [][]byte, syncAfter func(i int) bool) (*memFile
 	t.Helper()
 	f := &memFile{}
 	w := NewWriter(f, WriterOptions{})
+	ends := writeRecords(t, w, recs, syncAfter)
+	if got := f.len(); int64(got) != w.Size() {
+		t.Fatalf("file holds %d bytes, writer's size is %d", got, w.Size())
+	}
+	return f, ends
+}
+
+// writeRecords appends recs through w, calling SyncTo after each record
+// whose index is in syncAfter, closes w, and returns each record's end
+// offset.
+func writeRecords(t testing.TB, w *Writer, recs [][]byte, syncAfter func(i int) bool) []int64 {
+	t.Helper()
 	ends := make([]int64, len(recs))
 	for i, p := range recs {
 		end, err := w.WriteRecord(p)
@@ -112,10 +124,7 @@ func writeLog(t testing.TB, recs [][]byte, syncAfter func(i int) bool) (*memFile
 	if err := w.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if got := f.len(); int64(got) != w.Size() {
-		t.Fatalf("file holds %d bytes, writer's size is %d", got, w.Size())
-	}
-	return f, ends
+	return ends
 }
 
 // readResult is what reading a whole log produced.
@@ -131,8 +140,13 @@ type readResult struct {
 // readAll reads every record of data.
 func readAll(t testing.TB, data []byte) readResult {
 	t.Helper()
+	return readRecords(t, NewReader(bytes.NewReader(data), int64(len(data))), len(data))
+}
+
+// readRecords reads every record through r, a reader of a size-byte log.
+func readRecords(t testing.TB, r *Reader, size int) readResult {
+	t.Helper()
 	var res readResult
-	r := NewReader(bytes.NewReader(data), int64(len(data)))
 	for {
 		rec, err := r.Next()
 		if err != nil {
@@ -146,8 +160,8 @@ func readAll(t testing.TB, data []byte) readResult {
 			return res
 		}
 		res.recs = append(res.recs, bytes.Clone(rec))
-		if len(res.recs) > len(data)/HeaderSize+1 {
-			t.Fatalf("read %d records from %d bytes", len(res.recs), len(data))
+		if len(res.recs) > size/HeaderSize+1 {
+			t.Fatalf("read %d records from %d bytes", len(res.recs), size)
 		}
 	}
 }

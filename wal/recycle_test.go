@@ -34,22 +34,7 @@ func writeOver(t testing.TB, under []byte, num uint64, recs [][]byte, syncAfter 
 	t.Helper()
 	f := &reusedFile{data: bytes.Clone(under)}
 	w := NewWriter(f, WriterOptions{LogNum: num})
-	ends := make([]int64, len(recs))
-	for i, p := range recs {
-		end, err := w.WriteRecord(p)
-		if err != nil {
-			t.Fatalf("WriteRecord(%d): %v", i, err)
-		}
-		ends[i] = end
-		if syncAfter != nil && syncAfter(i) {
-			if err := w.SyncTo(end); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	ends := writeRecords(t, w, recs, syncAfter)
 	if int64(f.pos) != w.Size() {
 		t.Fatalf("wrote %d bytes, writer's size is %d", f.pos, w.Size())
 	}
@@ -61,25 +46,12 @@ func writeOver(t testing.TB, under []byte, num uint64, recs [][]byte, syncAfter 
 // file every torn write is.
 func readLog(t testing.TB, data []byte, num uint64) readResult {
 	t.Helper()
-	var res readResult
 	r := NewRecyclableReader(bytes.NewReader(data), int64(len(data)), num)
-	for {
-		rec, err := r.Next()
-		if err != nil {
-			if err != io.EOF {
-				res.err = err
-			}
-			res.torn, res.off = r.TornTail()
-			if off, why, cut := r.TornDamage(); res.torn && !cut {
-				t.Fatalf("torn tail at %d (%s) not one a crash leaves", off, why)
-			}
-			return res
-		}
-		res.recs = append(res.recs, bytes.Clone(rec))
-		if len(res.recs) > len(data)/RecyclableHeaderSize+1 {
-			t.Fatalf("read %d records from %d bytes", len(res.recs), len(data))
-		}
+	res := readRecords(t, r, len(data))
+	if off, why, cut := r.TornDamage(); res.torn && !cut {
+		t.Fatalf("torn tail at %d (%s) not one a crash leaves", off, why)
 	}
+	return res
 }
 
 // randomRecords returns n records of sizes up to max, drawn from seed.
