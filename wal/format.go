@@ -15,6 +15,7 @@ package wal
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -130,10 +131,42 @@ func (l layout) decodeHeader(b []byte) chunkHeader {
 // them), which this tells from a damaged chunk of this log's own. The
 // caller guarantees len(b) >= RecyclableHeaderSize.
 func (l layout) foreign(b []byte) bool {
-	t := b[10]
-	return !l.saltKnown || t <= recyclableTypes || t > recyclableTypes+chunkLast ||
-		binary.LittleEndian.Uint32(b[19:23]) != l.logNum ||
-		binary.LittleEndian.Uint32(b[23:27]) != l.salt
+	h := l.decodeHeader(b)
+	return h.typ == 0 || !l.owns(h)
+}
+
+// owns reports whether the recyclable chunk header h names this log: its
+// number and its salt (none is the log's while the salt is unknown).
+func (l layout) owns(h chunkHeader) bool {
+	return l.saltKnown && h.logNum == l.logNum && h.salt == l.salt
+}
+
+// forFile returns the layout a reader of recyclable log l reads a file in,
+// judged by the file's first block b: version 1 chunks if its first chunk
+// has a version 1 type; recyclable chunks of the log, with the salt of
+// that chunk if it is the log's (its writer wrote it before any record),
+// and with none (so no chunk is the log's) if it is another log's; and
+// for a first chunk of neither layout's type (damage), version 1 chunks
+// if valid ones follow in the block, whose damage they then judge.
+func (l layout) forFile(b []byte) layout {
+	if len(b) <= 10 {
+		return l
+	}
+	switch t := b[10]; {
+	case t >= chunkFull && t <= chunkLast:
+		return layout{}
+	case t > recyclableTypes && t <= recyclableTypes+chunkLast:
+		if len(b) >= RecyclableHeaderSize {
+			if h := l.decodeHeader(b); h.logNum == l.logNum {
+				l.salt, l.saltKnown = h.salt, true
+			}
+		}
+		return l
+	}
+	if _, v1 := (layout{}).scanForSync(b, 0, 0, math.MaxInt64); v1 {
+		return layout{}
+	}
+	return l
 }
 
 // putChunk encodes a chunk header of layout l in b[:l.headerSize()] for
@@ -203,7 +236,7 @@ func (l layout) checkChunk(block []byte, pos int, blockOff int64) (chunkHeader, 
 	if h.syncOffset < 0 || h.syncOffset > blockOff+int64(pos) {
 		return h, problemBadSync
 	}
-	if l.recyclable && (!l.saltKnown || h.logNum != l.logNum || h.salt != l.salt) {
+	if l.recyclable && !l.owns(h) {
 		return h, problemForeign
 	}
 	return h, problemNone

@@ -1,11 +1,9 @@
 package wal
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 
 	"github.com/tabuladb/tabula/internal/base"
 )
@@ -204,8 +202,7 @@ func (r *Reader) advance(h chunkHeader) {
 
 // loadBlock reads the block at off into r.buf; past the end of the file
 // it leaves r.buf empty. The first block decides a recyclable reader's
-// layout: a file whose first chunk has a version 1 type was written in
-// version 1 chunks.
+// layout (layout.forFile).
 func (r *Reader) loadBlock(off int64) error {
 	r.blockOff = off
 	r.buf = r.buf[:0]
@@ -223,27 +220,7 @@ func (r *Reader) loadBlock(off int64) error {
 	r.buf = r.buf[:n]
 	if r.guess && off == 0 {
 		r.guess = false
-		b := r.buf
-		switch {
-		case n > 10 && b[10] >= chunkFull && b[10] <= chunkLast:
-			r.l = layout{}
-		case n >= RecyclableHeaderSize && b[10] > recyclableTypes && b[10] <= recyclableTypes+chunkLast &&
-			binary.LittleEndian.Uint32(b[19:23]) == r.l.logNum:
-			// The log's first chunk, which its writer wrote before any
-			// record: its salt is the log's. (Otherwise the file's
-			// first chunk is an older log's, and this log wrote
-			// nothing: no chunk is its.)
-			r.l.salt, r.l.saltKnown = binary.LittleEndian.Uint32(b[23:27]), true
-		case n > 10 && (b[10] <= recyclableTypes || b[10] > recyclableTypes+chunkLast):
-			// Neither layout's type: a damaged first chunk (a log that
-			// wrote nothing into a reused file leaves the older log's
-			// chunk there, of a recyclable type). If valid version 1
-			// chunks follow in the block, it is a version 1 file, whose
-			// damage they judge.
-			if _, v1 := (layout{}).scanForSync(b, 0, 0, math.MaxInt64); v1 {
-				r.l = layout{}
-			}
-		}
+		r.l = r.l.forFile(r.buf)
 	}
 	return nil
 }
