@@ -176,9 +176,11 @@ func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start 
 }
 
 // retireLog offers the WAL segment of m, whose flush is durable, for
-// reuse, once its close is done, and reports whether it was taken.
+// reuse, once its close is done, and reports whether it was taken. With
+// no room for it (reuse off, or enough kept), it does not wait for the
+// close: a deletion needs none.
 func (db *DB) retireLog(m *memTable) bool {
-	if m.logClosed == nil || m.logClosed() != nil {
+	if m.logClosed == nil || !db.logs.room() || m.logClosed() != nil {
 		return false
 	}
 	return db.logs.retire(m.logNum)
