@@ -335,13 +335,13 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 			}
 			db.cond.Wait()
 			if err := db.writeErrLocked(); err != nil {
-				db.metrics.stallNanos.Add(int64(time.Since(stallStart)))
+				db.metrics.recordStall(stallStart)
 				db.mu.Unlock()
 				return nil, err
 			}
 		}
 		if !stallStart.IsZero() {
-			db.metrics.stallNanos.Add(int64(time.Since(stallStart)))
+			db.metrics.recordStall(stallStart)
 		}
 		newLogNum := db.versions.newFileNum()
 		db.mu.Unlock()

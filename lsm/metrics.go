@@ -59,11 +59,12 @@ type Metrics struct {
 		Hits, Misses int64
 		Open         int
 	}
-	// Stall counts the times writes waited for flushes or compactions and
-	// for how long in total.
+	// Stall counts the times writes waited for flushes or compactions,
+	// for how long in total, and the longest single wait.
 	Stall struct {
 		Count    int64
 		Duration time.Duration
+		Longest  time.Duration
 	}
 	// Slowdown counts the writes slowed because L0 reached
 	// L0SlowdownWritesThreshold, and the time they waited in total.
@@ -109,7 +110,7 @@ func (m *Metrics) String() string {
 		m.Compaction.Count, m.Compaction.TrivialMoves, m.Compaction.BytesRead, m.Compaction.BytesWritten, m.Compaction.Duration)
 	fmt.Fprintf(&b, "block cache: %d hits, %d misses, %d bytes\n", m.BlockCache.Hits, m.BlockCache.Misses, m.BlockCache.Size)
 	fmt.Fprintf(&b, "table cache: %d hits, %d misses, %d open\n", m.TableCache.Hits, m.TableCache.Misses, m.TableCache.Open)
-	fmt.Fprintf(&b, "stalls: %d, %s\n", m.Stall.Count, m.Stall.Duration)
+	fmt.Fprintf(&b, "stalls: %d, %s (longest %s)\n", m.Stall.Count, m.Stall.Duration, m.Stall.Longest)
 	fmt.Fprintf(&b, "slowed writes: %d, %s\n", m.Slowdown.Count, m.Slowdown.Duration)
 	return b.String()
 }
@@ -129,10 +130,23 @@ type dbMetrics struct {
 	levelWritten      [NumLevels]atomic.Int64
 	stallCount        atomic.Int64
 	stallNanos        atomic.Int64
+	stallLongest      atomic.Int64
 	slowdownCount     atomic.Int64
 	slowdownNanos     atomic.Int64
 	walSyncs          *histogram // nanoseconds per WAL fsync
 	walGroups         *histogram // synced writes per WAL fsync
+}
+
+// recordStall counts a write's stall that began at start and is over.
+func (m *dbMetrics) recordStall(start time.Time) {
+	d := int64(time.Since(start))
+	m.stallNanos.Add(d)
+	for {
+		longest := m.stallLongest.Load()
+		if d <= longest || m.stallLongest.CompareAndSwap(longest, d) {
+			return
+		}
+	}
 }
 
 func (m *dbMetrics) init() {
@@ -217,6 +231,7 @@ func (db *DB) Metrics() Metrics {
 	m.TableCache.Open = db.tableCache.openCount()
 	m.Stall.Count = db.metrics.stallCount.Load()
 	m.Stall.Duration = time.Duration(db.metrics.stallNanos.Load())
+	m.Stall.Longest = time.Duration(db.metrics.stallLongest.Load())
 	m.Slowdown.Count = db.metrics.slowdownCount.Load()
 	m.Slowdown.Duration = time.Duration(db.metrics.slowdownNanos.Load())
 	m.VisibleSeqNum = db.visibleSeq.Load()

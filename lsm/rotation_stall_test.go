@@ -103,6 +103,10 @@ func TestRotationUnderLoadStallsOnlyAtTheThreshold(t *testing.T) {
 	if m := db.Metrics(); m.Stall.Count != 1 || m.Flush.Count == 0 {
 		t.Fatalf("after the flushes ran: %d stalls, %d flushes; want 1 stall and a flush", m.Stall.Count, m.Flush.Count)
 	}
+	// The stall outlasted the 50 ms above with the flushes held.
+	if m := db.Metrics(); m.Stall.Longest < 50*time.Millisecond || m.Stall.Longest > m.Stall.Duration {
+		t.Fatalf("one stall of over 50 ms: longest %v, in all %v", m.Stall.Longest, m.Stall.Duration)
+	}
 	for _, k := range []int{0, n / 2, n} {
 		if got := mustGet(t, db, fmt.Sprintf("k%08d", k)); got != value {
 			t.Fatalf("key %d: %d bytes", k, len(got))

@@ -91,9 +91,19 @@ type result struct {
 	DebtAfterDrain  int64    `json:"debt_after_drain,omitempty"`
 	DrainWriteBytes int64    `json:"drain_write_bytes,omitempty"`
 
+	// Stalls are the engine's write stalls over the child's whole life
+	// (a prefill included); nil for an engine that does not count them.
+	Stalls *stalls `json:"stalls,omitempty"`
+
 	Wrong       int64  `json:"wrong"`
 	EngineStats any    `json:"engine_stats,omitempty"`
 	Error       string `json:"error,omitempty"`
+}
+
+// stalls is an engine's count of write stalls and the longest of them.
+type stalls struct {
+	Count         int64 `json:"count"`
+	LongestMicros num   `json:"longest_us"`
 }
 
 // childMain is the hidden child subcommand.
@@ -238,6 +248,10 @@ func measure(res *result, e Engine, w workload, spec childSpec) error {
 	}
 	res.PeakRSSProcess = max(res.PeakRSSProcess, res.PeakRSS)
 	res.EngineStats = e.Stats()
+	if sr, ok := e.(stallReporter); ok {
+		count, longest := sr.Stalls()
+		res.Stalls = &stalls{Count: count, LongestMicros: micros(longest)}
+	}
 	if runErr != nil {
 		return runErr
 	}

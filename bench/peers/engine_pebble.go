@@ -29,9 +29,10 @@ type pebbleEngine struct {
 	filterIter *pebble.IterOptions
 	// Write stalls, counted through the event listener, to set beside
 	// Tabula's stall metric.
-	stalls     atomic.Int64
-	stallNanos atomic.Int64
-	stallStart atomic.Int64
+	stalls       atomic.Int64
+	stallNanos   atomic.Int64
+	stallLongest atomic.Int64
+	stallStart   atomic.Int64
 }
 
 func openPebble(dir string, cfg EngineConfig, l6Filters bool) (*pebbleEngine, error) {
@@ -58,7 +59,11 @@ func openPebble(dir string, cfg EngineConfig, l6Filters bool) (*pebbleEngine, er
 			},
 			WriteStallEnd: func() {
 				if t := e.stallStart.Swap(0); t != 0 {
-					e.stallNanos.Add(time.Now().UnixNano() - t)
+					d := time.Now().UnixNano() - t
+					e.stallNanos.Add(d)
+					if d > e.stallLongest.Load() {
+						e.stallLongest.Store(d) // the listener's calls do not overlap
+					}
 				}
 			},
 		},
@@ -204,6 +209,7 @@ type pebbleStats struct {
 	Stall struct {
 		Count    int64
 		Duration time.Duration
+		Longest  time.Duration
 	}
 	ReadAmp int
 }
@@ -246,8 +252,13 @@ func (e *pebbleEngine) Stats() any {
 	s.Filter.Misses = m.Filter.Misses
 	s.Stall.Count = e.stalls.Load()
 	s.Stall.Duration = time.Duration(e.stallNanos.Load())
+	s.Stall.Longest = time.Duration(e.stallLongest.Load())
 	s.ReadAmp = m.ReadAmp()
 	return s
+}
+
+func (e *pebbleEngine) Stalls() (int64, time.Duration) {
+	return e.stalls.Load(), time.Duration(e.stallLongest.Load())
 }
 
 func (e *pebbleEngine) Close() error { return e.db.Close() }

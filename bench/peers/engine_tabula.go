@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"time"
 
 	"github.com/tabuladb/tabula/lsm"
 )
@@ -90,6 +91,11 @@ func (e *tabulaEngine) Scan(start []byte, limit int, fn func(k, v []byte)) (int,
 func (e *tabulaEngine) Settle() error { return e.db.Compact(nil, nil) }
 
 func (e *tabulaEngine) Stats() any { return e.db.Metrics() }
+
+func (e *tabulaEngine) Stalls() (int64, time.Duration) {
+	m := e.db.Metrics()
+	return m.Stall.Count, m.Stall.Longest
+}
 
 func (e *tabulaEngine) Close() error { return e.db.Close() }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Engine is what a workload needs of a key-value store. Each adapter maps it
@@ -32,6 +33,13 @@ type Engine interface {
 	Stats() any
 	// Close closes the engine.
 	Close() error
+}
+
+// stallReporter is an Engine that counts its write stalls: the times it
+// held writers back for flushes or compactions, and the longest, since it
+// opened.
+type stallReporter interface {
+	Stalls() (count int64, longest time.Duration)
 }
 
 // Batch is a write batch.

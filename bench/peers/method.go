@@ -129,6 +129,12 @@ compactions, which is what write amplification counts. As in db_bench, a fill's 
 write returns: flushes and compactions still owed then are not waited for (an engine that stalls writers
 to keep compaction debt low pays for it in ops/s, one that defers it does not).
 
+**Latency** is timed around each operation on the workload's goroutine, so it includes waits for a
+CPU: ycsba runs four closed-loop goroutines on the machine's cores beside the engine's own flushes and
+compactions, and a write there can wait tens of milliseconds runnable with nothing in the engine holding
+it. The write-stall table counts what the engine itself holds writers back for (Tabula's
+` + "`Metrics.Stall`" + `, Pebble's write-stall events; goleveldb reports none).
+
 **Write amplification** = ` + "`write_bytes`" + ` of ` + "`/proc/self/io`" + ` over the measured phase ÷ logical bytes the workload
 wrote (keys + values, 296 bytes per write). Linux charges ` + "`write_bytes`" + ` to the process that *dirties* a page
 cache page, at that moment, not at writeback (checked on this kernel: 64 MiB of buffered writes show up in

@@ -99,6 +99,9 @@ type engineSummary struct {
 	// MaxWriteMicros is the median of the longest writes of a workload
 	// that mixes reads and writes (ycsba), 0 for the others.
 	MaxWriteMicros num `json:"max_write_us,omitempty"`
+	// Stalls sums the engine's write stalls over the repeats and keeps
+	// the longest of any; nil if the engine does not count them.
+	Stalls *stalls `json:"stalls,omitempty"`
 	// PerRepeat is ops/s by repeat, NaN (null) where the run failed.
 	PerRepeat []num `json:"per_repeat_ops_per_sec"`
 }
@@ -215,6 +218,13 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 		rss = append(rss, float64(r.PeakRSS))
 		p50, p99, longest = append(p50, float64(r.P50Micros)), append(p99, float64(r.P99Micros)), append(longest, float64(r.MaxMicros))
 		longestWrite = append(longestWrite, float64(r.MaxWriteMicros))
+		if r.Stalls != nil {
+			if es.Stalls == nil {
+				es.Stalls = &stalls{}
+			}
+			es.Stalls.Count += r.Stalls.Count
+			es.Stalls.LongestMicros = max(es.Stalls.LongestMicros, r.Stalls.LongestMicros)
+		}
 	}
 	es.OpsPerSec = num(median(ops))
 	es.WriteAmp = num(median(wa))
@@ -372,6 +382,21 @@ func (rep *engineReport) markdown() string {
 				return fmtRatio(num(ratio(float64(t.P99Micros), float64(pb.P99Micros)))) + " (p99)"
 			},
 			skip: never,
+		},
+		{
+			title: "Write stalls, the engine holding writers back for flushes or compactions, over each run's whole process (a prefill included): how many in all the repeats / the longest in any",
+			unit:  "",
+			cell: func(e engineSummary) string {
+				switch {
+				case e.Stalls == nil:
+					return "–"
+				case e.Stalls.Count == 0:
+					return "0"
+				}
+				return fmt.Sprintf("%d / %s ms", e.Stalls.Count, fmtFloat(float64(e.Stalls.LongestMicros)/1000, 1))
+			},
+			ratio: func(workloadSummary) string { return "–" },
+			skip:  never,
 		},
 		{
 			title: "Peak RSS during the measured phase",
