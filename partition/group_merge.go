@@ -155,8 +155,11 @@ type GroupSpanOf struct {
 // a group started by a split, or given a snapshot; not a range the
 // catalog names that no log here has started.
 func (s *Store) SpanRecorded(group uint64) bool {
-	if _, ok := s.spans.Load(group); ok {
+	switch v, _ := s.spans.Load(group); v.(type) {
+	case groupSpan:
 		return true
+	case noSpanRecord:
+		return false
 	}
 	_, err := s.db.Get(groupMetaKey(metaGroupSpan, group))
 	return err == nil

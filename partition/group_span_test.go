@@ -43,12 +43,20 @@ func TestGroupSpans(t *testing.T) {
 	if sp, _, _ := e.s.GroupSpan(5); sp != whole {
 		t.Fatalf("the catalog's split moved group 5's span before its log did: %+v", sp)
 	}
+	if e.s.SpanRecorded(5) || e.s.SpanRecorded(9) {
+		t.Fatal("a span recorded before the split")
+	}
 	if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 11}), 5, 9, "m"); err != nil {
 		t.Fatal(err)
 	}
-	e.reopen()
 	low := Span{Account: acct, Table: "Halves", HighPartitionKey: "m"}
 	high := Span{Account: acct, Table: "Halves", LowPartitionKey: "m"}
+	// The lookups above remembered that no record was there: the
+	// split's records replace that at once, before any reopen.
+	if sp, _, err := e.s.GroupSpan(5); err != nil || sp != low || !e.s.SpanRecorded(5) {
+		t.Fatalf("the parent's span right after the split = %+v, %v", sp, err)
+	}
+	e.reopen()
 	if sp, _, err := e.s.GroupSpan(5); err != nil || sp != low {
 		t.Fatalf("the parent's span after the split = %+v, %v; want %+v", sp, err, low)
 	}
@@ -101,6 +109,9 @@ func TestGroupSpans(t *testing.T) {
 	}
 	if _, _, err := CheckSpanSnapshotOf(5, acct, "halves", bytes.NewReader(stream)); !errors.Is(err, ErrBadSpanSnapshot) {
 		t.Fatalf("a stream of another group passed: %v", err)
+	}
+	if got, _, err := f.s.GroupSpan(9); err != nil || got != high || f.s.SpanRecorded(9) {
+		t.Fatalf("the follower's child span from the catalog = %+v, %v", got, err)
 	}
 	if _, err := f.s.IngestSpan(9, sp, bytes.NewReader(stream)); err != nil {
 		t.Fatal(err)

@@ -76,7 +76,8 @@ type Store struct {
 	// changed only by catalog edits.
 	tables sync.Map
 	// groups maps a range group's id to the live *table it replicates;
-	// spans caches the groups' span records (group_span.go).
+	// spans caches the groups' span records, or noSpanRecord for a group
+	// found to have none (group_span.go).
 	groups  sync.Map
 	spans   sync.Map
 	deleted atomic.Pointer[map[uint64]struct{}]
