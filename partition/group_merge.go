@@ -155,14 +155,8 @@ type GroupSpanOf struct {
 // a group started by a split, or given a snapshot; not a range the
 // catalog names that no log here has started.
 func (s *Store) SpanRecorded(group uint64) bool {
-	switch v, _ := s.spans.Load(group); v.(type) {
-	case groupSpan:
-		return true
-	case noSpanRecord:
-		return false
-	}
-	_, err := s.db.Get(groupMetaKey(metaGroupSpan, group))
-	return err == nil
+	_, ok := s.spans.Load(group) // every record is cached: groupSpanOf
+	return ok
 }
 
 // MergeThresholds returns when two neighbouring ranges are cold enough to
@@ -175,6 +169,21 @@ func (s *Store) MergeThresholds() (opsPerSecond float64, bytes int64) {
 
 // HasFrozen says whether the store holds a frozen span.
 func (s *Store) HasFrozen() bool { return s.frozenSpans.Load() > 0 }
+
+// loadSpans caches every span record, as the store opens, and counts the
+// frozen ones.
+func (s *Store) loadSpans() error {
+	var n int64
+	err := s.scanGroupSpans(func(group uint64, g groupSpan) error {
+		s.spans.Store(group, g)
+		if g.frozen {
+			n++
+		}
+		return nil
+	})
+	s.frozenSpans.Store(n)
+	return err
+}
 
 // countFrozen counts the frozen span records again.
 func (s *Store) countFrozen() error {

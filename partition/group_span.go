@@ -3,7 +3,6 @@ package partition
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/tabuladb/tabula/lsm"
@@ -88,47 +87,27 @@ func decodeGroupSpan(v []byte) (groupSpan, error) {
 }
 
 // setGroupSpan adds to b the record of a group's span; once b is
-// written, the caller caches it (s.spans).
+// written, the caller must cache it (s.spans): groupSpanOf takes a group
+// missing from the cache to have no record.
 func setGroupSpan(b *lsm.Batch, group uint64, g groupSpan) {
 	b.Set(groupMetaKey(metaGroupSpan, group), encodeGroupSpan(g))
 }
-
-// noSpanRecord marks, in Store.spans, a group whose span record was
-// looked for and not found.
-type noSpanRecord struct{}
 
 // groupSpanOf returns group's span: its record, or, without one, its
 // whole table as the catalog has it; ok is false for a group with
 // neither.
 func (s *Store) groupSpanOf(group uint64) (groupSpan, bool, error) {
-	v, cached := s.spans.Load(group)
-	if g, ok := v.(groupSpan); ok {
-		return g, true, nil
+	if v, ok := s.spans.Load(group); ok {
+		return v.(groupSpan), true, nil
 	}
-	if !cached {
-		switch v, err := s.db.Get(groupMetaKey(metaGroupSpan, group)); {
-		case errors.Is(err, lsm.ErrNotFound):
-			// Remembered: a group's apply asks on every command, and the
-			// read was a fifth of a replica's apply. Every writer of a
-			// record caches it after the write, over the mark; the mark
-			// never replaces a record cached meanwhile.
-			s.spans.LoadOrStore(group, noSpanRecord{})
-		case err != nil:
-			return groupSpan{}, false, fmt.Errorf("partition: read the span of group %d: %w", group, err)
-		default:
-			g, err := decodeGroupSpan(v)
-			if err != nil {
-				return groupSpan{}, false, err
-			}
-			s.spans.Store(group, g)
-			return g, true, nil
-		}
-	}
-	// No record: derived, not cached, for a split writes the record,
-	// which then rules. A table's first group without one never split:
-	// it holds the whole table (whatever split the catalog has recorded
-	// and its log not made yet). Any other group without one is a range
-	// this store never held: its range as the catalog has it.
+	// No record: every record is cached, from the store's opening
+	// (loadSpans) and by each writer after its write, so none is read
+	// (a read per command was a fifth of a replica's apply). The span
+	// is derived, not cached, for a split writes the record, which then
+	// rules. A table's first group without one never split: it holds the
+	// whole table (whatever split the catalog has recorded and its log
+	// not made yet). Any other group without one is a range this store
+	// never held: its range as the catalog has it.
 	gv, ok := s.groups.Load(group)
 	if !ok {
 		return groupSpan{}, false, nil

@@ -51,8 +51,8 @@ func TestGroupSpans(t *testing.T) {
 	}
 	low := Span{Account: acct, Table: "Halves", HighPartitionKey: "m"}
 	high := Span{Account: acct, Table: "Halves", LowPartitionKey: "m"}
-	// The lookups above remembered that no record was there: the
-	// split's records replace that at once, before any reopen.
+	// Before any reopen: the split caches its records as it writes them
+	// (lookups read no record from the store).
 	if sp, _, err := e.s.GroupSpan(5); err != nil || sp != low || !e.s.SpanRecorded(5) {
 		t.Fatalf("the parent's span right after the split = %+v, %v", sp, err)
 	}

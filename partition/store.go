@@ -76,8 +76,7 @@ type Store struct {
 	// changed only by catalog edits.
 	tables sync.Map
 	// groups maps a range group's id to the live *table it replicates;
-	// spans caches the groups' span records, or noSpanRecord for a group
-	// found to have none (group_span.go).
+	// spans holds every span record of the groups (group_span.go).
 	groups  sync.Map
 	spans   sync.Map
 	deleted atomic.Pointer[map[uint64]struct{}]
@@ -160,7 +159,7 @@ func open(dir string, opts *Options, tune tuning) (*Store, error) {
 		err = s.finishSpanIngests()
 	}
 	if err == nil {
-		err = s.countFrozen()
+		err = s.loadSpans()
 	}
 	if err != nil {
 		return nil, errors.Join(err, db.Close())
