@@ -418,7 +418,8 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 		closed <- err
 	}()
 	previousClosed := sync.OnceValue(func() error { return <-closed })
-	f, w, err := db.createLog(newLogNum, base.SeqNum(db.commit.logSeq.Load())+1, previousClosed)
+	nextSize := min(2*db.mem.size, db.opts.MemTableSize)
+	f, w, err := db.createLog(newLogNum, base.SeqNum(db.commit.logSeq.Load())+1, nextSize, previousClosed)
 	if err != nil {
 		if perr := previousClosed(); perr != nil {
 			err = errors.Join(err, perr)
@@ -431,7 +432,7 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 	old.lastSeq = base.SeqNum(db.commit.logSeq.Load())
 	old.logClosed = previousClosed
 	db.mem.queue = append(db.mem.queue, old)
-	db.mem.size = min(2*db.mem.size, db.opts.MemTableSize)
+	db.mem.size = nextSize
 	db.mem.mutable = db.newMemTable(db.mem.size, newLogNum)
 	db.log.num, db.log.file, db.log.writer, db.log.previousClosed = newLogNum, f, w, previousClosed
 	db.updateReadState()
@@ -446,6 +447,14 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 // memtable's segment (64 MiB) took 50-60 ms to fsync at once.
 const walBytesPerSync = 2 << 20
 
+// walZeroAhead is how far past a WAL segment's end its synced writes keep
+// zeros in the file (wal.WriterOptions.ZeroAhead), so that a segment no
+// retired file was left for (a young DB's, or one past the reused file's
+// size) is fsynced as cheaply as a reused one: its fsyncs overwrite the
+// zeros instead of growing the file, and every 512 KiB of log one fsync
+// also writes the next MiB of zeros.
+const walZeroAhead = 1 << 20
+
 // createLog creates WAL segment num, whose writer reports its fsyncs to
 // the metrics and shares the DB's WAL blocks, and writes its first record:
 // an empty batch carrying firstSeq, the sequence number its first batch
@@ -456,11 +465,12 @@ const walBytesPerSync = 2 << 20
 // segment), else after previous (the older segment's close:
 // wal.WriterOptions.Previous), off the writers' path: a directory fsync
 // waits for the journal commit that the close's fsync may be in, and held
-// every writer up for milliseconds at a rotation.
-func (db *DB) createLog(num uint64, firstSeq base.SeqNum, previous func() error) (vfs.File, *wal.Writer, error) {
+// every writer up for milliseconds at a rotation. memSize is the arena
+// size of the memtable whose writes the segment takes.
+func (db *DB) createLog(num uint64, firstSeq base.SeqNum, memSize int64, previous func() error) (vfs.File, *wal.Writer, error) {
 	fs, dir := db.fs, db.dir
 	name := makeFilename(dir, fileTypeLog, num)
-	f, err := db.newLogFile(name)
+	f, allocated, err := db.newLogFile(name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lsm: create WAL: %w", err)
 	}
@@ -484,7 +494,14 @@ func (db *DB) createLog(num uint64, firstSeq base.SeqNum, previous func() error)
 			return syncName()
 		}
 	}
-	w := wal.NewWriter(f, wal.WriterOptions{OnSync: db.metrics.recordSync, BytesPerSync: walBytesPerSync, Blocks: db.walBlocks, Previous: gate, LogNum: num})
+	// A segment holds about its memtable's bytes: a young DB's small
+	// ones get zeros in proportion.
+	zeroAhead := min(walZeroAhead, memSize/4)
+	if db.opts.RecycledWALSegments < 0 {
+		zeroAhead = 0
+	}
+	w := wal.NewWriter(f, wal.WriterOptions{OnSync: db.metrics.recordSync, BytesPerSync: walBytesPerSync, Blocks: db.walBlocks, Previous: gate,
+		LogNum: num, ZeroAhead: zeroAhead, Allocated: allocated})
 	if _, err := w.WriteRecord(segmentHeader(firstSeq)); err != nil {
 		w.Close()
 		f.Close()
@@ -494,19 +511,25 @@ func (db *DB) createLog(num uint64, firstSeq base.SeqNum, previous func() error)
 }
 
 // newLogFile opens a new WAL segment's file, name: a retired segment's
-// file renamed, written over from its start (logRecycler), or a new one.
-// A reuse that fails leaves the retired file to be deleted.
-func (db *DB) newLogFile(name string) (vfs.File, error) {
+// file renamed, written over from its start (logRecycler), or a new one,
+// and returns how many bytes the file holds already. A reuse that fails
+// leaves the retired file to be deleted.
+func (db *DB) newLogFile(name string) (vfs.File, int64, error) {
 	if old, ok := db.logs.take(); ok {
 		oldName := makeFilename(db.dir, fileTypeLog, old)
 		f, err := db.fs.Reuse(oldName, name)
 		if err == nil {
 			db.metrics.walReused.Add(1)
-			return f, nil
+			var size int64
+			if fi, err := f.Stat(); err == nil {
+				size = fi.Size()
+			}
+			return f, size, nil
 		}
 		db.fs.Remove(oldName)
 	}
-	return db.fs.Create(name)
+	f, err := db.fs.Create(name)
+	return f, 0, err
 }
 
 // segmentHeader returns a WAL segment's first record: an empty batch

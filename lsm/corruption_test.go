@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // filesOfType lists a DB directory's files of one type, by number.
@@ -135,11 +137,18 @@ func TestTruncatedWALTailOpensWithPrefix(t *testing.T) {
 	writeKeys(t, db, 200)
 	db.Close()
 	logs := filesOfType(t, dir, fileTypeLog)
-	info, err := os.Stat(logs[0])
+	// The log ends before the file does: zeros follow it (walZeroAhead).
+	f, err := vfs.Default().Open(logs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(logs[0], info.Size()-20); err != nil {
+	_, num := parseFilename(filepath.Base(logs[0]))
+	end, err := logEndOf(f, num)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(logs[0], end-20); err != nil {
 		t.Fatal(err)
 	}
 	db = openTestDB(t, dir, nil)

@@ -151,7 +151,7 @@ func (db *DB) recover() error {
 	// The recovered writes are in tables now; a fresh WAL segment takes new
 	// writes, and a fresh manifest records it all.
 	logNum := vs.newFileNum()
-	f, w, err := db.createLog(logNum, lastSeq+1, nil)
+	f, w, err := db.createLog(logNum, lastSeq+1, db.opts.InitialMemTableSize, nil)
 	if err != nil {
 		db.removeTables(tablesOf(edit))
 		return err

@@ -92,8 +92,11 @@ type Options struct {
 	// called from background goroutines.
 	DropKey func(key []byte) bool
 	// RecycledWALSegments is how many retired WAL segments' files the DB
-	// keeps for new segments to write over (logRecycler). Default 2;
-	// negative keeps none: every segment is a new file.
+	// keeps for new segments to write over (logRecycler), and a segment
+	// with no such file keeps zeros written ahead of its end to write
+	// over (walZeroAhead). Default 2; negative keeps none and writes no
+	// zeros: every segment is a new file, appended to, so that Verify
+	// can tell damage to a segment's last record from a torn write.
 	RecycledWALSegments int
 	// FS is the filesystem the DB writes through. Default: the OS.
 	FS vfs.FS

@@ -296,3 +296,24 @@ func TestDamagedFirstChunkOfAVersion1Log(t *testing.T) {
 		t.Fatalf("a recyclable reader: %d records, err=%v torn=%v; want corruption", len(res.recs), res.err, res.torn)
 	}
 }
+
+// TestLogOverZeros writes logs over a zeroed file, as a Writer with
+// ZeroAhead leaves past its end: the reader returns every record and ends
+// cleanly where the zeros begin, for every count of records, and an
+// all-zero file is an empty log.
+func TestLogOverZeros(t *testing.T) {
+	zeros := make([]byte, 3*BlockSize+100)
+	recs := randomRecords(3, 60, 2500)
+	for k := 0; k <= len(recs); k++ {
+		data, ends := writeOver(t, zeros, 9, recs[:k], func(i int) bool { return i%4 == 0 })
+		res := readLog(t, data, 9)
+		want := int64(0)
+		if k > 0 {
+			want = ends[k-1]
+		}
+		if res.err != nil || res.torn || len(res.recs) != k || res.off != want {
+			t.Fatalf("%d records over zeros: read %d ending at %d, err=%v torn=%v; want them all, ending at %d", k, len(res.recs), res.off, res.err, res.torn, want)
+		}
+		checkPrefix(t, res.recs, recs)
+	}
+}

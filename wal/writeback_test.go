@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -127,4 +128,80 @@ func TestPreviousGatesTheSyncs(t *testing.T) {
 	if err := w.Close(); !errors.Is(err, failed) {
 		t.Fatalf("Close: %v", err)
 	}
+}
+
+// TestZeroAhead checks that on an OS file a recyclable log's fsyncs keep
+// zeros ahead of its end (ZeroAhead), which a reader takes as the log's
+// end; that a version 1 log, a file with no descriptor and a reused file
+// with room enough (Allocated) get none; and that the log reads back
+// whole in each case.
+func TestZeroAhead(t *testing.T) {
+	const ahead = 64 << 10
+	recs := randomRecords(5, 300, 900)
+	write := func(t *testing.T, f SyncFile, opts WriterOptions) int64 {
+		t.Helper()
+		w := NewWriter(f, opts)
+		writeRecords(t, w, recs, func(int) bool { return true })
+		size := w.Size()
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return size
+	}
+	onDisk := func(t *testing.T, under []byte, opts WriterOptions) (data []byte, size int64) {
+		t.Helper()
+		name := filepath.Join(t.TempDir(), "wal")
+		if err := os.WriteFile(name, under, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(name, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		size = write(t, f, opts)
+		if data, err = os.ReadFile(name); err != nil {
+			t.Fatal(err)
+		}
+		return data, size
+	}
+
+	t.Run("recyclable", func(t *testing.T) {
+		data, size := onDisk(t, nil, WriterOptions{LogNum: 3, ZeroAhead: ahead})
+		past := int64(len(data)) - size
+		if !writebackHere {
+			past = ahead / 2 // nothing to check on a system without pwrite here
+		}
+		if past < ahead/2 || past > ahead {
+			t.Fatalf("%d bytes past the log's end, want %d to %d", past, ahead/2, ahead)
+		}
+		if !bytes.Equal(data[size:], make([]byte, len(data)-int(size))) {
+			t.Fatal("the bytes past the log's end are not zeros")
+		}
+		if res := readLog(t, data, 3); res.err != nil || res.torn || len(res.recs) != len(recs) || res.off != size {
+			t.Fatalf("read %d of %d records ending at %d (log size %d), err=%v torn=%v", len(res.recs), len(recs), res.off, size, res.err, res.torn)
+		}
+	})
+	t.Run("version 1", func(t *testing.T) {
+		data, size := onDisk(t, nil, WriterOptions{ZeroAhead: ahead})
+		if int64(len(data)) != size {
+			t.Fatalf("a version 1 log of %d bytes left a file of %d", size, len(data))
+		}
+	})
+	t.Run("no descriptor", func(t *testing.T) {
+		f := &memFile{}
+		if size := write(t, f, WriterOptions{LogNum: 3, ZeroAhead: ahead}); int64(f.len()) != size {
+			t.Fatalf("a log of %d bytes left %d in a file with no descriptor", size, f.len())
+		}
+	})
+	t.Run("reused with room", func(t *testing.T) {
+		older := bytes.Repeat([]byte{0xab}, 1<<20)
+		data, size := onDisk(t, older, WriterOptions{LogNum: 3, ZeroAhead: ahead, Allocated: int64(len(older))})
+		if len(data) != len(older) || !bytes.Equal(data[size:], older[size:]) {
+			t.Fatalf("the reused file changed past the log's end (%d bytes, log %d)", len(data), size)
+		}
+		if res := readLog(t, data, 3); res.err != nil || len(res.recs) != len(recs) {
+			t.Fatalf("read %d of %d records, err=%v", len(res.recs), len(recs), res.err)
+		}
+	})
 }

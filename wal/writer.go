@@ -76,6 +76,21 @@ type WriterOptions struct {
 	// allocation, and the journal commit, that appending costs at every
 	// fsync.
 	LogNum uint64
+	// ZeroAhead, when positive, gives a recyclable log's fsyncs (LogNum
+	// set) the same saving on a file that is not reused: a round that
+	// fsyncs also writes zeros past the log's end, whenever fewer than
+	// half of ZeroAhead bytes beyond it are the file's, up to ZeroAhead,
+	// and its fsync makes them the file's. The fsyncs that follow then
+	// overwrite blocks the file holds instead of growing it, which
+	// costs each fsync a journal commit for the file's new size and
+	// blocks: on ext4 here a small synced write took a fifth less CPU
+	// and a third less time written over zeros (p50 161-178 us against
+	// 264-295, appending). A reader ends a recyclable log where the
+	// zeros begin, as it does at an older log's bytes. Only OS files are
+	// zeroed (the write is at an offset, pwrite(2) on Linux); Allocated
+	// is how many bytes the file holds already (a reused file's).
+	ZeroAhead int64
+	Allocated int64
 }
 
 // ErrWriterClosed is returned by calls made on a Writer after Close.
@@ -163,6 +178,11 @@ type Writer struct {
 	arrived chan struct{}
 	timer   *time.Timer
 
+	// zeroAhead is WriterOptions.ZeroAhead, zeroedTo the offset up to
+	// which the file holds bytes (zeros past the log's end); both are
+	// the background goroutine's.
+	zeroAhead, zeroedTo int64
+
 	// handOff is armed by a record that leaves its block unfilled with
 	// no write-out asked for: see handOffDelay.
 	handOff      *time.Timer
@@ -213,6 +233,9 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 		arrived:      make(chan struct{}, 1),
 		timer:        time.NewTimer(time.Hour),
 		cur:          blocks.get(),
+	}
+	if opts.LogNum != 0 {
+		w.zeroAhead, w.zeroedTo = opts.ZeroAhead, opts.Allocated
 	}
 	w.timer.Stop()
 	w.handOff = time.AfterFunc(time.Hour, func() {
@@ -489,6 +512,14 @@ func (w *Writer) flushLoop() {
 			w.mu.Unlock()
 
 			err := w.writeOut(batch, cur, from, to, start)
+			if err == nil && doSync && w.zeroAhead > 0 && w.zeroedTo-target < w.zeroAhead/2 {
+				from := max(w.zeroedTo, target)
+				if zeroFill(w.f, from, target+w.zeroAhead-from) {
+					w.zeroedTo = target + w.zeroAhead
+				} else {
+					w.zeroAhead = 0 // not an OS file, or the write failed: appends grow it
+				}
+			}
 			if err == nil && writeBack {
 				if !startWriteback(w.f, writtenBack, target-writtenBack) {
 					doSync = true
