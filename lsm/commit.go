@@ -451,8 +451,8 @@ const walBytesPerSync = 2 << 20
 // zeros in the file (wal.WriterOptions.ZeroAhead), so that a segment no
 // retired file was left for (a young DB's, or one past the reused file's
 // size) is fsynced as cheaply as a reused one: its fsyncs overwrite the
-// zeros instead of growing the file, and every 512 KiB of log one fsync
-// also writes the next MiB of zeros.
+// zeros instead of growing the file, and every 128 KiB of log one fsync
+// also writes the next 128 KiB of zeros.
 const walZeroAhead = 1 << 20
 
 // createLog creates WAL segment num, whose writer reports its fsyncs to

@@ -79,8 +79,11 @@ type WriterOptions struct {
 	// ZeroAhead, when positive, gives a recyclable log's fsyncs (LogNum
 	// set) the same saving on a file that is not reused: a round that
 	// fsyncs also writes zeros past the log's end, whenever fewer than
-	// half of ZeroAhead bytes beyond it are the file's, up to ZeroAhead,
-	// and its fsync makes them the file's. The fsyncs that follow then
+	// seven eighths of ZeroAhead bytes beyond it are the file's, up to
+	// ZeroAhead, and its fsync makes them the file's. (Refilling from
+	// half-way, a round's fsync wrote half of ZeroAhead more: the synced
+	// writers it held up made fillsync8's p99 1.07-1.13 of Pebble's,
+	// against 0.93-0.96 in eighths.) The fsyncs that follow then
 	// overwrite blocks the file holds instead of growing it, which
 	// costs each fsync a journal commit for the file's new size and
 	// blocks: on ext4 here a small synced write took a fifth less CPU
@@ -512,7 +515,7 @@ func (w *Writer) flushLoop() {
 			w.mu.Unlock()
 
 			err := w.writeOut(batch, cur, from, to, start)
-			if err == nil && doSync && w.zeroAhead > 0 && w.zeroedTo-target < w.zeroAhead/2 {
+			if err == nil && doSync && w.zeroAhead > 0 && w.zeroedTo-target < w.zeroAhead-w.zeroAhead/8 {
 				from := max(w.zeroedTo, target)
 				if zeroFill(w.f, from, target+w.zeroAhead-from) {
 					w.zeroedTo = target + w.zeroAhead
