@@ -12,7 +12,7 @@ type Metrics struct {
 	Levels [NumLevels]LevelMetrics
 	WAL    struct {
 		Files        int   // live segments
-		Bytes        int64 // size of live segments
+		Bytes        int64 // size of live segments' files (with zeros ahead and a reused file's older bytes)
 		BytesWritten int64 // batch bytes appended since Open
 		// Reused counts the segments since Open written over a retired
 		// segment's file instead of a new one (logRecycler).
