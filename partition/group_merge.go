@@ -74,7 +74,8 @@ func (s *Store) FreezeGroupSpan(ctx context.Context, group uint64) error {
 		return fmt.Errorf("partition: freeze the span of group %d: %w", group, err)
 	}
 	s.spans.Store(group, g)
-	return s.countFrozen()
+	s.countFrozen()
+	return nil
 }
 
 // GroupFrozen says whether range group group's span is frozen here.
@@ -123,7 +124,8 @@ func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at strin
 	}
 	s.spans.Store(left, l)
 	s.spans.Delete(right)
-	return s.countFrozen()
+	s.countFrozen()
+	return nil
 }
 
 // ForgetGroup drops the span record and the applied index of a range
@@ -137,7 +139,8 @@ func (s *Store) ForgetGroup(group uint64) error {
 		return fmt.Errorf("partition: forget group %d: %w", group, err)
 	}
 	s.spans.Delete(group)
-	return s.countFrozen()
+	s.countFrozen()
+	return nil
 }
 
 // ErrMergeUnready is wrapped by MergeGroupSpan's refusal of a group that
@@ -173,29 +176,25 @@ func (s *Store) HasFrozen() bool { return s.frozenSpans.Load() > 0 }
 // loadSpans caches every span record, as the store opens, and counts the
 // frozen ones.
 func (s *Store) loadSpans() error {
-	var n int64
 	err := s.scanGroupSpans(func(group uint64, g groupSpan) error {
 		s.spans.Store(group, g)
-		if g.frozen {
-			n++
-		}
 		return nil
 	})
-	s.frozenSpans.Store(n)
+	s.countFrozen()
 	return err
 }
 
-// countFrozen counts the frozen span records again.
-func (s *Store) countFrozen() error {
+// countFrozen counts the frozen span records again, in the cache, which
+// holds every one (groupSpanOf).
+func (s *Store) countFrozen() {
 	var n int64
-	err := s.scanGroupSpans(func(_ uint64, g groupSpan) error {
-		if g.frozen {
+	s.spans.Range(func(_, v any) bool {
+		if v.(groupSpan).frozen {
 			n++
 		}
-		return nil
+		return true
 	})
 	s.frozenSpans.Store(n)
-	return err
 }
 
 // scanGroupSpans hands fn every span record, by group.
