@@ -14,19 +14,8 @@ const syncFileRangeWrite = 2
 // instead. It makes nothing durable: file metadata and the disk's own
 // cache are left as they are.
 func startWriteback(f SyncFile, off, n int64) bool {
-	sc, ok := f.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var errno syscall.Errno
-	if err := rc.Control(func(fd uintptr) {
-		_, _, errno = syscall.Syscall6(syscall.SYS_SYNC_FILE_RANGE, fd, uintptr(off), uintptr(n), syncFileRangeWrite, 0, 0)
-	}); err != nil {
-		return false
-	}
-	return errno == 0
+	return withFD(f, func(fd uintptr) bool {
+		_, _, errno := syscall.Syscall6(syscall.SYS_SYNC_FILE_RANGE, fd, uintptr(off), uintptr(n), syncFileRangeWrite, 0, 0)
+		return errno == 0
+	})
 }

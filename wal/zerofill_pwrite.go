@@ -2,10 +2,7 @@
 
 package wal
 
-import (
-	"io"
-	"syscall"
-)
+import "syscall"
 
 // zeroFillUnit is the size and alignment of zeroFill's writes: a page.
 const zeroFillUnit = 4096
@@ -20,26 +17,15 @@ const zeroFillUnit = 4096
 // appending). It reports false when f is not an OS file or the write
 // fails: nothing of the log is at stake, past its end.
 func zeroFill(f SyncFile, off, n int64) bool {
-	sc, ok := f.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
 	zeros := make([]byte, zeroFillUnit)
-	if err := rc.Control(func(fd uintptr) {
-		for n > 0 && err == nil {
-			var k int
-			k, err = syscall.Pwrite(int(fd), zeros[:min(n, zeroFillUnit-off%zeroFillUnit)], off)
-			if k == 0 && err == nil {
-				err = io.ErrShortWrite
+	return withFD(f, func(fd uintptr) bool {
+		for n > 0 {
+			k, err := syscall.Pwrite(int(fd), zeros[:min(n, zeroFillUnit-off%zeroFillUnit)], off)
+			if err != nil || k == 0 {
+				return false
 			}
 			off, n = off+int64(k), n-int64(k)
 		}
-	}); err != nil {
-		return false
-	}
-	return err == nil
+		return true
+	})
 }
