@@ -54,6 +54,24 @@ func readLog(t testing.TB, data []byte, num uint64) readResult {
 	return res
 }
 
+// readsBackWhole writes recs as log num over under (described by what),
+// checks that the log reads back whole and ends cleanly just past its
+// last record, and returns the file's bytes.
+func readsBackWhole(t testing.TB, what string, under []byte, num uint64, recs [][]byte, syncAfter func(i int) bool) []byte {
+	t.Helper()
+	data, ends := writeOver(t, under, num, recs, syncAfter)
+	res := readLog(t, data, num)
+	want := int64(0)
+	if k := len(recs); k > 0 {
+		want = ends[k-1]
+	}
+	if res.err != nil || res.torn || len(res.recs) != len(recs) || res.off != want {
+		t.Fatalf("%d records over %s: read %d ending at %d, err=%v torn=%v; want them all, ending at %d", len(recs), what, len(res.recs), res.off, res.err, res.torn, want)
+	}
+	checkPrefix(t, res.recs, recs)
+	return data
+}
+
 // randomRecords returns n records of sizes up to max, drawn from seed.
 func randomRecords(seed uint64, n, max int) [][]byte {
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -100,16 +118,7 @@ func TestReusedFileEndsWhereTheOlderLogBegins(t *testing.T) {
 	older, _ := writeOver(t, nil, 7, randomRecords(1, 400, 3000), func(i int) bool { return i%10 == 0 })
 	recs := randomRecords(2, 120, 2500)
 	for k := 0; k <= len(recs); k++ {
-		data, ends := writeOver(t, older, 8, recs[:k], func(i int) bool { return i%3 == 0 })
-		res := readLog(t, data, 8)
-		want := int64(0)
-		if k > 0 {
-			want = ends[k-1]
-		}
-		if res.err != nil || res.torn || len(res.recs) != k || res.off != want {
-			t.Fatalf("%d records over the older log: read %d ending at %d, err=%v torn=%v; want them all, ending at %d", k, len(res.recs), res.off, res.err, res.torn, want)
-		}
-		checkPrefix(t, res.recs, recs)
+		data := readsBackWhole(t, "the older log", older, 8, recs[:k], func(i int) bool { return i%3 == 0 })
 		if k > 0 {
 			if res := readLog(t, data, 7); len(res.recs) != 0 {
 				t.Fatalf("the older log's reader read %d records of the new one", len(res.recs))
@@ -305,15 +314,6 @@ func TestLogOverZeros(t *testing.T) {
 	zeros := make([]byte, 3*BlockSize+100)
 	recs := randomRecords(3, 60, 2500)
 	for k := 0; k <= len(recs); k++ {
-		data, ends := writeOver(t, zeros, 9, recs[:k], func(i int) bool { return i%4 == 0 })
-		res := readLog(t, data, 9)
-		want := int64(0)
-		if k > 0 {
-			want = ends[k-1]
-		}
-		if res.err != nil || res.torn || len(res.recs) != k || res.off != want {
-			t.Fatalf("%d records over zeros: read %d ending at %d, err=%v torn=%v; want them all, ending at %d", k, len(res.recs), res.off, res.err, res.torn, want)
-		}
-		checkPrefix(t, res.recs, recs)
+		readsBackWhole(t, "zeros", zeros, 9, recs[:k], func(i int) bool { return i%4 == 0 })
 	}
 }
