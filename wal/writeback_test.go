@@ -3,9 +3,12 @@ package wal
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,70 +141,184 @@ func TestPreviousGatesTheSyncs(t *testing.T) {
 func TestZeroAhead(t *testing.T) {
 	const ahead = 64 << 10
 	recs := randomRecords(5, 300, 900)
-	write := func(t *testing.T, f SyncFile, opts WriterOptions) int64 {
+	write := func(t *testing.T, f SyncFile, opts WriterOptions, synced bool) int64 {
 		t.Helper()
 		w := NewWriter(f, opts)
-		writeRecords(t, w, recs, func(int) bool { return true })
-		size := w.Size()
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return size
+		writeRecords(t, w, recs, func(int) bool { return synced })
+		return w.Size()
 	}
-	onDisk := func(t *testing.T, under []byte, opts WriterOptions) (data []byte, size int64) {
+	onDisk := func(t *testing.T, under []byte, opts WriterOptions, synced bool) (data []byte, size int64) {
 		t.Helper()
 		name := filepath.Join(t.TempDir(), "wal")
-		if err := os.WriteFile(name, under, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeSynced(t, name, under)
 		f, err := os.OpenFile(name, os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		size = write(t, f, opts)
+		size = write(t, f, opts, synced)
 		if data, err = os.ReadFile(name); err != nil {
 			t.Fatal(err)
 		}
 		return data, size
 	}
-
-	t.Run("recyclable", func(t *testing.T) {
-		data, size := onDisk(t, nil, WriterOptions{LogNum: 3, ZeroAhead: ahead})
-		past := int64(len(data)) - size
-		if !writebackHere {
-			past = ahead // nothing to check on a system without pwrite here
+	// zerosPast checks that the log reads back whole from data and is
+	// followed by zeros, 7/8 to 1 of ahead of them (to a page boundary),
+	// then by older's bytes.
+	zerosPast := func(t *testing.T, data []byte, size int64, older []byte) {
+		t.Helper()
+		if len(older) > 0 && len(data) != len(older) {
+			t.Fatalf("the reused file of %d bytes has %d now", len(older), len(data))
 		}
-		if past < ahead-ahead/8 || past > ahead {
-			t.Fatalf("%d bytes past the log's end, want %d to %d", past, ahead-ahead/8, ahead)
+		end := int64(len(data))
+		if i := bytes.IndexFunc(data[size:], func(r rune) bool { return r != 0 }); i >= 0 {
+			end = size + int64(i)
 		}
-		if !bytes.Equal(data[size:], make([]byte, len(data)-int(size))) {
-			t.Fatal("the bytes past the log's end are not zeros")
+		if zeros := end - size; zeros < ahead-ahead/8 || zeros > ahead+pageSize {
+			t.Fatalf("%d zeros past the log's end, want %d to %d", zeros, ahead-ahead/8, ahead+pageSize)
+		}
+		if !bytes.Equal(data[end:], older[min(end, int64(len(older))):]) {
+			t.Fatal("past the zeros, the file is not the older file's bytes")
 		}
 		if res := readLog(t, data, 3); res.err != nil || res.torn || len(res.recs) != len(recs) || res.off != size {
 			t.Fatalf("read %d of %d records ending at %d (log size %d), err=%v torn=%v", len(res.recs), len(recs), res.off, size, res.err, res.torn)
 		}
+	}
+
+	t.Run("recyclable", func(t *testing.T) {
+		data, size := onDisk(t, nil, WriterOptions{LogNum: 3, ZeroAhead: ahead}, true)
+		if !writebackHere { // nothing to check on a system without pwrite here
+			return
+		}
+		zerosPast(t, data, size, nil)
 	})
 	t.Run("version 1", func(t *testing.T) {
-		data, size := onDisk(t, nil, WriterOptions{ZeroAhead: ahead})
+		data, size := onDisk(t, nil, WriterOptions{ZeroAhead: ahead}, true)
 		if int64(len(data)) != size {
 			t.Fatalf("a version 1 log of %d bytes left a file of %d", size, len(data))
 		}
 	})
 	t.Run("no descriptor", func(t *testing.T) {
 		f := &memFile{}
-		if size := write(t, f, WriterOptions{LogNum: 3, ZeroAhead: ahead}); int64(f.len()) != size {
+		if size := write(t, f, WriterOptions{LogNum: 3, ZeroAhead: ahead}, true); int64(f.len()) != size {
 			t.Fatalf("a log of %d bytes left %d in a file with no descriptor", size, f.len())
 		}
 	})
-	t.Run("reused with room", func(t *testing.T) {
-		older := bytes.Repeat([]byte{0xab}, 1<<20)
-		data, size := onDisk(t, older, WriterOptions{LogNum: 3, ZeroAhead: ahead, Allocated: int64(len(older))})
-		if len(data) != len(older) || !bytes.Equal(data[size:], older[size:]) {
-			t.Fatalf("the reused file changed past the log's end (%d bytes, log %d)", len(data), size)
+	// A reused file is zeroed ahead as a new one is, its older pages
+	// dropped from the cache (see TestReusedFileIsNotRead), whether the
+	// log is synced as it goes or only by Close.
+	for _, synced := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reused synced=%v", synced), func(t *testing.T) {
+			older := bytes.Repeat([]byte{0xab}, 1<<20)
+			data, size := onDisk(t, older, WriterOptions{LogNum: 3, ZeroAhead: ahead, Allocated: int64(len(older))}, synced)
+			if !writebackHere {
+				if !bytes.Equal(data[size:], older[size:]) {
+					t.Fatal("the reused file changed past the log's end")
+				}
+				return
+			}
+			zerosPast(t, data, size, older)
+		})
+	}
+}
+
+// TestReusedFileIsNotRead checks that writing a log over a reused file
+// whose pages the Writer dropped from the cache reads nothing from the
+// disk: a write ending inside a page it does not cover whole would make
+// the kernel read the page, so the Writer zeroes that page first. The
+// log's rounds here are unsynced hand-offs, each ending mid-page.
+func TestReusedFileIsNotRead(t *testing.T) {
+	if !writebackHere {
+		t.Skip("no posix_fadvise or pwrite here: the reused file's pages stay cached")
+	}
+	dir := t.TempDir()
+	older := bytes.Repeat([]byte{0xab}, 1<<20)
+	// The control: a partial write to a dropped page is a read here.
+	control := filepath.Join(dir, "control")
+	writeSynced(t, control, older)
+	readDelta := func(do func()) int64 {
+		before := readBytes(t)
+		do()
+		return readBytes(t) - before
+	}
+	if got := readDelta(func() {
+		f, err := os.OpenFile(control, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if res := readLog(t, data, 3); res.err != nil || len(res.recs) != len(recs) {
-			t.Fatalf("read %d of %d records, err=%v", len(res.recs), len(recs), res.err)
+		defer f.Close()
+		if !dropCache(f, int64(len(older))) {
+			t.Fatal("dropCache failed on an OS file")
 		}
-	})
+		if _, err := f.WriteAt([]byte("partial"), 3*pageSize+100); err != nil {
+			t.Fatal(err)
+		}
+	}); got == 0 {
+		t.Skip("this system does not count the reads a partial write makes")
+	}
+
+	name := filepath.Join(dir, "wal")
+	writeSynced(t, name, older)
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs := randomRecords(7, 60, 500)
+	if got := readDelta(func() {
+		w := NewWriter(f, WriterOptions{LogNum: 3, ZeroAhead: 64 << 10, Allocated: int64(len(older))})
+		writeRecords(t, w, recs, func(i int) bool {
+			if i%5 == 4 {
+				time.Sleep(3 * handOffDelay) // the record is handed off alone
+			}
+			return false
+		})
+	}); got != 0 {
+		t.Fatalf("writing the log read %d bytes of the reused file", got)
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := readLog(t, data, 3); res.err != nil || len(res.recs) != len(recs) {
+		t.Fatalf("read %d of %d records, err=%v", len(res.recs), len(recs), res.err)
+	}
+}
+
+// writeSynced writes data to a new file name and fsyncs it, so that its
+// pages are clean (a dropped cache drops only clean pages).
+func writeSynced(t *testing.T, name string, data []byte) {
+	t.Helper()
+	f, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readBytes returns the bytes this process has read from storage
+// (read_bytes of /proc/self/io).
+func readBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Skipf("no /proc/self/io: %v", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "read_bytes:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("/proc/self/io has no read_bytes")
+	return 0
 }

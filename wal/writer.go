@@ -90,8 +90,12 @@ type WriterOptions struct {
 	// and a third less time written over zeros (p50 161-178 us against
 	// 264-295, appending). A reader ends a recyclable log where the
 	// zeros begin, as it does at an older log's bytes. Only OS files are
-	// zeroed (the write is at an offset, pwrite(2) on Linux); Allocated
-	// is how many bytes the file holds already (a reused file's).
+	// zeroed (the write is at an offset, pwrite(2) on Linux). Allocated
+	// is how many bytes the file holds already (a reused file's): the
+	// Writer drops them from the page cache before its first write and
+	// zeroes ahead over them as past a new file's end, so that the older
+	// log's folios (sized by its writes, 32 KiB and up for unsynced
+	// batches) are not what small synced writes dirty and fsync whole.
 	ZeroAhead int64
 	Allocated int64
 }
@@ -182,9 +186,14 @@ type Writer struct {
 	timer   *time.Timer
 
 	// zeroAhead is WriterOptions.ZeroAhead, zeroedTo the offset up to
-	// which the file holds bytes (zeros past the log's end); both are
-	// the background goroutine's.
-	zeroAhead, zeroedTo int64
+	// which the file holds bytes (zeros past the log's end). uncached is
+	// where the reused file's pages this Writer dropped from the page
+	// cache end (dropOlder): a write ending inside one of them past
+	// zeroedTo zeroes its page first. All are the background goroutine's.
+	zeroAhead, zeroedTo, uncached int64
+	// dropOlder asks the background goroutine to drop the reused file's
+	// cached pages before its first write (WriterOptions.Allocated).
+	dropOlder bool
 
 	// handOff is armed by a record that leaves its block unfilled with
 	// no write-out asked for: see handOffDelay.
@@ -239,6 +248,7 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 	}
 	if opts.LogNum != 0 {
 		w.zeroAhead, w.zeroedTo = opts.ZeroAhead, opts.Allocated
+		w.dropOlder = opts.ZeroAhead > 0 && opts.Allocated > 0
 	}
 	w.timer.Stop()
 	w.handOff = time.AfterFunc(time.Hour, func() {
@@ -486,6 +496,9 @@ func (w *Writer) flushLoop() {
 	// writtenBack is the offset up to which the file was fsynced or its
 	// writeback started.
 	var writtenBack int64
+	if w.dropOlder && dropCache(w.f, w.zeroedTo) {
+		w.uncached, w.zeroedTo = w.zeroedTo, 0
+	}
 	for {
 		select {
 		case <-w.wake:
@@ -514,11 +527,12 @@ func (w *Writer) flushLoop() {
 			w.joined = 0
 			w.mu.Unlock()
 
+			w.zeroLastPage(target)
 			err := w.writeOut(batch, cur, from, to, start)
 			if err == nil && doSync && w.zeroAhead > 0 && w.zeroedTo-target < w.zeroAhead-w.zeroAhead/8 {
-				from := max(w.zeroedTo, target)
-				if zeroFill(w.f, from, target+w.zeroAhead-from) {
-					w.zeroedTo = target + w.zeroAhead
+				from, to := max(w.zeroedTo, target), alignPage(target+w.zeroAhead)
+				if zeroFill(w.f, from, to-from) {
+					w.zeroedTo = to
 				} else {
 					w.zeroAhead = 0 // not an OS file, or the write failed: appends grow it
 				}
@@ -569,6 +583,30 @@ func (w *Writer) flushLoop() {
 		w.mu.Unlock()
 	}
 }
+
+// zeroLastPage zeroes the page that a write ending at end ends inside,
+// when the page is one of the reused file's dropped from the cache
+// (uncached) and holds no zeros yet: the kernel would read such a page
+// from the disk to write part of it. Pages the write covers whole need
+// nothing, and it starts at or before zeroedTo.
+func (w *Writer) zeroLastPage(end int64) {
+	last := end &^ (pageSize - 1)
+	if end <= w.zeroedTo || last >= w.uncached {
+		return
+	}
+	if last < end && !zeroFill(w.f, last, pageSize) {
+		w.uncached = 0 // the kernel reads what it must
+		return
+	}
+	w.zeroedTo = alignPage(end)
+}
+
+// pageSize is the page cache's unit: zeroFill's writes are a page each,
+// at page boundaries.
+const pageSize = 4096
+
+// alignPage rounds off up to a page boundary.
+func alignPage(off int64) int64 { return (off + pageSize - 1) &^ (pageSize - 1) }
 
 // gatherLocked holds an fsync back briefly so that committers released by
 // the previous fsync can join it. Without this, when an fsync finishes the

@@ -4,9 +4,6 @@ package wal
 
 import "syscall"
 
-// zeroFillUnit is the size and alignment of zeroFill's writes: a page.
-const zeroFillUnit = 4096
-
 // zeroFill writes n zero bytes at offset off of f, without moving the
 // offset its writes append at, with pwrite(2), a page at a time: the page
 // cache sizes a folio by the write that creates it, and the log's small
@@ -17,15 +14,28 @@ const zeroFillUnit = 4096
 // appending). It reports false when f is not an OS file or the write
 // fails: nothing of the log is at stake, past its end.
 func zeroFill(f SyncFile, off, n int64) bool {
-	zeros := make([]byte, zeroFillUnit)
+	zeros := make([]byte, pageSize)
 	return withFD(f, func(fd uintptr) bool {
 		for n > 0 {
-			k, err := syscall.Pwrite(int(fd), zeros[:min(n, zeroFillUnit-off%zeroFillUnit)], off)
+			k, err := syscall.Pwrite(int(fd), zeros[:min(n, pageSize-off%pageSize)], off)
 			if err != nil || k == 0 {
 				return false
 			}
 			off, n = off+int64(k), n-int64(k)
 		}
 		return true
+	})
+}
+
+// fadviseDontNeed is POSIX_FADV_DONTNEED.
+const fadviseDontNeed = 4
+
+// dropCache drops the first n bytes of f from the page cache with
+// posix_fadvise(2), and reports false when f is not an OS file or the
+// call fails. Only clean pages are dropped.
+func dropCache(f SyncFile, n int64) bool {
+	return withFD(f, func(fd uintptr) bool {
+		_, _, errno := syscall.Syscall6(syscall.SYS_FADVISE64, fd, 0, uintptr(n), fadviseDontNeed, 0, 0)
+		return errno == 0
 	})
 }
