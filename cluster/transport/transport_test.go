@@ -838,3 +838,52 @@ func TestMembersTravelBetweenTheirNodes(t *testing.T) {
 		t.Fatalf("Unreachable() = %v", u)
 	}
 }
+
+// TestWriteTimeoutBreaksTheStream checks that a stream whose peer stops
+// reading breaks once a write has waited the write timeout (the peer is
+// reported unreachable), and that the messages sent once the peer reads
+// again go on a new stream.
+func TestWriteTimeoutBreaksTheStream(t *testing.T) {
+	a := startNode(t, 1, func(_ *Options, tu *tuning) { tu.writeTimeout = 300 * time.Millisecond })
+	c := startNode(t, 3)
+	defer a.close()
+	defer c.close()
+	a.tr.SetPeer(3, c.addr)
+	a.tr.Send([]Message{msg(1, 3, 1)})
+	waitFor(t, 5*time.Second, "the first message", func() bool { return c.rec.count(1) == 1 })
+
+	block := make(chan struct{})
+	c.rec.mu.Lock()
+	c.rec.block = block
+	c.rec.mu.Unlock()
+	unblock := sync.OnceFunc(func() {
+		c.rec.mu.Lock()
+		c.rec.block = nil
+		c.rec.mu.Unlock()
+		close(block)
+	})
+	defer unblock() // before the closes, which wait for c's handler
+	// c's handler reads the first frame whole and blocks delivering it;
+	// the second is more than the stream's flow control lets a wait.
+	for frame := range 2 {
+		big := make([]Message, 0, 32)
+		for i := range 32 {
+			m := msg(1, 3, uint64(100+32*frame+i))
+			m.Raft.Context = make([]byte, 256<<10)
+			big = append(big, m)
+		}
+		a.tr.Send(big)
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitFor(t, 5*time.Second, "the stream broken by the write timeout", func() bool {
+		return slices.Contains(a.tr.Unreachable(), 3)
+	})
+	unblock()
+
+	a.tr.Send([]Message{msg(1, 3, 1000)})
+	waitFor(t, 5*time.Second, "the message sent after the break", func() bool {
+		c.rec.mu.Lock()
+		defer c.rec.mu.Unlock()
+		return slices.ContainsFunc(c.rec.got[1], func(m Message) bool { return m.Raft.GetIndex() == 1000 })
+	})
+}
