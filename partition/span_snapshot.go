@@ -369,6 +369,7 @@ func (s *Store) moveStaged(t *table, m spanIngest) error {
 		return wrap("commit", err)
 	}
 	s.spans.Store(m.group, gs)
+	s.countFrozen() // the span it replaced may have been frozen
 	// The entities' timestamps may be past this store's clock: later
 	// writes must commit above them.
 	s.clock.observe(newest)

@@ -154,12 +154,14 @@ func open(dir string, opts *Options, tune tuning) (*Store, error) {
 		err = s.markRunning()
 	}
 	if err == nil {
+		// Before the ingests are finished: the parts of a span an ingest
+		// gives up are found from the span records (spansGivenUp).
+		err = s.loadSpans()
+	}
+	if err == nil {
 		// Before anything is served: a span ingest cut by a crash after
 		// its stream checked out is finished, so no read sees half of it.
 		err = s.finishSpanIngests()
-	}
-	if err == nil {
-		err = s.loadSpans()
 	}
 	if err != nil {
 		return nil, errors.Join(err, db.Close())
