@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -188,11 +189,10 @@ func (s *Store) loadSpans() error {
 // holds every one (groupSpanOf).
 func (s *Store) countFrozen() {
 	var n int64
-	s.spans.Range(func(_, v any) bool {
-		if v.(groupSpan).frozen {
+	s.rangeSpans(func(_ uint64, g groupSpan) {
+		if g.frozen {
 			n++
 		}
-		return true
 	})
 	s.frozenSpans.Store(n)
 }
@@ -217,17 +217,26 @@ func (s *Store) scanGroupSpans(fn func(group uint64, g groupSpan) error) error {
 // (MergeTableRange), their span not taken yet by the group before them.
 // A group whose span a split gives it before the catalog names it is
 // listed too, until the system group's record of the split is applied.
-func (s *Store) OutsideCatalog() ([]GroupSpanOf, error) {
+func (s *Store) OutsideCatalog() []GroupSpanOf {
 	var out []GroupSpanOf
-	err := s.scanGroupSpans(func(group uint64, g groupSpan) error {
+	s.rangeSpans(func(group uint64, g groupSpan) {
 		t, err := s.lookupTable(g.span.Account, g.span.Table)
 		if err != nil || t.id != g.tableID {
-			return nil // of a dropped table
+			return // of a dropped table
 		}
 		if _, ok := s.GroupTable(group); !ok {
 			out = append(out, GroupSpanOf{Group: group, Span: g.span, Frozen: g.frozen})
 		}
-		return nil
 	})
-	return out, err
+	slices.SortFunc(out, func(a, b GroupSpanOf) int { return cmp.Compare(a.Group, b.Group) })
+	return out
+}
+
+// rangeSpans hands fn every span record from the cache, which holds
+// every one (groupSpanOf), in no order.
+func (s *Store) rangeSpans(fn func(group uint64, g groupSpan)) {
+	s.spans.Range(func(k, v any) bool {
+		fn(k.(uint64), v.(groupSpan))
+		return true
+	})
 }
