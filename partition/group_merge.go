@@ -188,6 +188,8 @@ func (s *Store) loadSpans() error {
 // countFrozen counts the frozen span records again, in the cache, which
 // holds every one (groupSpanOf).
 func (s *Store) countFrozen() {
+	s.frozenMu.Lock()
+	defer s.frozenMu.Unlock()
 	var n int64
 	s.rangeSpans(func(_ uint64, g groupSpan) {
 		if g.frozen {

@@ -180,7 +180,10 @@ func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at str
 	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return fmt.Errorf("partition: split group %d at %q: %w", parent, at, err)
 	}
-	s.spans.Store(parent, low)
+	// The child first: the cache is read without a lock (spansGivenUp,
+	// on a span ingest's goroutine), and between the two stores the keys
+	// past at are then held by both groups, never by neither.
 	s.spans.Store(child, high)
+	s.spans.Store(parent, low)
 	return nil
 }

@@ -82,8 +82,11 @@ type Store struct {
 	deleted atomic.Pointer[map[uint64]struct{}]
 	// frozenSpans counts the frozen span records, counted again whenever
 	// one may have changed (group_merge.go): a cluster looks for frozen
-	// groups only when there are some.
+	// groups only when there are some. frozenMu orders the counts (the
+	// apply goroutine's and a span ingest's), so that the last one stored
+	// follows every change before it.
 	frozenSpans atomic.Int64
+	frozenMu    sync.Mutex
 
 	// Maintenance state, owned by maintain (maintMu keeps a test's manual
 	// ticks from overlapping the goroutine's).
