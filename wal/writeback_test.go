@@ -224,9 +224,10 @@ func TestZeroAhead(t *testing.T) {
 
 // TestReusedFileIsNotRead checks that writing a log over a reused file
 // whose pages the Writer dropped from the cache reads nothing from the
-// disk: a write ending inside a page it does not cover whole would make
-// the kernel read the page, so the Writer zeroes that page first. The
-// log's rounds here are unsynced hand-offs, each ending mid-page.
+// disk but its first page: a write ending inside a page it does not cover
+// whole would make the kernel read the page, so the Writer zeroes that
+// page first (not the first: see zeroLastPage). The log's rounds here are
+// unsynced hand-offs, each ending mid-page.
 func TestReusedFileIsNotRead(t *testing.T) {
 	if !writebackHere {
 		t.Skip("no posix_fadvise or pwrite here: the reused file's pages stay cached")
@@ -273,8 +274,8 @@ func TestReusedFileIsNotRead(t *testing.T) {
 			}
 			return false
 		})
-	}); got != 0 {
-		t.Fatalf("writing the log read %d bytes of the reused file", got)
+	}); got > pageSize {
+		t.Fatalf("writing the log read %d bytes of the reused file, more than its first page", got)
 	}
 	data, err := os.ReadFile(name)
 	if err != nil {

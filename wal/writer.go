@@ -77,7 +77,8 @@ type WriterOptions struct {
 	// fsync.
 	LogNum uint64
 	// ZeroAhead, when positive, gives a recyclable log's fsyncs (LogNum
-	// set) the same saving on a file that is not reused: a round that
+	// set) the same saving past the end of the file it writes over, new
+	// or reused (see Allocated): a round that
 	// fsyncs also writes zeros past the log's end, whenever fewer than
 	// seven eighths of ZeroAhead bytes beyond it are the file's, up to
 	// ZeroAhead, and its fsync makes them the file's. (Refilling from
@@ -588,10 +589,13 @@ func (w *Writer) flushLoop() {
 // when the page is one of the reused file's dropped from the cache
 // (uncached) and holds no zeros yet: the kernel would read such a page
 // from the disk to write part of it. Pages the write covers whole need
-// nothing, and it starts at or before zeroedTo.
+// nothing, and it starts at or before zeroedTo, or inside the first page.
+// The first page is read instead: zeroed and then torn from the log's
+// first bytes by a crash, it would begin with no chunk, which a reader
+// takes for an older format and scans the older log's bytes for.
 func (w *Writer) zeroLastPage(end int64) {
 	last := end &^ (pageSize - 1)
-	if end <= w.zeroedTo || last >= w.uncached {
+	if end <= w.zeroedTo || last >= w.uncached || last == 0 {
 		return
 	}
 	if last < end && !zeroFill(w.f, last, pageSize) {
