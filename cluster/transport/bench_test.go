@@ -32,7 +32,11 @@ func BenchmarkPingPong(b *testing.B) {
 		m := msg(1, 2, uint64(i))
 		m.Raft.Context = make([]byte, 700) // an append of a small entity
 		a.tr.Send([]Message{m})
-		<-pong
+		select {
+		case <-pong:
+		case <-time.After(5 * time.Second):
+			b.Fatalf("no answer to ping %d", i) // a stream broke: raft would retransmit, this does not
+		}
 	}
 	ping(0) // open both streams
 	cpu0, switches0 := usage(b)
