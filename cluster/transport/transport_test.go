@@ -844,7 +844,11 @@ func TestMembersTravelBetweenTheirNodes(t *testing.T) {
 // reported unreachable), and that the messages sent once the peer reads
 // again go on a new stream.
 func TestWriteTimeoutBreaksTheStream(t *testing.T) {
-	a := startNode(t, 1, func(_ *Options, tu *tuning) { tu.writeTimeout = 300 * time.Millisecond })
+	logged := &lockedBuffer{}
+	a := startNode(t, 1, func(o *Options, tu *tuning) {
+		tu.writeTimeout = 300 * time.Millisecond
+		o.Logger = slog.New(slog.NewTextHandler(logged, nil))
+	})
 	c := startNode(t, 3)
 	defer a.close()
 	defer c.close()
@@ -876,8 +880,12 @@ func TestWriteTimeoutBreaksTheStream(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	waitFor(t, 5*time.Second, "the stream broken by the write timeout", func() bool {
-		return slices.Contains(a.tr.Unreachable(), 3)
+		return strings.Contains(logged.String(), errWriteTimeout.Error())
 	})
+	// Marked before the break is logged.
+	if !slices.Contains(a.tr.Unreachable(), 3) {
+		t.Fatal("the peer whose stream broke is not reported unreachable")
+	}
 	unblock()
 
 	a.tr.Send([]Message{msg(1, 3, 1000)})
@@ -886,4 +894,22 @@ func TestWriteTimeoutBreaksTheStream(t *testing.T) {
 		defer c.rec.mu.Unlock()
 		return slices.ContainsFunc(c.rec.got[1], func(m Message) bool { return m.Raft.GetIndex() == 1000 })
 	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
