@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/internal/rusage"
 )
 
 // waitDormant waits until every replica of the range groups has dropped
@@ -242,11 +244,11 @@ func BenchmarkNodeBackAmongDormantGroups(b *testing.B) {
 	c.waitDormant(5 * time.Minute)
 	var quiet, cpu time.Duration
 	for range b.N {
-		start, cpu0 := time.Now(), processCPU(b)
+		start, cpu0 := time.Now(), rusage.CPU()
 		c.start(3, c.crash(3, nil))
 		c.waitDormant(5 * time.Minute)
 		quiet += time.Since(start)
-		cpu += processCPU(b) - cpu0
+		cpu += rusage.CPU() - cpu0
 	}
 	b.ReportMetric(quiet.Seconds()/float64(b.N), "quiet-s")
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s")

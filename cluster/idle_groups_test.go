@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/internal/rusage"
 )
 
 // BenchmarkIdleGroupTick measures what one idle raft group costs when it
@@ -134,26 +135,17 @@ func BenchmarkIdleRangeGroups(b *testing.B) {
 			var after runtime.MemStats
 			runtime.ReadMemStats(&after)
 			b.ResetTimer()
-			start, cpu0 := time.Now(), processCPU(b)
+			start, cpu0 := time.Now(), rusage.CPU()
 			for range b.N {
 				time.Sleep(3 * time.Second)
 			}
-			wall, cpu := time.Since(start), processCPU(b)-cpu0
+			wall, cpu := time.Since(start), rusage.CPU()-cpu0
 			b.StopTimer()
 			b.ReportMetric(100*cpu.Seconds()/wall.Seconds()/3, "core%/node")
 			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(3*groups), "B/group")
 			c.waitQuiesced(time.Second) // still quiet: nothing woke them
 		})
 	}
-}
-
-// processCPU returns the user and system CPU time the process has used.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkIdleRangeGroupsAfterWrites: what an idle group holds in

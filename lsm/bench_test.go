@@ -6,9 +6,9 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/tabuladb/tabula/internal/rusage"
 )
 
 // benchKey returns a key shaped like a clustered-index key.
@@ -238,26 +238,17 @@ func BenchmarkSyncedWritesOverRecycledSegments(b *testing.B) {
 				}
 			}
 			b.ResetTimer()
-			cpu := processCPU()
+			cpu := rusage.CPU()
 			for i := range uint64(b.N) {
 				key = benchKey(key, i)
 				if err := db.Set(key, val, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(rusage.CPU()-cpu)/float64(b.N), "cpu-ns/op")
 			if tc.recycled == 0 && db.Metrics().WAL.Reused == 0 {
 				b.Fatal("no segment reused a retired one's file")
 			}
 		})
 	}
-}
-
-// processCPU is the CPU time the process has used, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

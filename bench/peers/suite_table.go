@@ -11,12 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
+
+	"github.com/tabuladb/tabula/internal/rusage"
 )
 
 // The table suite measures what the table layer costs over the raw
@@ -146,13 +147,6 @@ func tableWorkloadNames() []string {
 	return []string{"insert", "get", "update", "batch100", "partquery", "scan"}
 }
 
-// processCPU is this process's user+system CPU time.
-func processCPU() float64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
-
 // runTableRepeat fills a fresh system and measures each workload.
 func runTableRepeat(name, tmp string, repeat, workers int, dur time.Duration, ops, dataN int, workloads []string) ([]svcRun, error) {
 	dir, err := os.MkdirTemp(tmp, "table-"+name+"-")
@@ -231,10 +225,10 @@ func runTableRepeat(name, tmp string, repeat, workers int, dur time.Duration, op
 		if wl == "scan" {
 			w = 1
 		}
-		cpu0 := processCPU()
+		cpu0 := rusage.CPU().Seconds()
 		res := drive(w, dur, ops, op)
 		run := res.run(name, wl, repeat)
-		run.CPUSeconds = processCPU() - cpu0
+		run.CPUSeconds = rusage.CPU().Seconds() - cpu0
 		if hwm, _, err := memStatus(); err == nil {
 			run.PeakRSS = hwm
 		}

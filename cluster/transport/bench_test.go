@@ -1,9 +1,10 @@
 package transport
 
 import (
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tabuladb/tabula/internal/rusage"
 )
 
 // BenchmarkPingPong sends one raft message from one transport to another
@@ -39,23 +40,19 @@ func BenchmarkPingPong(b *testing.B) {
 		}
 	}
 	ping(0) // open both streams
-	cpu0, switches0 := usage(b)
+	before, err := rusage.Self()
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	for i := range b.N {
 		ping(i + 1)
 	}
 	b.StopTimer()
-	cpu1, switches1 := usage(b)
-	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
-	b.ReportMetric(float64(switches1-switches0)/float64(b.N), "switches/op")
-}
-
-// usage returns the process's CPU time and context switches so far.
-func usage(b *testing.B) (time.Duration, int64) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	after, err := rusage.Self()
+	if err != nil {
 		b.Fatal(err)
 	}
-	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return cpu, ru.Nvcsw + ru.Nivcsw
+	b.ReportMetric(float64((after.CPU-before.CPU).Microseconds())/float64(b.N), "cpu-us/op")
+	b.ReportMetric(float64(after.Switches-before.Switches)/float64(b.N), "switches/op")
 }
