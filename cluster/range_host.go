@@ -218,7 +218,10 @@ func (r *replica) wrongGroup(s *partition.Store, account, table, pk string) (ref
 // unless it is frozen (its data is the merge's).
 func (n *Node) hostTableGroups() error {
 	groups := n.st().TableGroups()
-	outside := n.st().OutsideCatalog()
+	outside, err := n.st().OutsideCatalog()
+	if err != nil {
+		return err
+	}
 	for _, g := range outside {
 		if !g.Frozen || !n.cfg.Log.Group(g.Group).Replica().Removed {
 			groups = append(groups, partition.TableGroup{Account: g.Span.Account, Table: g.Span.Table, Group: partition.RangeGroup{ID: g.Group}})
@@ -369,7 +372,10 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 	// The groups merged away in the snapshot's catalog are the leader's
 	// own: emptied and forgotten, but for those hosted here, which are
 	// carried (their own span, frozen or not, until merged here).
-	outside := next.OutsideCatalog()
+	outside, err := next.OutsideCatalog()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
+	}
 	for _, g := range outside {
 		if hosted[g.Group] {
 			continue
@@ -384,7 +390,10 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 	// The groups the snapshot's catalog no longer names whose span this
 	// node holds are carried too: those hosted, and the frozen ones
 	// (a member retired after the freeze keeps its data for the merge).
-	oldOutside := old.OutsideCatalog()
+	oldOutside, err := old.OutsideCatalog()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
+	}
 	candidates := map[uint64]bool{}
 	for id, ok := range hosted {
 		candidates[id] = ok

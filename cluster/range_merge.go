@@ -242,7 +242,10 @@ func (r *replica) maybeMerge(st raft.Status, sp partition.Span) bool {
 // this store holds, starting where sp ends, of sp's table (0 if none),
 // and whether it holds it frozen.
 func (n *Node) groupAfter(sp partition.Span) (group uint64, frozen bool) {
-	out := n.st().OutsideCatalog()
+	out, err := n.st().OutsideCatalog()
+	if err != nil {
+		return 0, false
+	}
 	for _, g := range out {
 		if g.Span.LowPartitionKey == sp.HighPartitionKey && g.Span.Account == sp.Account && strings.EqualFold(g.Span.Table, sp.Table) {
 			return g.Group, g.Frozen
@@ -326,7 +329,7 @@ func (n *Node) tableGroupIDs(s *partition.Store, account, table string) []uint64
 	for _, tg := range ranges {
 		ids = append(ids, tg.Group.ID)
 	}
-	outside := s.OutsideCatalog()
+	outside, _ := s.OutsideCatalog()
 	for _, g := range outside {
 		if g.Span.Account == account && strings.EqualFold(g.Span.Table, table) && !slices.Contains(ids, g.Group) {
 			ids = append(ids, g.Group)

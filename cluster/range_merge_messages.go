@@ -182,7 +182,10 @@ func (n *Node) mergedAway(group uint64) error {
 // id: its leader, which counted the snapshot, sent it a commit index past
 // its log and the node stopped (chaos seed 4, moves).
 func (n *Node) forgetMergedInto(into uint64, sp partition.Span) error {
-	outside := n.st().OutsideCatalog()
+	outside, err := n.st().OutsideCatalog()
+	if err != nil {
+		return err
+	}
 	for _, g := range outside {
 		if g.Group == into || !n.catalogKnew(g.Group) {
 			continue // the group itself, or not named yet rather than merged
@@ -218,7 +221,10 @@ func (n *Node) orphan(g partition.GroupSpanOf) bool {
 // on the loop (which hosts groups): its replica, its raft log, its data
 // and records.
 func (n *Node) dropOrphan(group uint64) error {
-	outside := n.st().OutsideCatalog()
+	outside, err := n.st().OutsideCatalog()
+	if err != nil {
+		return err
+	}
 	i := slices.IndexFunc(outside, func(g partition.GroupSpanOf) bool { return g.Group == group })
 	if i < 0 || !n.catalogKnew(group) || !n.orphan(outside[i]) {
 		return nil // merged here meanwhile, or its group came here
@@ -226,7 +232,7 @@ func (n *Node) dropOrphan(group uint64) error {
 	if r := n.replicas[group]; r != nil {
 		n.unhost(r, errMoved(fmt.Sprintf("range group %d was merged into the range before it", group)))
 	}
-	err := n.onApply(func() error {
+	err = n.onApply(func() error {
 		if err := n.cfg.Log.DeleteGroup(group); err != nil {
 			return err
 		}
@@ -269,7 +275,10 @@ func (n *Node) hintedMerge(group uint64) uint64 {
 // checkEveryTicks ticks while the store holds a frozen group, ten times
 // less often otherwise.
 func (n *Node) noteMerges() {
-	outside := n.st().OutsideCatalog()
+	outside, err := n.st().OutsideCatalog()
+	if err != nil {
+		return
+	}
 	asks := map[uint64][]byte{}
 	defer func() {
 		var out []*raftpb.Message

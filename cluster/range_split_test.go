@@ -398,7 +398,7 @@ func (c *testCluster) describeGroups() string {
 			}
 			b.WriteString("]")
 		}
-		if out := n.st().OutsideCatalog(); len(out) > 0 {
+		if out, err := n.st().OutsideCatalog(); err == nil && len(out) > 0 {
 			fmt.Fprintf(&b, " outside the catalog: %+v", out)
 		}
 		b.WriteString("\n")

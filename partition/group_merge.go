@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -191,10 +190,11 @@ func (s *Store) countFrozen() {
 	s.frozenMu.Lock()
 	defer s.frozenMu.Unlock()
 	var n int64
-	s.rangeSpans(func(_ uint64, g groupSpan) {
-		if g.frozen {
+	s.spans.Range(func(_, v any) bool {
+		if v.(groupSpan).frozen {
 			n++
 		}
+		return true
 	})
 	s.frozenSpans.Store(n)
 }
@@ -219,26 +219,17 @@ func (s *Store) scanGroupSpans(fn func(group uint64, g groupSpan) error) error {
 // (MergeTableRange), their span not taken yet by the group before them.
 // A group whose span a split gives it before the catalog names it is
 // listed too, until the system group's record of the split is applied.
-func (s *Store) OutsideCatalog() []GroupSpanOf {
+func (s *Store) OutsideCatalog() ([]GroupSpanOf, error) {
 	var out []GroupSpanOf
-	s.rangeSpans(func(group uint64, g groupSpan) {
+	err := s.scanGroupSpans(func(group uint64, g groupSpan) error {
 		t, err := s.lookupTable(g.span.Account, g.span.Table)
 		if err != nil || t.id != g.tableID {
-			return // of a dropped table
+			return nil // of a dropped table
 		}
 		if _, ok := s.GroupTable(group); !ok {
 			out = append(out, GroupSpanOf{Group: group, Span: g.span, Frozen: g.frozen})
 		}
+		return nil
 	})
-	slices.SortFunc(out, func(a, b GroupSpanOf) int { return cmp.Compare(a.Group, b.Group) })
-	return out
-}
-
-// rangeSpans hands fn every span record from the cache, which holds
-// every one (groupSpanOf), in no order.
-func (s *Store) rangeSpans(fn func(group uint64, g groupSpan)) {
-	s.spans.Range(func(k, v any) bool {
-		fn(k.(uint64), v.(groupSpan))
-		return true
-	})
+	return out, err
 }

@@ -66,9 +66,9 @@ func TestGroupMerge(t *testing.T) {
 	if _, holds, _ := e.s.GroupHolds(9, acct, "Halves", "z"); !holds {
 		t.Fatal("the right group stopped holding its keys before its log froze them")
 	}
-	out := e.s.OutsideCatalog()
-	if len(out) != 1 || out[0].Group != 9 || out[0].Frozen || out[0].Span.LowPartitionKey != "m" {
-		t.Fatalf("OutsideCatalog = %+v; want group 9, not frozen", out)
+	out, err := e.s.OutsideCatalog()
+	if err != nil || len(out) != 1 || out[0].Group != 9 || out[0].Frozen || out[0].Span.LowPartitionKey != "m" {
+		t.Fatalf("OutsideCatalog = %+v, %v; want group 9, not frozen", out, err)
 	}
 	merge := WithStamp(ctx, Stamp{Group: 5, Index: 12})
 	if err := e.s.MergeGroupSpan(merge, 5, 9, "m"); !errors.Is(err, ErrMergeUnready) {
@@ -88,8 +88,8 @@ func TestGroupMerge(t *testing.T) {
 	if _, holds, _ := e.s.GroupHolds(9, acct, "Halves", "z"); holds {
 		t.Fatal("a frozen span holds its keys")
 	}
-	if out := e.s.OutsideCatalog(); len(out) != 1 || !out[0].Frozen {
-		t.Fatalf("OutsideCatalog after the freeze = %+v", out)
+	if out, err := e.s.OutsideCatalog(); err != nil || len(out) != 1 || !out[0].Frozen {
+		t.Fatalf("OutsideCatalog after the freeze = %+v, %v", out, err)
 	}
 	if err := e.s.MergeGroupSpan(merge, 5, 9, "n"); !IsCode(err, CodeInvalidInput) {
 		t.Fatalf("a merge where the left span does not end: %v, want InvalidInput", err)
@@ -111,8 +111,8 @@ func TestGroupMerge(t *testing.T) {
 	if a, err := e.s.AppliedIndex(9); err != nil || a != 0 {
 		t.Fatalf("the right group's applied index after the merge: %d, %v; want none", a, err)
 	}
-	if out := e.s.OutsideCatalog(); len(out) != 0 {
-		t.Fatalf("OutsideCatalog after the merge = %+v; want none", out)
+	if out, err := e.s.OutsideCatalog(); err != nil || len(out) != 0 {
+		t.Fatalf("OutsideCatalog after the merge = %+v, %v; want none", out, err)
 	}
 	for _, pk := range []string{"a", "m", "z"} {
 		if _, holds, _ := e.s.GroupHolds(5, acct, "Halves", pk); !holds {

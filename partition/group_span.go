@@ -180,9 +180,11 @@ func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at str
 	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return fmt.Errorf("partition: split group %d at %q: %w", parent, at, err)
 	}
-	// The child first: the cache is read without a lock (spansGivenUp,
-	// on a span ingest's goroutine), and between the two stores the keys
-	// past at are then held by both groups, never by neither.
+	// The child first: the cache is read without a lock (a read's
+	// GroupHolds, on a request's goroutine), and between the two stores
+	// a lookup of either group then finds the keys past at held, never
+	// by neither. (A walk of the whole cache is no snapshot either way:
+	// what must see a split whole, spansGivenUp, scans the store.)
 	s.spans.Store(child, high)
 	s.spans.Store(parent, low)
 	return nil

@@ -31,11 +31,15 @@ func (s *Store) spansGivenUp(t *table, group uint64, now Span) ([]Span, error) {
 	if gs := t.rangeGroups(); len(gs) > 0 && gs[0].ID != group && gs[0].Start == "" && !s.SpanRecorded(gs[0].ID) {
 		return nil, nil
 	}
-	s.rangeSpans(func(g uint64, gs groupSpan) {
+	err = s.scanGroupSpans(func(g uint64, gs groupSpan) error {
 		if g != group && gs.tableID == t.id {
 			left = spanMinus(left, gs.span)
 		}
+		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
 	return left, nil
 }
 
