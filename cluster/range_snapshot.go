@@ -90,7 +90,10 @@ func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
 			// a snapshot would carry its data without the freeze.
 			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
-		ss, err := n.st().SnapshotSpan(r.group, sp)
+		ss, err := n.st().SnapshotGroupSpan(r.group, sp)
+		if errors.Is(err, partition.ErrSpanChanged) {
+			return nil, raft.ErrSnapshotTemporarilyUnavailable // read the span again
+		}
 		if err != nil {
 			return nil, err
 		}

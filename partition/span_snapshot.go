@@ -74,6 +74,12 @@ const spanMarkerVersion = 1
 // span or group than the one ingested.
 var ErrBadSpanSnapshot = errors.New("partition: bad span snapshot")
 
+// ErrSpanChanged is returned by SnapshotGroupSpan when the group's span record
+// at the view's instant is not the span asked for, or is frozen: a split,
+// freeze or merge of the group applied since the caller read its span.
+// The caller reads the span again and retries.
+var ErrSpanChanged = errors.New("partition: the group's span changed")
+
 // Span is a key span of one table: the entities of table Table of
 // Account whose PartitionKey is in [LowPartitionKey, HighPartitionKey),
 // a HighPartitionKey of "" meaning to the end of the table (so the span
@@ -117,6 +123,20 @@ type SpanSnapshot struct {
 // its index in the batch of its data, so the two always agree. A missing
 // table is TableNotFound. The caller closes the view.
 func (s *Store) SnapshotSpan(group uint64, sp Span) (*SpanSnapshot, error) {
+	return s.snapshotSpan(group, sp, false)
+}
+
+// SnapshotGroupSpan is SnapshotSpan for the leader of group, sp being the
+// group's span as the leader read it: it is ErrSpanChanged if the group's
+// span record at the view's instant is another span, or frozen (a split,
+// freeze or merge of the group applied between the leader's read and
+// the view), so that no view carries a span with an index past the
+// command that changed it.
+func (s *Store) SnapshotGroupSpan(group uint64, sp Span) (*SpanSnapshot, error) {
+	return s.snapshotSpan(group, sp, true)
+}
+
+func (s *Store) snapshotSpan(group uint64, sp Span, checkRecord bool) (*SpanSnapshot, error) {
 	if err := sp.check(); err != nil {
 		return nil, err
 	}
@@ -126,11 +146,37 @@ func (s *Store) SnapshotSpan(group uint64, sp Span) (*SpanSnapshot, error) {
 	}
 	snap := s.db.NewSnapshot()
 	applied, err := readAppliedIndex(snap, group)
+	if err == nil && checkRecord {
+		err = spanRecordIs(snap, group, t, sp)
+	}
 	if err != nil {
 		return nil, errors.Join(err, snap.Close())
 	}
 	sp.Table = t.name // as created, whatever case the caller used
 	return &SpanSnapshot{snap: snap, span: sp, group: group, applied: applied, prefix: t.prefix}, nil
+}
+
+// spanRecordIs checks group's span record as rd reads it against sp, of
+// table t: ErrSpanChanged if it is another span, or frozen. A group with
+// no record has the span its catalog entry gives it, which only a split
+// (writing a record) or the table's drop changes.
+func spanRecordIs(rd reader, group uint64, t *table, sp Span) error {
+	v, err := rd.Get(groupMetaKey(metaGroupSpan, group))
+	if errors.Is(err, lsm.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("partition: read span record of group %d: %w", group, err)
+	}
+	g, err := decodeGroupSpan(v)
+	if err != nil {
+		return err
+	}
+	if g.tableID != t.id || g.frozen || !g.span.same(sp) {
+		return fmt.Errorf("%w: group %d records [%q, %q) of table %d (frozen %v), asked for [%q, %q)", ErrSpanChanged,
+			group, g.span.LowPartitionKey, g.span.HighPartitionKey, g.tableID, g.frozen, sp.LowPartitionKey, sp.HighPartitionKey)
+	}
+	return nil
 }
 
 // AppliedIndex is the group's applied index the view holds.

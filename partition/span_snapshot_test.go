@@ -613,3 +613,57 @@ func TestSpanIngestAfterAFailedMove(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotGroupSpanChecksTheRecord: a leader's view of its group's
+// span must be of the span the group records at the view's instant, not
+// of one the leader read before a split or freeze that the view is past
+// (its applied index would then vouch for a span the group no longer
+// holds). A group with no record has its catalog span.
+func TestSnapshotGroupSpanChecksTheRecord(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.s.CreateTableInGroup(ctx, acct, "Halves", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	whole := Span{Account: acct, Table: "Halves"}
+	low := Span{Account: acct, Table: "Halves", HighPartitionKey: "m"}
+	high := Span{Account: acct, Table: "Halves", LowPartitionKey: "m"}
+	snapshot := func(group uint64, sp Span) error {
+		t.Helper()
+		ss, err := e.s.SnapshotGroupSpan(group, sp)
+		if err == nil {
+			ss.Close()
+		}
+		return err
+	}
+	if err := snapshot(5, whole); err != nil {
+		t.Fatalf("the first group, no record: %v", err)
+	}
+	if err := e.s.SplitTableRange(ctx, acct, "Halves", 5, "m", 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 11}), 5, 9, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := snapshot(5, whole); !errors.Is(err, ErrSpanChanged) {
+		t.Fatalf("the span read before the split: %v, want ErrSpanChanged", err)
+	}
+	if err := snapshot(5, low); err != nil {
+		t.Fatalf("the parent's span after the split: %v", err)
+	}
+	if err := snapshot(9, high); err != nil {
+		t.Fatalf("the child's span: %v", err)
+	}
+	if err := e.s.FreezeGroupSpan(WithStamp(ctx, Stamp{Group: 9, Index: 20}), 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := snapshot(9, high); !errors.Is(err, ErrSpanChanged) {
+		t.Fatalf("a frozen span: %v, want ErrSpanChanged", err)
+	}
+	// SnapshotSpan itself takes any span of the table.
+	ss, err := e.s.SnapshotSpan(5, whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss.Close()
+}
