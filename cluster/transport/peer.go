@@ -91,13 +91,14 @@ func (p *peer) signal() {
 	}
 }
 
-// take returns everything queued and empties the queue.
+// take returns everything queued, but heartbeats a later one supersedes
+// (latestHeartbeats), and empties the queue.
 func (p *peer) take() []Message {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	q := p.queue
 	p.queue = nil
-	return q
+	p.mu.Unlock()
+	return latestHeartbeats(q)
 }
 
 // run keeps a stream open to the peer until the transport closes.
