@@ -11,14 +11,16 @@ import "go.etcd.io/raft/v3/raftpb"
 // again: with a busy group, up to raft's MaxSizePerMsg of entries each. A
 // follower restarted after a second and a half under writes took 13 such
 // copies, 7.7 MB in one frame, and caught up in 0.5-1 s instead of about
-// 0.2. A heartbeat carries nothing a later one does not (the term and
-// the commit index, which only grow), so the latest suffices.
+// 0.2. A raft heartbeat carries nothing a later one does not (the term
+// and the commit index, which only grow), so the latest suffices. Group
+// 0's are not raft's (the nodes' liveness messages, each with its own
+// notices): all of them go.
 func latestHeartbeats(msgs []Message) []Message {
 	type key struct{ group, to uint64 }
 	var last map[key]int
 	dup := false
 	for i, m := range msgs {
-		if m.Raft.GetType() != raftpb.MessageType_MsgHeartbeat {
+		if m.Group == 0 || m.Raft.GetType() != raftpb.MessageType_MsgHeartbeat {
 			continue
 		}
 		if last == nil {
@@ -35,7 +37,7 @@ func latestHeartbeats(msgs []Message) []Message {
 	}
 	out := msgs[:0]
 	for i, m := range msgs {
-		if m.Raft.GetType() == raftpb.MessageType_MsgHeartbeat && last[key{m.Group, m.Raft.GetTo()}] != i {
+		if m.Group != 0 && m.Raft.GetType() == raftpb.MessageType_MsgHeartbeat && last[key{m.Group, m.Raft.GetTo()}] != i {
 			continue
 		}
 		out = append(out, m)

@@ -31,6 +31,8 @@ func TestLatestHeartbeats(t *testing.T) {
 		// Three heartbeats of group 5 to replica 2: the last stays, where it was.
 		{[]Message{m(5, 2, hb, 1), m(5, 2, app, 2), m(6, 2, hb, 3), m(5, 2, hb, 4), m(5, 2, hb, 5), m(5, 2, app, 6)},
 			"5/2/App/2 6/2/Heartbeat/3 5/2/Heartbeat/5 5/2/App/6 "},
+		// Group 0's (the nodes' liveness messages): every one goes.
+		{[]Message{m(0, 2, hb, 1), m(0, 2, hb, 2)}, "0/2/Heartbeat/1 0/2/Heartbeat/2 "},
 		// Another replica of the group, or another group: kept.
 		{[]Message{m(5, 2, hb, 1), m(5, 3, hb, 2), m(7, 2, hb, 3)}, "5/2/Heartbeat/1 5/3/Heartbeat/2 7/2/Heartbeat/3 "},
 	} {
