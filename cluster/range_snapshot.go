@@ -84,13 +84,14 @@ func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
 	confIndex := r.confIndex
 	l := r.spans.latest
 	if l == nil || l.meta.GetIndex()+1 < first || l.meta.GetIndex() < confIndex || time.Since(l.made) > snapshotReuse {
+		recorded := n.st().SpanRecorded(r.group)
 		sp, ok := n.groupSpan(r.group)
 		if frozen, err := n.st().GroupFrozen(r.group); !ok || err != nil || frozen {
 			// Its table is being dropped; or it is frozen, to be merged:
 			// a snapshot would carry its data without the freeze.
 			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
-		ss, err := n.st().SnapshotGroupSpan(r.group, sp)
+		ss, err := n.st().SnapshotGroupSpan(r.group, sp, recorded)
 		if errors.Is(err, partition.ErrSpanChanged) {
 			return nil, raft.ErrSnapshotTemporarilyUnavailable // read the span again
 		}

@@ -123,20 +123,21 @@ type SpanSnapshot struct {
 // its index in the batch of its data, so the two always agree. A missing
 // table is TableNotFound. The caller closes the view.
 func (s *Store) SnapshotSpan(group uint64, sp Span) (*SpanSnapshot, error) {
-	return s.snapshotSpan(group, sp, false)
+	return s.snapshotSpan(group, sp, false, false)
 }
 
 // SnapshotGroupSpan is SnapshotSpan for the leader of group, sp being the
-// group's span as the leader read it: it is ErrSpanChanged if the group's
-// span record at the view's instant is another span, or frozen (a split,
-// freeze or merge of the group applied between the leader's read and
-// the view), so that no view carries a span with an index past the
-// command that changed it.
-func (s *Store) SnapshotGroupSpan(group uint64, sp Span) (*SpanSnapshot, error) {
-	return s.snapshotSpan(group, sp, true)
+// group's span as the leader read it, recorded whether the group had a
+// span record then (SpanRecorded): it is ErrSpanChanged if the group's
+// span record at the view's instant is another span, or frozen, or gone
+// (a split, freeze or merge of the group applied between the leader's
+// read and the view), so that no view carries a span with an index past
+// the command that changed it.
+func (s *Store) SnapshotGroupSpan(group uint64, sp Span, recorded bool) (*SpanSnapshot, error) {
+	return s.snapshotSpan(group, sp, true, recorded)
 }
 
-func (s *Store) snapshotSpan(group uint64, sp Span, checkRecord bool) (*SpanSnapshot, error) {
+func (s *Store) snapshotSpan(group uint64, sp Span, checkRecord, recorded bool) (*SpanSnapshot, error) {
 	if err := sp.check(); err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (s *Store) snapshotSpan(group uint64, sp Span, checkRecord bool) (*SpanSnap
 	snap := s.db.NewSnapshot()
 	applied, err := readAppliedIndex(snap, group)
 	if err == nil && checkRecord {
-		err = spanRecordIs(snap, group, t, sp)
+		err = spanRecordIs(snap, group, t, sp, recorded)
 	}
 	if err != nil {
 		return nil, errors.Join(err, snap.Close())
@@ -157,12 +158,16 @@ func (s *Store) snapshotSpan(group uint64, sp Span, checkRecord bool) (*SpanSnap
 }
 
 // spanRecordIs checks group's span record as rd reads it against sp, of
-// table t: ErrSpanChanged if it is another span, or frozen. A group with
-// no record has the span its catalog entry gives it, which only a split
-// (writing a record) or the table's drop changes.
-func spanRecordIs(rd reader, group uint64, t *table, sp Span) error {
+// table t: ErrSpanChanged if it is another span, or frozen, or missing
+// while the caller read one (recorded; a merge deletes the right group's).
+// A group that never had a record has the span its catalog entry gives
+// it, which only a split (writing a record) or the table's drop changes.
+func spanRecordIs(rd reader, group uint64, t *table, sp Span, recorded bool) error {
 	v, err := rd.Get(groupMetaKey(metaGroupSpan, group))
 	if errors.Is(err, lsm.ErrNotFound) {
+		if recorded {
+			return fmt.Errorf("%w: group %d has no span record any more", ErrSpanChanged, group)
+		}
 		return nil
 	}
 	if err != nil {

@@ -630,7 +630,7 @@ func TestSnapshotGroupSpanChecksTheRecord(t *testing.T) {
 	high := Span{Account: acct, Table: "Halves", LowPartitionKey: "m"}
 	snapshot := func(group uint64, sp Span) error {
 		t.Helper()
-		ss, err := e.s.SnapshotGroupSpan(group, sp)
+		ss, err := e.s.SnapshotGroupSpan(group, sp, e.s.SpanRecorded(group))
 		if err == nil {
 			ss.Close()
 		}
@@ -659,6 +659,23 @@ func TestSnapshotGroupSpanChecksTheRecord(t *testing.T) {
 	}
 	if err := snapshot(9, high); !errors.Is(err, ErrSpanChanged) {
 		t.Fatalf("a frozen span: %v, want ErrSpanChanged", err)
+	}
+	// The left group merges the frozen right one, whose record goes: a
+	// leader that read it before finds it gone.
+	if err := e.s.MergeTableRange(ctx, acct, "Halves", 5, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.MergeGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 12}), 5, 9, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if ss, err := e.s.SnapshotGroupSpan(9, high, true); !errors.Is(err, ErrSpanChanged) {
+		if err == nil {
+			ss.Close()
+		}
+		t.Fatalf("a record gone since the read: %v, want ErrSpanChanged", err)
+	}
+	if err := snapshot(5, whole); err != nil {
+		t.Fatalf("the left group's span after the merge: %v", err)
 	}
 	// SnapshotSpan itself takes any span of the table.
 	ss, err := e.s.SnapshotSpan(5, whole)
