@@ -59,6 +59,14 @@ func (e *testEnv) open() {
 	e.s = s
 }
 
+// crashClone returns an environment, not yet open, on what a power loss
+// would leave of e's in-memory files now (synced data only).
+func (e *testEnv) crashClone() *testEnv {
+	c := &testEnv{t: e.t, fs: e.fs.(*vfs.MemFS).CrashClone(nil), opts: e.opts, tune: e.tune}
+	c.opts.LSM.FS = c.fs
+	return c
+}
+
 func (e *testEnv) reopen() {
 	e.t.Helper()
 	if err := e.s.Close(); err != nil {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/tabuladb/tabula/vfs"
 )
 
 func TestSpanMinus(t *testing.T) {
@@ -155,20 +153,8 @@ func TestSpanIngestRollForwardGivesUp(t *testing.T) {
 	ingest(spanGroup+2, Span{Account: acct, Table: spanTable, LowPartitionKey: "p08"})
 
 	// The shrinking ingest, staged and marked, then the crash.
-	s := dst.s
-	tb, err := s.lookupTable(acct, spanTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := spanIngest{group: spanGroup, tableID: tb.id, account: acct, low: spanLow, high: spanHigh}
-	if m.applied, err = s.stageSpan(spanGroup, testSpan, bytes.NewReader(spanStream(t, src.s, spanGroup, testSpan))); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.db.Set(groupMetaKey(metaSpanIngest, spanGroup), m.encode(), s.syncWO); err != nil {
-		t.Fatal(err)
-	}
-	crashed := &testEnv{t: t, fs: dst.fs.(*vfs.MemFS).CrashClone(nil), opts: dst.opts, tune: dst.tune}
-	crashed.opts.LSM.FS = crashed.fs
+	stageMarked(t, dst.s, spanStream(t, src.s, spanGroup, testSpan))
+	crashed := dst.crashClone()
 	crashed.open()
 	defer crashed.s.Close()
 

@@ -502,14 +502,12 @@ func TestSpanIngestCrash(t *testing.T) {
 // TestSpanIngestRollForward: a crash after the marker, with the span
 // half cleared on disk, is finished by Open: the span is the new one.
 // A marker whose table was dropped since is discarded.
-func TestSpanIngestRollForward(t *testing.T) {
-	src := newSpanSource(t, 6)
-	stream := spanStream(t, src.s, spanGroup, testSpan)
-	want := viewOf(t, src.s)
-	dst := newSpanTarget(t, nil, 6)
-	before := viewOf(t, dst.s)
-
-	s := dst.s
+// stageMarked stages stream, of testSpan of spanGroup, in s and writes
+// its marker, synced, as an ingest does before its move: what a crash
+// or a failed move leaves for Open or the next ingest to finish. It
+// returns the span's table.
+func stageMarked(t *testing.T, s *Store, stream []byte) *table {
+	t.Helper()
 	tb, err := s.lookupTable(acct, spanTable)
 	if err != nil {
 		t.Fatal(err)
@@ -521,6 +519,18 @@ func TestSpanIngestRollForward(t *testing.T) {
 	if err := s.db.Set(groupMetaKey(metaSpanIngest, spanGroup), m.encode(), s.syncWO); err != nil {
 		t.Fatal(err)
 	}
+	return tb
+}
+
+func TestSpanIngestRollForward(t *testing.T) {
+	src := newSpanSource(t, 6)
+	stream := spanStream(t, src.s, spanGroup, testSpan)
+	want := viewOf(t, src.s)
+	dst := newSpanTarget(t, nil, 6)
+	before := viewOf(t, dst.s)
+
+	s := dst.s
+	tb := stageMarked(t, s, stream)
 	// Half of the span's entities deleted, synced: a mix on disk.
 	lo, hi := spanBounds(tb.prefix, testSpan)
 	it := s.db.NewIter(&lsm.IterOptions{LowerBound: lo, UpperBound: hi})
@@ -535,15 +545,13 @@ func TestSpanIngestRollForward(t *testing.T) {
 	if err := s.db.Apply(b, s.syncWO); err != nil {
 		t.Fatal(err)
 	}
-	crashed := &testEnv{t: t, fs: dst.fs.(*vfs.MemFS).CrashClone(nil), opts: dst.opts, tune: dst.tune}
-	crashed.opts.LSM.FS = crashed.fs
+	crashed := dst.crashClone()
 
 	// The table dropped after the marker: Open drops the marker instead.
 	if err := s.DeleteTable(context.Background(), acct, spanTable); err != nil {
 		t.Fatal(err)
 	}
-	dropped := &testEnv{t: t, fs: dst.fs.(*vfs.MemFS).CrashClone(nil), opts: dst.opts, tune: dst.tune}
-	dropped.opts.LSM.FS = dropped.fs
+	dropped := dst.crashClone()
 
 	crashed.open()
 	defer crashed.s.Close()
@@ -575,18 +583,8 @@ func TestSpanIngestAfterAFailedMove(t *testing.T) {
 	src := newSpanSource(t, 6)
 	dst := newSpanTarget(t, nil, 6)
 	s := dst.s
-	tb, err := s.lookupTable(acct, spanTable)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// An ingest of the source's span, staged and marked but not moved.
-	m := spanIngest{group: spanGroup, tableID: tb.id, account: acct, low: spanLow, high: spanHigh}
-	if m.applied, err = s.stageSpan(spanGroup, testSpan, bytes.NewReader(spanStream(t, src.s, spanGroup, testSpan))); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.db.Set(groupMetaKey(metaSpanIngest, spanGroup), m.encode(), s.syncWO); err != nil {
-		t.Fatal(err)
-	}
+	stageMarked(t, s, spanStream(t, src.s, spanGroup, testSpan))
 	ents := []spanEnt{{"p04", "only", encodedValue(1)}}
 	next := encodeSpanStream(testSpan, spanGroup, 77, ents)
 	// A refused stream: the pending ingest is finished all the same.

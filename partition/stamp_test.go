@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/odata"
-	"github.com/tabuladb/tabula/vfs"
 )
 
 // stampedLog is a replicated log's commands as a test writes them: each
@@ -114,8 +113,7 @@ func TestStampedWritesReplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.applyAll(t, c.s, 10)
-	crashed := &testEnv{t: t, fs: c.fs.(*vfs.MemFS).CrashClone(nil), opts: c.opts, tune: c.tune}
-	crashed.opts.LSM.FS = crashed.fs
+	crashed := c.crashClone()
 	crashed.open()
 	defer crashed.s.Close()
 	idx, err := crashed.s.AppliedIndex(1)
