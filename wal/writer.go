@@ -78,10 +78,10 @@ type WriterOptions struct {
 	LogNum uint64
 	// ZeroAhead, when positive, gives a recyclable log's fsyncs (LogNum
 	// set) the same saving past the end of the file it writes over, new
-	// or reused (see Allocated): a round that
-	// fsyncs also writes zeros past the log's end, whenever fewer than
-	// seven eighths of ZeroAhead bytes beyond it are the file's, up to
-	// ZeroAhead, and its fsync makes them the file's. (Refilling from
+	// or reused (see Allocated): a round that fsyncs also writes zeros
+	// past the log's end, whenever fewer than seven eighths of ZeroAhead
+	// bytes beyond it are the file's, up to ZeroAhead, and its fsync
+	// makes them the file's. (Refilling from
 	// half-way, a round's fsync wrote half of ZeroAhead more: the synced
 	// writers it held up made fillsync8's p99 1.07-1.13 of Pebble's,
 	// against 0.93-0.96 in eighths.) The fsyncs that follow then

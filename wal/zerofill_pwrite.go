@@ -4,6 +4,11 @@ package wal
 
 import "syscall"
 
+// zeroPage is the page zeroFill writes from, never written to: a reused
+// file's writer zeroes a page in every write-out round that ends past its
+// zeros (zeroLastPage), which allocated a page each time.
+var zeroPage [pageSize]byte
+
 // zeroFill writes n zero bytes at offset off of f, without moving the
 // offset its writes append at, with pwrite(2), a page at a time: the page
 // cache sizes a folio by the write that creates it, and the log's small
@@ -14,10 +19,9 @@ import "syscall"
 // appending). It reports false when f is not an OS file or the write
 // fails: nothing of the log is at stake, past its end.
 func zeroFill(f SyncFile, off, n int64) bool {
-	zeros := make([]byte, pageSize)
 	return withFD(f, func(fd uintptr) bool {
 		for n > 0 {
-			k, err := syscall.Pwrite(int(fd), zeros[:min(n, pageSize-off%pageSize)], off)
+			k, err := syscall.Pwrite(int(fd), zeroPage[:min(n, pageSize-off%pageSize)], off)
 			if err != nil || k == 0 {
 				return false
 			}
