@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -13,27 +12,10 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"github.com/tabuladb/tabula/internal/syncbuf"
 	"github.com/tabuladb/tabula/server"
 	"github.com/tabuladb/tabula/server/auth"
 )
-
-// syncBuffer collects log output written from the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // accessRecord is one JSON access log line, every field the log writes.
 type accessRecord struct {
@@ -80,7 +62,7 @@ func accessRecords(t *testing.T, out string) map[string][]accessRecord {
 // TestAccessLogJSON sends requests of every outcome and checks every field
 // of their access log lines against what the client sent and received.
 func TestAccessLogJSON(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))
 	ts := startServer(t, &server.Options{Observer: server.NewAccessLog(log, 0)})
 	c := &http.Client{}
@@ -166,7 +148,7 @@ func TestAccessLogJSON(t *testing.T) {
 func TestAccessLogHoldsNoSecret(t *testing.T) {
 	for _, format := range []string{"text", "json"} {
 		t.Run(format, func(t *testing.T) {
-			var out syncBuffer
+			var out syncbuf.Buffer
 			var h slog.Handler = slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})
 			if format == "json" {
 				h = slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})
@@ -231,7 +213,7 @@ func TestAccessLogHoldsNoSecret(t *testing.T) {
 // took longer than the threshold is logged, as a slow request; below
 // warn, the access log writes nothing.
 func TestSlowRequestLog(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	faults, err := server.ParseFaultSpec("get:latency=150ms")
 	if err != nil {
@@ -266,11 +248,11 @@ func TestSlowRequestLog(t *testing.T) {
 	}
 
 	// Off: no threshold, and a log at error level, write nothing.
-	var quiet syncBuffer
+	var quiet syncbuf.Buffer
 	ts2 := startServer(t, &server.Options{Faults: faults, Observer: server.NewAccessLog(
 		slog.New(slog.NewJSONHandler(&quiet, &slog.HandlerOptions{Level: slog.LevelError})), threshold)})
 	send(t, c, rawRequest(t, ts2, "GET", "/items(PartitionKey='p',RowKey='r')", nil, true))
-	var none syncBuffer
+	var none syncbuf.Buffer
 	ts3 := startServer(t, &server.Options{Faults: faults, Observer: server.NewAccessLog(
 		slog.New(slog.NewJSONHandler(&none, &slog.HandlerOptions{Level: slog.LevelWarn})), 0)})
 	send(t, c, rawRequest(t, ts3, "GET", "/items(PartitionKey='p',RowKey='r')", nil, true))

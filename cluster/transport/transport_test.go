@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/internal/syncbuf"
 )
 
 var testSecret = []byte("correct horse battery staple")
@@ -844,7 +846,7 @@ func TestMembersTravelBetweenTheirNodes(t *testing.T) {
 // reported unreachable), and that the messages sent once the peer reads
 // again go on a new stream.
 func TestWriteTimeoutBreaksTheStream(t *testing.T) {
-	logged := &lockedBuffer{}
+	logged := &syncbuf.Buffer{}
 	a := startNode(t, 1, func(o *Options, tu *tuning) {
 		tu.writeTimeout = 300 * time.Millisecond
 		o.Logger = slog.New(slog.NewTextHandler(logged, nil))
@@ -894,22 +896,4 @@ func TestWriteTimeoutBreaksTheStream(t *testing.T) {
 		defer c.rec.mu.Unlock()
 		return slices.ContainsFunc(c.rec.got[1], func(m Message) bool { return m.Raft.GetIndex() == 1000 })
 	})
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

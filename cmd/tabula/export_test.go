@@ -14,6 +14,7 @@ import (
 
 	"github.com/tabuladb/tabula/export"
 	"github.com/tabuladb/tabula/internal/edmtest"
+	"github.com/tabuladb/tabula/internal/syncbuf"
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
 )
@@ -152,7 +153,7 @@ func TestImportResumesAfterKill(t *testing.T) {
 	data := filepath.Join(root, "data")
 	cmd := exec.Command(os.Args[0], "import", "--data", data, in)
 	cmd.Env = append(os.Environ(), "TABULA_RUN_MAIN=1")
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -13,13 +13,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"github.com/tabuladb/tabula/internal/syncbuf"
 	"github.com/tabuladb/tabula/partition"
 )
 
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 // serverProcess is a `tabula serve` child process.
 type serverProcess struct {
 	cmd     *exec.Cmd
-	stderr  *lockedBuffer
+	stderr  *syncbuf.Buffer
 	connStr string // the first connection string it printed
 	exited  chan struct{}
 	err     error // Wait's result, once exited is closed
@@ -69,7 +69,7 @@ func spawnServe(args ...string) (*serverProcess, error) { return spawnServeEnv(n
 func spawnServeEnv(env []string, args ...string) (*serverProcess, error) {
 	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "TABULA_RUN_MAIN=1", "AZURITE_ACCOUNTS="), env...)
-	p := &serverProcess{cmd: cmd, stderr: new(lockedBuffer), exited: make(chan struct{})}
+	p := &serverProcess{cmd: cmd, stderr: new(syncbuf.Buffer), exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -104,24 +104,6 @@ func spawnServeEnv(env []string, args ...string) (*serverProcess, error) {
 		cmd.Process.Kill()
 		return nil, fmt.Errorf("tabula serve printed no connection string in 30 s: %s", p.stderr)
 	}
-}
-
-// lockedBuffer collects a process's output while a test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // wait waits for the process to exit and returns its exit code.
