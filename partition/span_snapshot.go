@@ -123,7 +123,7 @@ type SpanSnapshot struct {
 // its index in the batch of its data, so the two always agree. A missing
 // table is TableNotFound. The caller closes the view.
 func (s *Store) SnapshotSpan(group uint64, sp Span) (*SpanSnapshot, error) {
-	return s.snapshotSpan(group, sp, false, false)
+	return s.snapshotSpan(group, sp, nil)
 }
 
 // SnapshotGroupSpan is SnapshotSpan for the leader of group, sp being the
@@ -134,10 +134,14 @@ func (s *Store) SnapshotSpan(group uint64, sp Span) (*SpanSnapshot, error) {
 // read and the view), so that no view carries a span with an index past
 // the command that changed it.
 func (s *Store) SnapshotGroupSpan(group uint64, sp Span, recorded bool) (*SpanSnapshot, error) {
-	return s.snapshotSpan(group, sp, true, recorded)
+	return s.snapshotSpan(group, sp, func(snap reader, t *table) error {
+		return spanRecordIs(snap, group, t, sp, recorded)
+	})
 }
 
-func (s *Store) snapshotSpan(group uint64, sp Span, checkRecord, recorded bool) (*SpanSnapshot, error) {
+// snapshotSpan is SnapshotSpan, with check, if not nil, run on the view
+// before it is returned.
+func (s *Store) snapshotSpan(group uint64, sp Span, check func(snap reader, t *table) error) (*SpanSnapshot, error) {
 	if err := sp.check(); err != nil {
 		return nil, err
 	}
@@ -147,8 +151,8 @@ func (s *Store) snapshotSpan(group uint64, sp Span, checkRecord, recorded bool) 
 	}
 	snap := s.db.NewSnapshot()
 	applied, err := readAppliedIndex(snap, group)
-	if err == nil && checkRecord {
-		err = spanRecordIs(snap, group, t, sp, recorded)
+	if err == nil && check != nil {
+		err = check(snap, t)
 	}
 	if err != nil {
 		return nil, errors.Join(err, snap.Close())
