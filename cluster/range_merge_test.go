@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -467,4 +468,62 @@ func TestSnapshotKeepsASplitChildNotYetCataloged(t *testing.T) {
 	if !survives(merged, "d", merged, nil) {
 		t.Fatalf("group %d, merged away in the catalog, dropped itself on the ingest of its own span", merged)
 	}
+}
+
+// TestMergedOverRefusesAStaleSpanSnapshot: once the catalog has merged a
+// range away, a span snapshot of its group made before its freeze (one a
+// lagging replica fetched, whose ingest runs after the merged group's
+// own snapshot went in) may no longer go into a store where the group
+// that took the keys holds them. Ingested, it would put the range's old
+// entities over the newer ones, and its span record would claim keys
+// another group serves. Before the merge the same snapshot passes the
+// check, and so does a group the catalog does not name yet (a split's
+// child whose record it has not applied).
+func TestMergedOverRefusesAStaleSpanSnapshot(t *testing.T) {
+	c, want := newPairsCluster(t, 75)
+	c.splitVia("pairs", "p20")
+	right := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1]
+	sp := right.Span()
+	tn := c.nodes[c.peers[0]]
+	c.convergeGroup(right.Group.ID, 10*time.Second)
+	ss, err := tn.node.st().SnapshotGroupSpan(right.Group.ID, sp, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stale bytes.Buffer
+	_, err = ss.WriteTo(&stale)
+	ss.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.node.mergedOver(tn.node.st(), right.Group.ID, sp); err != nil {
+		t.Fatalf("before the merge, the right group's own span: %v", err)
+	}
+	for i := 20; i < 40; i++ {
+		pk := fmt.Sprintf("p%02d", i)
+		upsertVia(c, "pairs", pk, "r", 500+i)
+		want[pk] = 500 + i
+	}
+	c.mergeVia("pairs", "p20")
+	c.waitMerged("pairs", []string{""}, right.Group.ID, 20*time.Second)
+
+	s := tn.node.st()
+	before := dump(t, s, "pairs")
+	_, err = s.IngestSpanChecked(right.Group.ID, sp, bytes.NewReader(stale.Bytes()), func() error {
+		return tn.node.mergedOver(s, right.Group.ID, sp)
+	})
+	if !errors.Is(err, errMergedOver) {
+		t.Fatalf("the merged group's stale snapshot, after the merge: %v; want errMergedOver", err)
+	}
+	if got := dump(t, s, "pairs"); got != before {
+		t.Fatalf("the refused ingest changed the table:\n%s\nwas\n%s", got, before)
+	}
+	if s.SpanRecorded(right.Group.ID) {
+		t.Fatal("the refused ingest recorded the merged group's span")
+	}
+	unnamed := tn.node.applied.Load() + 1000
+	if err := tn.node.mergedOver(s, unnamed, sp); err != nil {
+		t.Fatalf("a group the catalog does not know yet: %v", err)
+	}
+	c.checkPairs("pairs", want, "after the refused ingest")
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -120,10 +121,16 @@ func (n *Node) finishSpanInstalls() error {
 	g.finished = nil
 	g.mu.Unlock()
 	for _, fin := range fins {
+		r := fin.r
+		if errors.Is(fin.err, errMergedOver) {
+			if err := n.dropMergedOver(r); err != nil {
+				return err
+			}
+			continue
+		}
 		if fin.err != nil {
 			return fin.err
 		}
-		r := fin.r
 		if n.group(r.group) != r || r.install == nil {
 			continue // no longer hosted: its drop came after the ingest
 		}
@@ -182,7 +189,9 @@ func (r *replica) ingestSpan(s *partition.Store, st *stagedSpan) (uint64, error)
 		return 0, fmt.Errorf("cluster: group %d: open span snapshot %d: %w", r.group, st.meta.GetIndex(), err)
 	}
 	defer f.Close()
-	applied, err := s.IngestSpan(r.group, st.span, bufio.NewReaderSize(f, 256<<10))
+	applied, err := s.IngestSpanChecked(r.group, st.span, bufio.NewReaderSize(f, 256<<10), func() error {
+		return r.n.mergedOver(s, r.group, st.span)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("cluster: group %d: ingest span snapshot %d: %w", r.group, st.meta.GetIndex(), err)
 	}
@@ -212,4 +221,53 @@ func (r *replica) endSpanInstall(st *stagedSpan, applied uint64) error {
 	r.advanceApplied(applied)
 	n.log.Info("cluster: span snapshot installed", "node", n.cfg.ID, "group", r.group, "index", applied)
 	return nil
+}
+
+// errMergedOver ends the span ingest of a group that mergedOver finds
+// superseded.
+var errMergedOver = errors.New("cluster: the span's keys were merged into a group that holds them here already")
+
+// mergedOver refuses with errMergedOver the ingest of group's span sp
+// into store s when the catalog merged the group away (it named the group
+// once and names it no more) and the group that took its keys holds them
+// in s already: a snapshot of that group, made past the merge, went in
+// first (a node whose replicas of both groups lagged fetches both, and
+// their ingests run in either order). The group's snapshot is from
+// before its freeze: ingested, its older entities would go over the newer
+// ones, and its span record would claim keys another group serves.
+// Ingested the other way round, the merged group's snapshot replaces it,
+// and forgetMergedInto drops the group.
+//
+// It runs on the ingest's goroutine, ordered with the store's other
+// ingests; the catalog does not change under it, since the system
+// group's commands wait for the ingests under way (ingestGate).
+func (n *Node) mergedOver(s *partition.Store, group uint64, sp partition.Span) error {
+	if !n.catalogKnew(group) {
+		return nil // a split's child the catalog does not name yet
+	}
+	if _, named := s.GroupTable(group); named {
+		return nil
+	}
+	owner, err := s.TableRangeFor(sp.Account, sp.Table, sp.LowPartitionKey)
+	if err != nil || owner.Group.ID == 0 || owner.Group.ID == group {
+		return nil // the table's drop, queued, takes the group with it
+	}
+	if osp, ok, err := s.GroupSpan(owner.Group.ID); err == nil && ok && osp.Contains(sp.LowPartitionKey) {
+		return fmt.Errorf("%w: group %d, span [%q, %q) held by group %d", errMergedOver, group, sp.LowPartitionKey, sp.HighPartitionKey, owner.Group.ID)
+	}
+	return nil
+}
+
+// dropMergedOver, on the loop, drops replica r, whose span snapshot
+// mergedOver refused, as merged away: its span record goes (unless
+// forgetMergedInto took it already) and so do its raft log and replica.
+func (n *Node) dropMergedOver(r *replica) error {
+	if n.group(r.group) != r || r.install == nil {
+		return nil // dropped already
+	}
+	if err := n.onApplyBeside(func() error { return n.st().ForgetGroup(r.group) }); err != nil {
+		return err
+	}
+	n.log.Info("cluster: span snapshot of a range group merged meanwhile dropped", "node", n.cfg.ID, "group", r.group)
+	return n.mergedAway(r.group)
 }

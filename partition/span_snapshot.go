@@ -277,6 +277,16 @@ func decodeSpanIngest(group uint64, v []byte) (spanIngest, error) {
 // exist (else TableNotFound); while the span moves, the table's writes
 // wait, and the caller must not read the span.
 func (s *Store) IngestSpan(group uint64, sp Span, r io.Reader) (uint64, error) {
+	return s.IngestSpanChecked(group, sp, r, nil)
+}
+
+// IngestSpanChecked is IngestSpan, with a check that runs before anything
+// of the stream is staged, while no other ingest of the store runs: an
+// error from it ends the ingest, the store as it was, and is returned as
+// it is. A caller whose ingests may be overtaken by another group's (a
+// snapshot of the group that merged this one's span) decides there, in
+// their order, whether this one still may go in.
+func (s *Store) IngestSpanChecked(group uint64, sp Span, r io.Reader, check func() error) (uint64, error) {
 	if err := sp.check(); err != nil {
 		return 0, err
 	}
@@ -301,6 +311,11 @@ func (s *Store) IngestSpan(group uint64, sp Span, r io.Reader) (uint64, error) {
 		}
 	case !errors.Is(err, lsm.ErrNotFound):
 		return 0, fmt.Errorf("partition: ingest span of group %d: read marker: %w", group, err)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return 0, err
+		}
 	}
 	// Left over by an ingest cut before its marker.
 	if err := s.deleteStaged(group); err != nil {

@@ -428,6 +428,40 @@ func TestSpanIngestRefusesBadStreams(t *testing.T) {
 	wantApplied(t, dst.s, spanGroup, 9)
 }
 
+// TestSpanIngestChecked: the check of IngestSpanChecked runs before
+// anything is staged; its error ends the ingest with the target exactly
+// as it was (no staged pair, the old applied index), and a check that
+// passes lets the stream in as IngestSpan would.
+func TestSpanIngestChecked(t *testing.T) {
+	src := newSpanSource(t, 3)
+	dst := newSpanTarget(t, nil, 3)
+	before := viewOf(t, dst.s)
+	stream := spanStream(t, src.s, spanGroup, testSpan)
+	errTaken := errors.New("taken")
+	checks := 0
+	_, err := dst.s.IngestSpanChecked(spanGroup, testSpan, bytes.NewReader(stream), func() error {
+		checks++
+		if n := rawKeys(t, dst.s.db, []byte{nsStaged}, []byte{nsStaged + 1}); n != 0 {
+			t.Errorf("%d pairs staged before the check", n)
+		}
+		return errTaken
+	})
+	if !errors.Is(err, errTaken) || checks != 1 {
+		t.Fatalf("a refusing check: %v after %d checks", err, checks)
+	}
+	if got := viewOf(t, dst.s); got != before {
+		t.Fatal("a refused ingest changed the target")
+	}
+	wantApplied(t, dst.s, spanGroup, 5)
+	applied, err := dst.s.IngestSpanChecked(spanGroup, testSpan, bytes.NewReader(stream), func() error { checks++; return nil })
+	if err != nil || applied != srcApplied || checks != 2 {
+		t.Fatalf("a passing check: applied %d, %v after %d checks", applied, err, checks)
+	}
+	if got, want := viewOf(t, dst.s).span, viewOf(t, src.s).span; got != want {
+		t.Fatalf("after a passing check the span holds\n%s\nwant\n%s", got, want)
+	}
+}
+
 // TestSpanIngestCrash: a crash at any fsync of an ingest (some clones also
 // keep a random part of what was not synced) leaves the span as it was,
 // with the old applied index, or as the stream has it, with the new one,
