@@ -236,16 +236,61 @@ func (n *Node) dropOrphan(group uint64) error {
 		if err := n.cfg.Log.DeleteGroup(group); err != nil {
 			return err
 		}
-		if err := n.emptyGroupSpan(group, true); err != nil {
-			return err
-		}
-		return n.st().ForgetGroup(group)
+		return n.dropOrphanSpan(group)
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: drop orphan range group %d: %w", group, err)
 	}
 	n.log.Info("cluster: merged range group dropped: the group that merged it is not here", "node", n.cfg.ID, "group", group)
 	return nil
+}
+
+// dropOrphanSpan empties an orphan's span and forgets its record, on the
+// apply goroutine. The decision was the loop's, made before: by now a
+// group of this node may record a part of that span (a snapshot of the
+// group that took the keys, or of one that later merged that group,
+// ingested meanwhile; or a table's first group hosted here, which holds
+// the whole table until it records a split). Those keys are its own
+// then, so nothing of the span is deleted: at worst keys no group holds
+// stay until a snapshot of their group replaces them. On the apply
+// goroutine no split, merge or ingest runs beside the check.
+func (n *Node) dropOrphanSpan(group uint64) error {
+	s := n.st()
+	sp, ok, err := s.GroupSpan(group)
+	if err != nil {
+		return err
+	}
+	if ok { // else the table is gone, and its keys with it
+		holder, err := n.spanHolder(group, sp)
+		switch {
+		case err != nil:
+			return err
+		case holder != 0:
+			n.log.Info("cluster: an orphan's keys kept: another group holds them here now", "node", n.cfg.ID, "group", group, "holder", holder)
+		default:
+			if err := n.emptyGroupSpan(group, true); err != nil {
+				return err
+			}
+		}
+	}
+	return s.ForgetGroup(group)
+}
+
+// spanHolder returns a group other than group that holds keys of span sp
+// in the store (0 if none): one that records a span over a part of it,
+// or the table's first group hosted here with no record, which holds the
+// whole table (it never split here).
+func (n *Node) spanHolder(group uint64, sp partition.Span) (uint64, error) {
+	s := n.st()
+	if other, err := s.SpanSharedWith(group, sp); other != 0 || err != nil {
+		return other, err
+	}
+	if ranges, _ := s.TableRanges(sp.Account, sp.Table); len(ranges) > 0 {
+		if first := ranges[0].Group.ID; first != group && !s.SpanRecorded(first) && n.group(first) != nil {
+			return first, nil
+		}
+	}
+	return 0, nil
 }
 
 // mergeHint is a follower's word that it holds a frozen group next to a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -526,4 +527,55 @@ func TestMergedOverRefusesAStaleSpanSnapshot(t *testing.T) {
 		t.Fatalf("a group the catalog does not know yet: %v", err)
 	}
 	c.checkPairs("pairs", want, "after the refused ingest")
+}
+
+// TestOrphanDropKeepsKeysAnotherGroupHolds: an orphan's span is emptied
+// on the apply goroutine after the loop decided to drop it; if a group of
+// the node records a part of that span by then, the keys there are that
+// group's and stay, while the orphan's record goes. Emptied as before,
+// the node would lose the other group's entities.
+func TestOrphanDropKeepsKeysAnotherGroupHolds(t *testing.T) {
+	c, want := newPairsCluster(t, 76)
+	tn := c.nodes[c.peers[0]]
+	s := tn.node.st()
+	const orphan = 1 << 40
+	sp := partition.Span{Account: acct, Table: "pairs", LowPartitionKey: "q0", HighPartitionKey: "q5"}
+	if _, err := s.IngestSpan(orphan, sp, bytes.NewReader(partition.EmptySpanStream(orphan, sp))); err != nil {
+		t.Fatal(err)
+	}
+	upsertVia(c, "pairs", "q1", "r", 1)
+	want["q1"] = 1
+	c.convergeGroup(c.tableGroup("pairs").ID, 10*time.Second)
+	if err := tn.node.onApply(func() error { return tn.node.dropOrphanSpan(orphan) }); err != nil {
+		t.Fatal(err)
+	}
+	if s.SpanRecorded(orphan) {
+		t.Fatal("the orphan's span record stayed")
+	}
+	if got := dumpSpan(t, s, sp); !strings.Contains(got, "q1/r@") {
+		t.Fatalf("the table's group's entity in the orphan's span is gone on node %d: %q", tn.id, got)
+	}
+	c.checkPairs("pairs", want, "after the orphan's drop")
+
+	// Split, the table's groups record their spans: the one from q on
+	// holds the next orphan's keys.
+	c.splitVia("pairs", "q")
+	right := c.waitSplit("pairs", []string{"", "q"}, 20*time.Second)[1].Group
+	sp2 := partition.Span{Account: acct, Table: "pairs", LowPartitionKey: "q6", HighPartitionKey: "q9"}
+	if _, err := s.IngestSpan(orphan+1, sp2, bytes.NewReader(partition.EmptySpanStream(orphan+1, sp2))); err != nil {
+		t.Fatal(err)
+	}
+	upsertVia(c, "pairs", "q7", "r", 7)
+	want["q7"] = 7
+	c.convergeGroup(right.ID, 10*time.Second)
+	if !s.SpanRecorded(right.ID) {
+		t.Fatalf("group %d has no span record on node %d after the split", right.ID, tn.id)
+	}
+	if err := tn.node.onApply(func() error { return tn.node.dropOrphanSpan(orphan + 1) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := dumpSpan(t, s, sp2); !strings.Contains(got, "q7/r@") {
+		t.Fatalf("the split group's entity in the second orphan's span is gone on node %d: %q", tn.id, got)
+	}
+	c.checkPairs("pairs", want, "after the second orphan's drop")
 }

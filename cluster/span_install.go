@@ -252,7 +252,9 @@ func (n *Node) mergedOver(s *partition.Store, group uint64, sp partition.Span) e
 	if err != nil || owner.Group.ID == 0 || owner.Group.ID == group {
 		return nil // the table's drop, queued, takes the group with it
 	}
-	if osp, ok, err := s.GroupSpan(owner.Group.ID); err == nil && ok && osp.Contains(sp.LowPartitionKey) {
+	// Recorded: a span derived from the catalog (a group this store has
+	// no record of) is not one a snapshot brought.
+	if osp, ok, err := s.GroupSpan(owner.Group.ID); err == nil && ok && s.SpanRecorded(owner.Group.ID) && osp.Contains(sp.LowPartitionKey) {
 		return fmt.Errorf("%w: group %d, span [%q, %q) held by group %d", errMergedOver, group, sp.LowPartitionKey, sp.HighPartitionKey, owner.Group.ID)
 	}
 	return nil

@@ -214,6 +214,26 @@ func (s *Store) scanGroupSpans(fn func(group uint64, g groupSpan) error) error {
 	})
 }
 
+// SpanSharedWith returns a range group other than group whose span this
+// store records over a part of span sp of a live table (the lowest such
+// id), or 0 if there is none: the keys there are that group's, not only
+// group's. It reads the records in the store, not the cache, so it sees
+// each split and merge whole.
+func (s *Store) SpanSharedWith(group uint64, sp Span) (uint64, error) {
+	t, err := s.lookupTable(sp.Account, sp.Table)
+	if err != nil {
+		return 0, nil // of a dropped table
+	}
+	var other uint64
+	err = s.scanGroupSpans(func(g uint64, gs groupSpan) error {
+		if other == 0 && g != group && gs.tableID == t.id && sp.overlaps(gs.span) {
+			other = g
+		}
+		return nil
+	})
+	return other, err
+}
+
 // OutsideCatalog lists the range groups whose span this store records,
 // of a live table, that its catalog no longer names: merged away
 // (MergeTableRange), their span not taken yet by the group before them.

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -121,5 +122,46 @@ func TestGroupMerge(t *testing.T) {
 		if _, err := e.s.GetEntity(ctx, acct, "Halves", pk, "r"); err != nil {
 			t.Errorf("entity %q after the merge: %v", pk, err)
 		}
+	}
+}
+
+// TestSpanSharedWith: another group's span record over any part of a
+// span, of the same table, is found (the lowest id); the group's own
+// record, a neighbour's that only touches the span, and another table's
+// are not.
+func TestSpanSharedWith(t *testing.T) {
+	e := newEnv(t, nil)
+	e.createTable("alpha")
+	e.createTable("beta")
+	record := func(group uint64, table, lo, hi string) {
+		t.Helper()
+		sp := Span{Account: acct, Table: table, LowPartitionKey: lo, HighPartitionKey: hi}
+		if _, err := e.s.IngestSpan(group, sp, bytes.NewReader(EmptySpanStream(group, sp))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record(7, "alpha", "k", "p")
+	record(9, "alpha", "p", "")
+	record(8, "beta", "", "")
+	record(5, "alpha", "a", "k")
+	for _, c := range []struct {
+		lo, hi string
+		want   uint64
+	}{
+		{"k", "p", 0},  // its own span only: 5 ends at k, 9 starts at p
+		{"m", "q", 9},  // into 9's
+		{"b", "l", 5},  // across 5's end into its own
+		{"", "a", 0},   // below everything
+		{"", "", 5},    // the whole table
+		{"x", "", 9},   // the table's end
+		{"kz", "l", 0}, // inside 7's own
+	} {
+		got, err := e.s.SpanSharedWith(7, Span{Account: acct, Table: "ALPHA", LowPartitionKey: c.lo, HighPartitionKey: c.hi})
+		if err != nil || got != c.want {
+			t.Errorf("span [%q, %q): %d, %v; want %d", c.lo, c.hi, got, err, c.want)
+		}
+	}
+	if got, err := e.s.SpanSharedWith(7, Span{Account: acct, Table: "gone"}); err != nil || got != 0 {
+		t.Errorf("a table that does not exist: %d, %v", got, err)
 	}
 }

@@ -94,6 +94,12 @@ func (sp Span) Contains(pk string) bool {
 	return pk >= sp.LowPartitionKey && (sp.HighPartitionKey == "" || pk < sp.HighPartitionKey)
 }
 
+// overlaps reports whether sp and o, of one table, share a PartitionKey.
+func (sp Span) overlaps(o Span) bool {
+	return (o.HighPartitionKey == "" || sp.LowPartitionKey < o.HighPartitionKey) &&
+		(sp.HighPartitionKey == "" || o.LowPartitionKey < sp.HighPartitionKey)
+}
+
 // check refuses a span that holds nothing.
 func (sp Span) check() error {
 	if sp.HighPartitionKey != "" && sp.HighPartitionKey <= sp.LowPartitionKey {
