@@ -44,8 +44,10 @@ type hostChange struct {
 	// drop drops the group (its table was dropped); merged drops it as
 	// merged into another group, which holds its span now; orphan drops
 	// a group merged where its keys went, to a group not hosted here,
-	// with its data (range_merge.go).
-	drop, merged, orphan bool
+	// with its data (range_merge.go); superseded drops one merged away
+	// whose keys a group of this node holds, and its span record
+	// (dropSuperseded).
+	drop, merged, orphan, superseded bool
 	// retire, when set, names this node's member of the group, which the
 	// group removed: it goes, and the group stays (range_members.go).
 	retire uint64
@@ -101,6 +103,11 @@ func (n *Node) applyHostChanges() error {
 			err = n.dropOrphan(c.group)
 		case c.merged:
 			err = n.mergedAway(c.group)
+		case c.superseded:
+			// Checked again: noteMerges looked before this turn.
+			if sp, ok := n.groupSpan(c.group); ok && r != nil && r.install == nil && n.mergedOver(n.st(), c.group, sp) != nil {
+				err = n.dropSuperseded(c.group)
+			}
 		case c.drop:
 			err = n.dropGroup(c.group, errTableGone)
 		case r != nil:

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -246,14 +247,13 @@ func (n *Node) dropOrphan(group uint64) error {
 }
 
 // dropOrphanSpan empties an orphan's span and forgets its record, on the
-// apply goroutine. The decision was the loop's, made before: by now a
-// group of this node may record a part of that span (a snapshot of the
-// group that took the keys, or of one that later merged that group,
-// ingested meanwhile; or a table's first group hosted here, which holds
-// the whole table until it records a split). Those keys are its own
-// then, so nothing of the span is deleted: at worst keys no group holds
-// stay until a snapshot of their group replaces them. On the apply
-// goroutine no split, merge or ingest runs beside the check.
+// apply goroutine. The keys of it a live group of the node holds
+// (liveHolders: a group that took part of the span, its snapshot
+// ingested here, or a later split's child moved here) are that group's
+// and stay; the rest go. Emptying the whole span lost such a group's
+// entities. On the apply goroutine no split, merge or ingest runs beside
+// it; each part is emptied as an ingest, so a crash between parts leaves
+// the orphan's record over what is left, and its drop is asked for again.
 func (n *Node) dropOrphanSpan(group uint64) error {
 	s := n.st()
 	sp, ok, err := s.GroupSpan(group)
@@ -261,36 +261,24 @@ func (n *Node) dropOrphanSpan(group uint64) error {
 		return err
 	}
 	if ok { // else the table is gone, and its keys with it
-		holder, err := n.spanHolder(group, sp)
-		switch {
-		case err != nil:
+		holders, err := n.liveHolders(s, group, sp)
+		if err != nil {
 			return err
-		case holder != 0:
-			n.log.Info("cluster: an orphan's keys kept: another group holds them here now", "node", n.cfg.ID, "group", group, "holder", holder)
-		default:
-			if err := n.emptyGroupSpan(group, true); err != nil {
-				return err
+		}
+		parts := []partition.Span{sp}
+		for _, h := range holders {
+			parts = partition.SpanMinus(parts, h.Span)
+		}
+		for _, p := range parts {
+			if _, err := s.IngestSpan(group, p, bytes.NewReader(partition.EmptySpanStream(group, p))); err != nil {
+				return fmt.Errorf("cluster: empty [%q, %q) of orphan range group %d: %w", p.LowPartitionKey, p.HighPartitionKey, group, err)
 			}
+		}
+		if len(holders) > 0 {
+			n.log.Info("cluster: an orphan's keys that other groups hold kept", "node", n.cfg.ID, "group", group, "holder", holders[0].Group)
 		}
 	}
 	return s.ForgetGroup(group)
-}
-
-// spanHolder returns a group other than group that holds keys of span sp
-// in the store (0 if none): one that records a span over a part of it,
-// or the table's first group hosted here with no record, which holds the
-// whole table (it never split here).
-func (n *Node) spanHolder(group uint64, sp partition.Span) (uint64, error) {
-	s := n.st()
-	if other, err := s.SpanSharedWith(group, sp); other != 0 || err != nil {
-		return other, err
-	}
-	if ranges, _ := s.TableRanges(sp.Account, sp.Table); len(ranges) > 0 {
-		if first := ranges[0].Group.ID; first != group && !s.SpanRecorded(first) && n.group(first) != nil {
-			return first, nil
-		}
-	}
-	return 0, nil
 }
 
 // mergeHint is a follower's word that it holds a frozen group next to a
@@ -337,6 +325,13 @@ func (n *Node) noteMerges() {
 	for _, g := range outside {
 		if !n.catalogKnew(g.Group) {
 			continue // a split's child the catalog here has not recorded yet
+		}
+		if r := n.replicas[g.Group]; r != nil && r.install == nil && n.mergedOver(n.st(), g.Group, g.Span) != nil {
+			// Left hosted by a crash after a snapshot of the group that
+			// took its keys went in, before the group was dropped
+			// (forgetMergedInto, or a refused ingest's drop).
+			n.hosts.add(hostChange{group: g.Group, superseded: true})
+			continue
 		}
 		if tg, err := n.st().TableRangeFor(g.Span.Account, g.Span.Table, g.Span.LowPartitionKey); err == nil && n.orphan(g) {
 			for _, v := range tg.Group.Voters {

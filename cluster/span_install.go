@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -229,18 +230,20 @@ var errMergedOver = errors.New("cluster: the span's keys were merged into a grou
 
 // mergedOver refuses with errMergedOver the ingest of group's span sp
 // into store s when the catalog merged the group away (it named the group
-// once and names it no more) and the group that took its keys holds them
-// in s already: a snapshot of that group, made past the merge, went in
-// first (a node whose replicas of both groups lagged fetches both, and
-// their ingests run in either order). The group's snapshot is from
-// before its freeze: ingested, its older entities would go over the newer
-// ones, and its span record would claim keys another group serves.
-// Ingested the other way round, the merged group's snapshot replaces it,
-// and forgetMergedInto drops the group.
+// once and names it no more) and a live group of the node (liveHolders)
+// holds keys of that span already: a snapshot of the group that took
+// them, made past the merge, went in first (a node whose replicas of both
+// groups lagged fetches both, and their ingests run in either order), or
+// of a group that took them from that one later. The group's snapshot is
+// from before its freeze (a frozen group makes none): ingested, its older
+// entities would go over the newer ones, and its span record would claim
+// keys another group serves. Ingested the other way round, the merged
+// group's snapshot replaces it, and forgetMergedInto drops the group.
 //
 // It runs on the ingest's goroutine, ordered with the store's other
 // ingests; the catalog does not change under it, since the system
-// group's commands wait for the ingests under way (ingestGate).
+// group's commands wait for the ingests under way (ingestGate). A store
+// that cannot answer lets the ingest go on, as before the check.
 func (n *Node) mergedOver(s *partition.Store, group uint64, sp partition.Span) error {
 	if !n.catalogKnew(group) {
 		return nil // a split's child the catalog does not name yet
@@ -248,28 +251,39 @@ func (n *Node) mergedOver(s *partition.Store, group uint64, sp partition.Span) e
 	if _, named := s.GroupTable(group); named {
 		return nil
 	}
-	owner, err := s.TableRangeFor(sp.Account, sp.Table, sp.LowPartitionKey)
-	if err != nil || owner.Group.ID == 0 || owner.Group.ID == group {
-		return nil // the table's drop, queued, takes the group with it
+	holders, err := n.liveHolders(s, group, sp)
+	if err != nil || len(holders) == 0 {
+		return nil
 	}
-	// Recorded: a span derived from the catalog (a group this store has
-	// no record of) is not one a snapshot brought.
-	if osp, ok, err := s.GroupSpan(owner.Group.ID); err == nil && ok && s.SpanRecorded(owner.Group.ID) && osp.Contains(sp.LowPartitionKey) {
-		return fmt.Errorf("%w: group %d, span [%q, %q) held by group %d", errMergedOver, group, sp.LowPartitionKey, sp.HighPartitionKey, owner.Group.ID)
-	}
-	return nil
+	return fmt.Errorf("%w: group %d, span [%q, %q), group %d", errMergedOver, group, sp.LowPartitionKey, sp.HighPartitionKey, holders[0].Group)
+}
+
+// liveHolders returns the groups other than group whose keys in store s
+// overlap span sp and are theirs (partition.Store.SpanHolders): groups
+// hosted here, and frozen spans kept for a merge. A record of a group not
+// hosted here otherwise holds nothing live (a retired member's).
+func (n *Node) liveHolders(s *partition.Store, group uint64, sp partition.Span) ([]partition.GroupSpanOf, error) {
+	holders, err := s.SpanHolders(group, sp)
+	return slices.DeleteFunc(holders, func(h partition.GroupSpanOf) bool { return !h.Frozen && n.group(h.Group) == nil }), err
 }
 
 // dropMergedOver, on the loop, drops replica r, whose span snapshot
-// mergedOver refused, as merged away: its span record goes (unless
-// forgetMergedInto took it already) and so do its raft log and replica.
+// mergedOver refused, unless it is gone already.
 func (n *Node) dropMergedOver(r *replica) error {
 	if n.group(r.group) != r || r.install == nil {
 		return nil // dropped already
 	}
-	if err := n.onApplyBeside(func() error { return n.st().ForgetGroup(r.group) }); err != nil {
+	return n.dropSuperseded(r.group)
+}
+
+// dropSuperseded drops, on the loop, this node's replica of group, which
+// the catalog merged away and whose keys a live group of the node holds
+// (mergedOver): its span record goes, keeping every entity, and so do its
+// replica and raft log, as merged.
+func (n *Node) dropSuperseded(group uint64) error {
+	if err := n.onApplyBeside(func() error { return n.st().ForgetGroup(group) }); err != nil {
 		return err
 	}
-	n.log.Info("cluster: span snapshot of a range group merged meanwhile dropped", "node", n.cfg.ID, "group", r.group)
-	return n.mergedAway(r.group)
+	n.log.Info("cluster: range group merged away and held by another dropped", "node", n.cfg.ID, "group", group)
+	return n.mergedAway(group)
 }

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -214,24 +215,29 @@ func (s *Store) scanGroupSpans(fn func(group uint64, g groupSpan) error) error {
 	})
 }
 
-// SpanSharedWith returns a range group other than group whose span this
-// store records over a part of span sp of a live table (the lowest such
-// id), or 0 if there is none: the keys there are that group's, not only
-// group's. It reads the records in the store, not the cache, so it sees
-// each split and merge whole.
-func (s *Store) SpanSharedWith(group uint64, sp Span) (uint64, error) {
+// SpanHolders returns the range groups other than group that hold keys
+// of span sp of a live table in this store, by id: those whose span
+// record lies over a part of it, and the table's first group when it has
+// no record (it never split here, so it holds the whole table, as
+// GroupSpan says). Which of them are live (hosted, or kept frozen for a
+// merge) is the caller's to say.
+func (s *Store) SpanHolders(group uint64, sp Span) ([]GroupSpanOf, error) {
 	t, err := s.lookupTable(sp.Account, sp.Table)
 	if err != nil {
-		return 0, nil // of a dropped table
+		return nil, nil // of a dropped table
 	}
-	var other uint64
+	var holders []GroupSpanOf
+	if gs := t.rangeGroups(); len(gs) > 0 && gs[0].ID != group && gs[0].Start == "" && !s.SpanRecorded(gs[0].ID) {
+		holders = append(holders, GroupSpanOf{Group: gs[0].ID, Span: Span{Account: t.account, Table: t.name}})
+	}
 	err = s.scanGroupSpans(func(g uint64, gs groupSpan) error {
-		if other == 0 && g != group && gs.tableID == t.id && sp.overlaps(gs.span) {
-			other = g
+		if g != group && gs.tableID == t.id && sp.overlaps(gs.span) {
+			holders = append(holders, GroupSpanOf{Group: g, Span: gs.span, Frozen: gs.frozen})
 		}
 		return nil
 	})
-	return other, err
+	slices.SortFunc(holders, func(a, b GroupSpanOf) int { return cmp.Compare(a.Group, b.Group) })
+	return holders, err
 }
 
 // OutsideCatalog lists the range groups whose span this store records,

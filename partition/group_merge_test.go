@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/tabuladb/tabula/odata"
@@ -125,11 +126,12 @@ func TestGroupMerge(t *testing.T) {
 	}
 }
 
-// TestSpanSharedWith: another group's span record over any part of a
-// span, of the same table, is found (the lowest id); the group's own
-// record, a neighbour's that only touches the span, and another table's
-// are not.
-func TestSpanSharedWith(t *testing.T) {
+// TestSpanHolders: the groups whose span record lies over any part of a
+// span, of the same table, are listed by id with their spans, the
+// group's own and a neighbour's that only touches the span are not, nor
+// another table's; a table whose first group has no record lists that
+// group as holding the whole table.
+func TestSpanHolders(t *testing.T) {
 	e := newEnv(t, nil)
 	e.createTable("alpha")
 	e.createTable("beta")
@@ -144,24 +146,44 @@ func TestSpanSharedWith(t *testing.T) {
 	record(9, "alpha", "p", "")
 	record(8, "beta", "", "")
 	record(5, "alpha", "a", "k")
-	for _, c := range []struct {
-		lo, hi string
-		want   uint64
-	}{
-		{"k", "p", 0},  // its own span only: 5 ends at k, 9 starts at p
-		{"m", "q", 9},  // into 9's
-		{"b", "l", 5},  // across 5's end into its own
-		{"", "a", 0},   // below everything
-		{"", "", 5},    // the whole table
-		{"x", "", 9},   // the table's end
-		{"kz", "l", 0}, // inside 7's own
+	holders := func(group uint64, table, lo, hi string) string {
+		t.Helper()
+		hs, err := e.s.SpanHolders(group, Span{Account: acct, Table: table, LowPartitionKey: lo, HighPartitionKey: hi})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := ""
+		for _, h := range hs {
+			out += fmt.Sprintf("%d[%s,%s) ", h.Group, h.Span.LowPartitionKey, h.Span.HighPartitionKey)
+		}
+		return out
+	}
+	for _, c := range []struct{ lo, hi, want string }{
+		{"k", "p", ""},            // its own span only: 5 ends at k, 9 starts at p
+		{"m", "q", "9[p,) "},      // into 9's
+		{"b", "l", "5[a,k) "},     // across 5's end into its own
+		{"", "a", ""},             // below everything
+		{"", "", "5[a,k) 9[p,) "}, // the whole table
+		{"x", "", "9[p,) "},       // the table's end
+		{"kz", "l", ""},           // inside its own
 	} {
-		got, err := e.s.SpanSharedWith(7, Span{Account: acct, Table: "ALPHA", LowPartitionKey: c.lo, HighPartitionKey: c.hi})
-		if err != nil || got != c.want {
-			t.Errorf("span [%q, %q): %d, %v; want %d", c.lo, c.hi, got, err, c.want)
+		if got := holders(7, "ALPHA", c.lo, c.hi); got != c.want {
+			t.Errorf("span [%q, %q): %q; want %q", c.lo, c.hi, got, c.want)
 		}
 	}
-	if got, err := e.s.SpanSharedWith(7, Span{Account: acct, Table: "gone"}); err != nil || got != 0 {
-		t.Errorf("a table that does not exist: %d, %v", got, err)
+	if got := holders(7, "gone", "", ""); got != "" {
+		t.Errorf("a table that does not exist: %q", got)
+	}
+	// A table split into range groups whose first group has no record:
+	// that group holds the whole table.
+	if _, err := e.s.CreateTableInGroup(context.Background(), acct, "gamma", RangeGroup{ID: 20, Voters: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	record(21, "gamma", "m", "")
+	if got := holders(21, "gamma", "m", ""); got != "20[,) " {
+		t.Errorf("a first group with no record: %q; want it over the whole table", got)
+	}
+	if got := holders(20, "gamma", "", ""); got != "21[m,) " {
+		t.Errorf("the first group's own holders: %q", got)
 	}
 }

@@ -21,7 +21,7 @@ func (s *Store) spansGivenUp(t *table, group uint64, now Span) ([]Span, error) {
 	if err != nil || !ok || old.tableID != t.id {
 		return nil, err
 	}
-	left := spanMinus([]Span{old.span}, now)
+	left := SpanMinus([]Span{old.span}, now)
 	if len(left) == 0 {
 		return nil, nil
 	}
@@ -33,7 +33,7 @@ func (s *Store) spansGivenUp(t *table, group uint64, now Span) ([]Span, error) {
 	}
 	err = s.scanGroupSpans(func(g uint64, gs groupSpan) error {
 		if g != group && gs.tableID == t.id {
-			left = spanMinus(left, gs.span)
+			left = SpanMinus(left, gs.span)
 		}
 		return nil
 	})
@@ -43,9 +43,9 @@ func (s *Store) spansGivenUp(t *table, group uint64, now Span) ([]Span, error) {
 	return left, nil
 }
 
-// spanMinus returns the parts of spans outside cut, in order (spans are
-// of one table, in order and apart).
-func spanMinus(spans []Span, cut Span) []Span {
+// SpanMinus returns the parts of spans outside cut, in order (spans are
+// of one table, in order and apart; cut of the same table).
+func SpanMinus(spans []Span, cut Span) []Span {
 	var out []Span
 	for _, sp := range spans {
 		// Below cut: [sp.low, min(sp.high, cut.low)).

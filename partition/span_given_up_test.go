@@ -26,7 +26,7 @@ func TestSpanMinus(t *testing.T) {
 		{[]Span{span("a", "c"), span("m", "")}, span("b", "n"), `[[a b) [n )]`},
 	} {
 		var got []string
-		for _, sp := range spanMinus(c.spans, c.cut) {
+		for _, sp := range SpanMinus(c.spans, c.cut) {
 			got = append(got, fmt.Sprintf("[%s %s)", sp.LowPartitionKey, sp.HighPartitionKey))
 		}
 		if s := fmt.Sprint(got); s != c.want {

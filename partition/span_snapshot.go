@@ -288,8 +288,9 @@ func (s *Store) IngestSpan(group uint64, sp Span, r io.Reader) (uint64, error) {
 
 // IngestSpanChecked is IngestSpan, with a check that runs before anything
 // of the stream is staged, while no other ingest of the store runs: an
-// error from it ends the ingest, the store as it was, and is returned as
-// it is. A caller whose ingests may be overtaken by another group's (a
+// error from it ends the ingest with the span as it was (an earlier
+// ingest of the group that a storage error left unfinished is finished
+// first), and is returned as it is. A caller whose ingests may be overtaken by another group's (a
 // snapshot of the group that merged this one's span) decides there, in
 // their order, whether this one still may go in.
 func (s *Store) IngestSpanChecked(group uint64, sp Span, r io.Reader, check func() error) (uint64, error) {
