@@ -476,13 +476,14 @@ func TestSnapshotKeepsASplitChildNotYetCataloged(t *testing.T) {
 
 // TestMergedOverRefusesAStaleSpanSnapshot: once the catalog has merged a
 // range away, a span snapshot of its group made before its freeze (one a
-// lagging replica fetched, whose ingest runs after the merged group's
-// own snapshot went in) may no longer go into a store where the group
-// that took the keys holds them. Ingested, it would put the range's old
-// entities over the newer ones, and its span record would claim keys
-// another group serves. Before the merge the same snapshot passes the
-// check, and so does a group the catalog does not name yet (a split's
-// child whose record it has not applied).
+// lagging replica fetched, whose ingest runs after a snapshot of the
+// group that took its keys went in) may no longer go into a store where
+// that group holds them. Ingested, it would put the range's old entities
+// over the newer ones, and its span record would claim keys another
+// group serves. The refusal is checked on the replica's own ingest path.
+// Before the merge the same snapshot passes the check, and so does a
+// group the catalog does not name yet (a split's child whose record it
+// has not applied).
 func TestMergedOverRefusesAStaleSpanSnapshot(t *testing.T) {
 	c, want := newPairsCluster(t, 75)
 	c.splitVia("pairs", "p20")
