@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -100,6 +99,18 @@ func (c *testCluster) checkPairs(table string, want map[string]int, when string)
 	if got := walkQuery(c, table, partition.EntityQuery{Top: 7}); !slices.Equal(got, keys) {
 		c.t.Fatalf("%s: a query walk read\n%v\nwant\n%v", when, got, keys)
 	}
+}
+
+// splitPairs splits table "pairs" at p20 and waits until the right
+// range's group has the left one's voters; it returns both ranges'
+// groups.
+func (c *testCluster) splitPairs() (left partition.RangeGroup, right partition.TableGroup) {
+	c.t.Helper()
+	left = c.tableGroup("pairs")
+	c.splitVia("pairs", "p20")
+	right = c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1]
+	c.waitMembers(right.Group.ID, left.Voters, 20*time.Second)
+	return left, right
 }
 
 // TestRangeGroupMerges merges a table's ranges back under writes. First
@@ -230,10 +241,8 @@ func TestRangeGroupMerges(t *testing.T) {
 // back from a snapshot of the merged span; every write is read back.
 func TestMergeFreezesPastASilentVoter(t *testing.T) {
 	c, want := newPairsCluster(t, 74)
-	left := c.tableGroup("pairs")
-	c.splitVia("pairs", "p20")
-	right := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1].Group.ID
-	c.waitMembers(right, left.Voters, 20*time.Second)
+	left, rightRange := c.splitPairs()
+	right := rightRange.Group.ID
 	ld := c.groupLeader(right, 10*time.Second)
 	var silent uint64
 	for _, v := range left.Voters {
@@ -650,10 +659,7 @@ func TestOrphanDropEmptiesWhatNoGroupHolds(t *testing.T) {
 // to catch up to the freeze the merge waits for: it is not refused.
 func TestMergedOverLetsTheFreezeCatchUp(t *testing.T) {
 	c, _ := newPairsCluster(t, 77)
-	left := c.tableGroup("pairs")
-	c.splitVia("pairs", "p20")
-	right := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1]
-	c.waitMembers(right.Group.ID, left.Voters, 20*time.Second)
+	left, right := c.splitPairs()
 	ld := c.groupLeader(right.Group.ID, 10*time.Second)
 	var silent *testNode
 	for _, v := range left.Voters {
@@ -693,10 +699,8 @@ func TestMergedOverLetsTheFreezeCatchUp(t *testing.T) {
 // table reads back whole.
 func TestSupersededGroupDroppedAfterACrash(t *testing.T) {
 	c, want := newPairsCluster(t, 79)
-	left := c.tableGroup("pairs")
-	c.splitVia("pairs", "p20")
-	right := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1].Group.ID
-	c.waitMembers(right, left.Voters, 20*time.Second)
+	left, rightRange := c.splitPairs()
+	right := rightRange.Group.ID
 	ld := c.groupLeader(left.ID, 10*time.Second)
 	gone := otherThan(c, ld.id)
 	disk := c.nodes[gone].fs
@@ -710,29 +714,7 @@ func TestSupersededGroupDroppedAfterACrash(t *testing.T) {
 	upsertVia(c, "pairs", "p25", "r", 2500)
 	want["p25"] = 2500
 
-	crashed := make(chan *vfs.MemFS, 1)
-	rng := rand.New(rand.NewPCG(79, 1))
-	c.prepare = func(tn *testNode) {
-		if tn.id == gone {
-			tn.node.afterSpanIngest = func(group uint64) {
-				if group == left.ID {
-					select {
-					case crashed <- tn.fs.CrashClone(rng):
-					default:
-					}
-				}
-			}
-		}
-	}
-	c.start(gone, disk)
-	var clone *vfs.MemFS
-	select {
-	case clone = <-crashed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no snapshot of the merged range went in on the returning node")
-	}
-	c.prepare = nil
-	c.stop(gone)
+	clone := c.crashAfterSpanIngest(gone, disk, left.ID, 79)
 	back := c.start(gone, clone)
 	c.waitMerged("pairs", []string{""}, right, 30*time.Second)
 	if back.node.st().SpanRecorded(right) {

@@ -475,30 +475,7 @@ func TestSpanSnapshotCrashBeforeTheLogRecordsIt(t *testing.T) {
 	createVia(c, "crashy")
 	g := c.tableGroup("crashy")
 	lag, lagFS := c.leaveBehind("crashy", 1)
-	disk := make(chan *vfs.MemFS, 1)
-	rng := rand.New(rand.NewPCG(24, 1))
-	c.prepare = func(tn *testNode) {
-		if tn.id != lag.id {
-			return
-		}
-		tn.node.afterSpanIngest = func(group uint64) {
-			if group == g.ID {
-				select {
-				case disk <- tn.fs.CrashClone(rng):
-				default:
-				}
-			}
-		}
-	}
-	c.start(lag.id, lagFS)
-	var crashed *vfs.MemFS
-	select {
-	case crashed = <-disk:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no span snapshot was installed")
-	}
-	c.prepare = nil
-	c.stop(lag.id)
+	crashed := c.crashAfterSpanIngest(lag.id, lagFS, g.ID, 24)
 	back := c.start(lag.id, crashed)
 	upsertVia(c, "crashy", "p", "after", 1000)
 	c.convergeGroup(g.ID, 20*time.Second)
@@ -506,6 +483,38 @@ func TestSpanSnapshotCrashBeforeTheLogRecordsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.storeLikeLeader(back, g.ID, "crashy")
+}
+
+// crashAfterSpanIngest starts node id on disk and returns its disk as a
+// power loss (seeded) leaves it right after a span snapshot of group went
+// into its store, before the node goes on with it; the node is stopped.
+func (c *testCluster) crashAfterSpanIngest(id uint64, disk *vfs.MemFS, group uint64, seed uint64) *vfs.MemFS {
+	c.t.Helper()
+	crashed := make(chan *vfs.MemFS, 1)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	c.prepare = func(tn *testNode) {
+		if tn.id != id {
+			return
+		}
+		tn.node.afterSpanIngest = func(g uint64) {
+			if g == group {
+				select {
+				case crashed <- tn.fs.CrashClone(rng):
+				default:
+				}
+			}
+		}
+	}
+	defer func() { c.prepare = nil }()
+	c.start(id, disk)
+	select {
+	case clone := <-crashed:
+		c.stop(id)
+		return clone
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("no span snapshot of group %d went into node %d's store", group, id)
+		return nil
+	}
 }
 
 // storeLikeLeader checks that tn's store holds table as its group g's
