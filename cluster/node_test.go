@@ -473,7 +473,6 @@ func TestMembership(t *testing.T) {
 // chaos run (seed 60, moves) caught such a delete that took effect.
 func TestStoppedWaitsOfLoggedWritesAreAmbiguous(t *testing.T) {
 	var ws waiters
-	ws.init()
 	never, logged, orphan := ws.add(1), ws.add(1), ws.add(1)
 	ws.proposed(logged)
 	ws.proposed(orphan)
@@ -508,7 +507,6 @@ func TestStoppedWaitsOfLoggedWritesAreAmbiguous(t *testing.T) {
 // errNeverLogged.
 func TestTakenProposalIsNotCalledUnwritten(t *testing.T) {
 	var ws waiters
-	ws.init()
 	queued, taken := ws.add(1), ws.add(1)
 	ws.proposed(taken)
 	ws.orphan()

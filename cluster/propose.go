@@ -55,14 +55,16 @@ type waiters struct {
 	hasOrphans atomic.Bool
 }
 
-func (ws *waiters) init() { ws.m = make(map[uint64]*waiter) }
-
 // add registers a new waiter with an id unique to this node.
 func (ws *waiters) add(node uint64) *waiter {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.next++
 	w := &waiter{id: node<<48 | ws.next&(1<<48-1), ch: make(chan result, 1)}
+	if ws.m == nil {
+		// Made at the first write: most replicas of a node never lead.
+		ws.m = make(map[uint64]*waiter)
+	}
 	ws.m[w.id] = w
 	return w
 }
@@ -108,7 +110,7 @@ func (ws *waiters) forget(w *waiter) {
 func (ws *waiters) failAll(err error) {
 	ws.mu.Lock()
 	m := ws.m
-	ws.m = make(map[uint64]*waiter)
+	ws.m = nil
 	ws.orphans = nil
 	ws.hasOrphans.Store(false)
 	ws.mu.Unlock()

@@ -125,19 +125,16 @@ type replica struct {
 // fresh says the group had no state on this node before: it cannot have
 // been part of any leader's quorum (see voteAfter).
 func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.Storage, applied uint64, fresh bool) (*replica, error) {
-	_, cs, err := storage.InitialState()
-	if err != nil {
-		return nil, fmt.Errorf("cluster: group %d: read raft state: %w", group, err)
-	}
 	r := &replica{
 		n:         n,
 		group:     group,
 		id:        id,
-		conf:      cs,
+		conf:      rlog.ConfState(), // shared with the log, one copy a group
 		confIndex: rlog.Replica().ConfIndex,
 		rlog:      rlog,
 		storage:   storage,
 	}
+	var err error
 	if r.rn, err = r.newRawNode(applied); err != nil {
 		return nil, err
 	}
@@ -145,7 +142,6 @@ func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.S
 	if !fresh {
 		r.voteAfter = n.live.ticks + uint64(n.cfg.ElectionTicks)
 	}
-	r.waiters.init()
 	return r, nil
 }
 

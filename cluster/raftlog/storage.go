@@ -237,6 +237,19 @@ func (s *Storage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	return hs, pb.EnsureConfState(cs), nil
 }
 
+// ConfState returns the group's conf state (empty when none was
+// written) without copying it, for a reader that keeps it beside the
+// raft state machine: it is shared, and must not be changed. The Storage
+// never changes one in place either; a new conf state replaces it.
+func (s *Storage) ConfState() *pb.ConfState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.cs == nil {
+		return &pb.ConfState{}
+	}
+	return s.cs
+}
+
 // FirstIndex implements raft.Storage.
 func (s *Storage) FirstIndex() (uint64, error) {
 	s.mu.RLock()
