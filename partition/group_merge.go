@@ -218,25 +218,34 @@ func (s *Store) scanGroupSpans(fn func(group uint64, g groupSpan) error) error {
 // SpanHolders returns the range groups other than group that hold keys
 // of span sp of a live table in this store, by id: those whose span
 // record lies over a part of it, and the table's first group when it has
-// no record (it never split here, so it holds the whole table, as
-// GroupSpan says). Which of them are live (hosted, or kept frozen for a
-// merge) is the caller's to say.
+// no record. Which of them are live (hosted, or kept frozen for a merge)
+// is the caller's to say.
 func (s *Store) SpanHolders(group uint64, sp Span) ([]GroupSpanOf, error) {
 	t, err := s.lookupTable(sp.Account, sp.Table)
 	if err != nil {
 		return nil, nil // of a dropped table
 	}
+	holders, err := s.spanHolders(t, group, sp)
+	slices.SortFunc(holders, func(a, b GroupSpanOf) int { return cmp.Compare(a.Group, b.Group) })
+	return holders, err
+}
+
+// spanHolders returns the groups other than group that hold keys of span
+// sp of table t, in no order. A table's first group without a record
+// never split here: it holds the whole table (as GroupSpan says). Any
+// other group without one never held anything here (groupSpanOf), and
+// empties its span before it starts.
+func (s *Store) spanHolders(t *table, group uint64, sp Span) ([]GroupSpanOf, error) {
 	var holders []GroupSpanOf
 	if gs := t.rangeGroups(); len(gs) > 0 && gs[0].ID != group && gs[0].Start == "" && !s.SpanRecorded(gs[0].ID) {
 		holders = append(holders, GroupSpanOf{Group: gs[0].ID, Span: Span{Account: t.account, Table: t.name}})
 	}
-	err = s.scanGroupSpans(func(g uint64, gs groupSpan) error {
+	err := s.scanGroupSpans(func(g uint64, gs groupSpan) error {
 		if g != group && gs.tableID == t.id && sp.overlaps(gs.span) {
 			holders = append(holders, GroupSpanOf{Group: g, Span: gs.span, Frozen: gs.frozen})
 		}
 		return nil
 	})
-	slices.SortFunc(holders, func(a, b GroupSpanOf) int { return cmp.Compare(a.Group, b.Group) })
 	return holders, err
 }
 

@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,9 +19,7 @@ import (
 func TestGroupMerge(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	if _, err := e.s.CreateTableInGroup(ctx, acct, "Halves", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
-		t.Fatal(err)
-	}
+	e.createTableInGroup("Halves", 5)
 	for _, pk := range []string{"a", "m", "z"} {
 		sctx := WithStamp(ctx, Stamp{Group: 5, Index: 10, Timestamp: odata.DateTime(1000)})
 		if _, err := e.s.Apply(sctx, acct, "Halves", Op{Kind: OpInsert, Entity: &odata.Entity{PartitionKey: pk, RowKey: "r"}}); err != nil {
@@ -138,7 +135,7 @@ func TestSpanHolders(t *testing.T) {
 	record := func(group uint64, table, lo, hi string) {
 		t.Helper()
 		sp := Span{Account: acct, Table: table, LowPartitionKey: lo, HighPartitionKey: hi}
-		if _, err := e.s.IngestSpan(group, sp, bytes.NewReader(EmptySpanStream(group, sp))); err != nil {
+		if err := e.s.EmptySpan(group, sp); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -176,9 +173,7 @@ func TestSpanHolders(t *testing.T) {
 	}
 	// A table split into range groups whose first group has no record:
 	// that group holds the whole table.
-	if _, err := e.s.CreateTableInGroup(context.Background(), acct, "gamma", RangeGroup{ID: 20, Voters: []uint64{1}}); err != nil {
-		t.Fatal(err)
-	}
+	e.createTableInGroup("gamma", 20)
 	record(21, "gamma", "m", "")
 	if got := holders(21, "gamma", "m", ""); got != "20[,) " {
 		t.Errorf("a first group with no record: %q; want it over the whole table", got)

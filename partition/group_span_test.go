@@ -21,9 +21,7 @@ import (
 func TestGroupSpans(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	if _, err := e.s.CreateTableInGroup(ctx, acct, "Halves", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
-		t.Fatal(err)
-	}
+	e.createTableInGroup("Halves", 5)
 	whole := Span{Account: acct, Table: "Halves"}
 	if sp, ok, err := e.s.GroupSpan(5); err != nil || !ok || sp != whole {
 		t.Fatalf("GroupSpan(5) before any split = %+v, %v, %v", sp, ok, err)
@@ -93,9 +91,7 @@ func TestGroupSpans(t *testing.T) {
 
 	// A follower of the child takes its span from a snapshot.
 	f := newEnv(t, nil)
-	if _, err := f.s.CreateTableInGroup(ctx, acct, "Halves", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
-		t.Fatal(err)
-	}
+	f.createTableInGroup("Halves", 5)
 	if err := f.s.SplitTableRange(ctx, acct, "Halves", 5, "m", 9); err != nil {
 		t.Fatal(err)
 	}
@@ -219,9 +215,7 @@ func TestQueryWithinARange(t *testing.T) {
 func TestGroupSpanNeedsNoCatalog(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	if _, err := e.s.CreateTableInGroup(ctx, acct, "Early", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
-		t.Fatal(err)
-	}
+	e.createTableInGroup("Early", 5)
 	if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 3}), 5, 9, "m"); err != nil {
 		t.Fatal(err)
 	}

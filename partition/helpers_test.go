@@ -83,6 +83,15 @@ func (e *testEnv) createTable(name string) {
 	}
 }
 
+// createTableInGroup creates table name with range group id, whose one
+// voter is node 1.
+func (e *testEnv) createTableInGroup(name string, id uint64) {
+	e.t.Helper()
+	if _, err := e.s.CreateTableInGroup(context.Background(), acct, name, RangeGroup{ID: id, Voters: []uint64{1}}); err != nil {
+		e.t.Fatalf("create table %s in group %d: %v", name, id, err)
+	}
+}
+
 // ent builds an entity; props alternate names and values.
 func ent(pk, rk string, props ...any) *odata.Entity {
 	e := &odata.Entity{PartitionKey: pk, RowKey: rk}

@@ -25,20 +25,12 @@ func (s *Store) spansGivenUp(t *table, group uint64, now Span) ([]Span, error) {
 	if len(left) == 0 {
 		return nil, nil
 	}
-	// A table's first group without a record never split here: it holds
-	// the whole table. Any other group without one never held anything
-	// here (groupSpanOf), and empties its span before it starts.
-	if gs := t.rangeGroups(); len(gs) > 0 && gs[0].ID != group && gs[0].Start == "" && !s.SpanRecorded(gs[0].ID) {
-		return nil, nil
-	}
-	err = s.scanGroupSpans(func(g uint64, gs groupSpan) error {
-		if g != group && gs.tableID == t.id {
-			left = SpanMinus(left, gs.span)
-		}
-		return nil
-	})
+	holders, err := s.spanHolders(t, group, old.span)
 	if err != nil {
 		return nil, err
+	}
+	for _, h := range holders {
+		left = SpanMinus(left, h.Span)
 	}
 	return left, nil
 }

@@ -92,9 +92,7 @@ func TestSpanIngestGivesUpToTheFirstGroupOnly(t *testing.T) {
 	ctx := context.Background()
 	setUp := func() *testEnv {
 		e := newEnv(t, nil)
-		if _, err := e.s.CreateTableInGroup(ctx, acct, "Halves", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
-			t.Fatal(err)
-		}
+		e.createTableInGroup("Halves", 5)
 		for _, pk := range []string{"a", "k", "m", "z"} {
 			mustApply(t, e.s, "Halves", Op{Kind: OpInsert, Entity: ent(pk, "r")})
 		}

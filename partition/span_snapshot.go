@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -286,13 +287,22 @@ func (s *Store) IngestSpan(group uint64, sp Span, r io.Reader) (uint64, error) {
 	return s.IngestSpanChecked(group, sp, r, nil)
 }
 
+// EmptySpan empties span sp of the store as range group group's: an
+// ingest of EmptySpanStream, so the span's entities go, the group
+// records sp as its span and its applied index becomes 0.
+func (s *Store) EmptySpan(group uint64, sp Span) error {
+	_, err := s.IngestSpan(group, sp, bytes.NewReader(EmptySpanStream(group, sp)))
+	return err
+}
+
 // IngestSpanChecked is IngestSpan, with a check that runs before anything
 // of the stream is staged, while no other ingest of the store runs: an
 // error from it ends the ingest with the span as it was (an earlier
 // ingest of the group that a storage error left unfinished is finished
-// first), and is returned as it is. A caller whose ingests may be overtaken by another group's (a
-// snapshot of the group that merged this one's span) decides there, in
-// their order, whether this one still may go in.
+// first), and is returned as it is. A caller whose ingests may be
+// overtaken by another group's (a snapshot of the group that merged this
+// one's span) decides there, in their order, whether this one still may
+// go in.
 func (s *Store) IngestSpanChecked(group uint64, sp Span, r io.Reader, check func() error) (uint64, error) {
 	if err := sp.check(); err != nil {
 		return 0, err

@@ -654,9 +654,7 @@ func TestSpanIngestAfterAFailedMove(t *testing.T) {
 func TestSnapshotGroupSpanChecksTheRecord(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	if _, err := e.s.CreateTableInGroup(ctx, acct, "Halves", RangeGroup{ID: 5, Voters: []uint64{1}}); err != nil {
-		t.Fatal(err)
-	}
+	e.createTableInGroup("Halves", 5)
 	whole := Span{Account: acct, Table: "Halves"}
 	low := Span{Account: acct, Table: "Halves", HighPartitionKey: "m"}
 	high := Span{Account: acct, Table: "Halves", LowPartitionKey: "m"}
