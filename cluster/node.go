@@ -326,6 +326,10 @@ func (n *Node) Err() error {
 // write that failed cannot be retried: raft may have promised it). It
 // returns ctx's error or the failure.
 func (n *Node) Run(ctx context.Context) error {
+	// Here rather than at NewNode: every group hosted before Run is.
+	if err := n.deleteMergedLogs(); err != nil {
+		return err
+	}
 	applyDone := make(chan struct{})
 	go func() {
 		defer close(applyDone)

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -105,7 +104,7 @@ func (n *Node) applyHostChanges() error {
 			err = n.mergedAway(c.group)
 		case c.superseded:
 			// Checked again: noteMerges looked before this turn.
-			if sp, ok := n.groupSpan(c.group); ok && r != nil && r.install == nil && n.mergedOver(n.st(), c.group, sp) != nil {
+			if sp, ok := n.groupSpan(c.group); ok && n.superseded(c.group, sp) {
 				err = n.dropSuperseded(c.group)
 			}
 		case c.drop:
@@ -259,6 +258,30 @@ func (n *Node) hostTableGroups() error {
 	return nil
 }
 
+// deleteMergedLogs deletes, as the node starts to run, the raft logs of range
+// groups the catalog merged away (it named them once and names them no
+// more) and the store holds no span of: the record goes first where a
+// group is dropped as merged (forgetMergedInto, on the apply goroutine,
+// so that the group's queued entries are refused at once), and the log
+// later, on the loop; a crash between the two left a log nothing would
+// host or delete.
+func (n *Node) deleteMergedLogs() error {
+	ids, err := n.cfg.Log.Groups()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, named := n.st().GroupTable(id); id == systemGroup || named || !n.catalogKnew(id) ||
+			n.replicas[id] != nil || n.st().SpanRecorded(id) {
+			continue
+		}
+		if err := n.cfg.Log.DeleteGroup(id); err != nil {
+			return fmt.Errorf("cluster: delete the raft log of merged range group %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
 // pickVoters chooses the voters of a new table's range group: this node
 // (the leader proposing it, so the group's first leader is the node that
 // already answers for the table), then the other voters of the system
@@ -372,7 +395,7 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		// A member to be here comes from the group's leader, which sends
 		// it a span snapshot: it is hosted when that leader's first
 		// message comes (hostMember).
-		if _, err := next.IngestSpan(id, sp, bytes.NewReader(partition.EmptySpanStream(id, sp))); err != nil {
+		if err := next.EmptySpan(id, sp); err != nil {
 			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", id, err)
 		}
 	}
@@ -387,7 +410,7 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		if hosted[g.Group] {
 			continue
 		}
-		if _, err := next.IngestSpan(g.Group, g.Span, bytes.NewReader(partition.EmptySpanStream(g.Group, g.Span))); err != nil {
+		if err := next.EmptySpan(g.Group, g.Span); err != nil {
 			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", g.Group, err)
 		}
 		if err := next.ForgetGroup(g.Group); err != nil {

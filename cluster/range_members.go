@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -221,7 +220,7 @@ func (n *Node) emptyGroupSpan(group uint64, own bool) error {
 		}
 		sp = tg.Span()
 	}
-	if _, err := n.st().IngestSpan(group, sp, bytes.NewReader(partition.EmptySpanStream(group, sp))); err != nil {
+	if err := n.st().EmptySpan(group, sp); err != nil {
 		return fmt.Errorf("cluster: empty the span of range group %d: %w", group, err)
 	}
 	return nil

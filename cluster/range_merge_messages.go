@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -270,7 +269,7 @@ func (n *Node) dropOrphanSpan(group uint64) error {
 			parts = partition.SpanMinus(parts, h.Span)
 		}
 		for _, p := range parts {
-			if _, err := s.IngestSpan(group, p, bytes.NewReader(partition.EmptySpanStream(group, p))); err != nil {
+			if err := s.EmptySpan(group, p); err != nil {
 				return fmt.Errorf("cluster: empty [%q, %q) of orphan range group %d: %w", p.LowPartitionKey, p.HighPartitionKey, group, err)
 			}
 		}
@@ -326,10 +325,11 @@ func (n *Node) noteMerges() {
 		if !n.catalogKnew(g.Group) {
 			continue // a split's child the catalog here has not recorded yet
 		}
-		if r := n.replicas[g.Group]; r != nil && r.install == nil && n.mergedOver(n.st(), g.Group, g.Span) != nil {
-			// Left hosted by a crash after a snapshot of the group that
-			// took its keys went in, before the group was dropped
-			// (forgetMergedInto, or a refused ingest's drop).
+		if n.superseded(g.Group, g.Span) {
+			// Left by a crash after a snapshot of the group that took
+			// its keys went in, before the group was dropped
+			// (forgetMergedInto, or a refused ingest's drop): hosted,
+			// or its record alone.
 			n.hosts.add(hostChange{group: g.Group, superseded: true})
 			continue
 		}

@@ -560,7 +560,7 @@ func TestOrphanDropKeepsKeysAnotherGroupHolds(t *testing.T) {
 	s := tn.node.st()
 	const orphan = 1 << 40
 	sp := partition.Span{Account: acct, Table: "pairs", LowPartitionKey: "q0", HighPartitionKey: "q5"}
-	if _, err := s.IngestSpan(orphan, sp, bytes.NewReader(partition.EmptySpanStream(orphan, sp))); err != nil {
+	if err := s.EmptySpan(orphan, sp); err != nil {
 		t.Fatal(err)
 	}
 	upsertVia(c, "pairs", "q1", "r", 1)
@@ -582,7 +582,7 @@ func TestOrphanDropKeepsKeysAnotherGroupHolds(t *testing.T) {
 	c.splitVia("pairs", "q")
 	right := c.waitSplit("pairs", []string{"", "q"}, 20*time.Second)[1].Group
 	sp2 := partition.Span{Account: acct, Table: "pairs", LowPartitionKey: "q6", HighPartitionKey: "q9"}
-	if _, err := s.IngestSpan(orphan+1, sp2, bytes.NewReader(partition.EmptySpanStream(orphan+1, sp2))); err != nil {
+	if err := s.EmptySpan(orphan+1, sp2); err != nil {
 		t.Fatal(err)
 	}
 	upsertVia(c, "pairs", "q7", "r", 7)
@@ -626,7 +626,7 @@ func TestOrphanDropEmptiesWhatNoGroupHolds(t *testing.T) {
 		group uint64
 		sp    partition.Span
 	}{{orphan, span("b", "y")}, {retired, span("m", "z")}, {frozen, span("p", "q")}} {
-		if _, err := s.IngestSpan(r.group, r.sp, bytes.NewReader(partition.EmptySpanStream(r.group, r.sp))); err != nil {
+		if err := s.EmptySpan(r.group, r.sp); err != nil {
 			t.Fatal(err)
 		}
 	}

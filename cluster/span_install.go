@@ -267,6 +267,18 @@ func (n *Node) liveHolders(s *partition.Store, group uint64, sp partition.Span) 
 	return slices.DeleteFunc(holders, func(h partition.GroupSpanOf) bool { return !h.Frozen && n.group(h.Group) == nil }), err
 }
 
+// superseded says, on the loop, whether group, of span sp, is one
+// dropSuperseded drops: merged away, its keys held by a live group of
+// the node (mergedOver), and either hosted with no install under way
+// (that one decides for itself) or with neither replica nor raft log
+// left, its record alone.
+func (n *Node) superseded(group uint64, sp partition.Span) bool {
+	if r := n.replicas[group]; r != nil && r.install != nil || r == nil && !n.cfg.Log.Group(group).Empty() {
+		return false
+	}
+	return n.mergedOver(n.st(), group, sp) != nil
+}
+
 // dropMergedOver, on the loop, drops replica r, whose span snapshot
 // mergedOver refused, unless it is gone already.
 func (n *Node) dropMergedOver(r *replica) error {
@@ -278,12 +290,18 @@ func (n *Node) dropMergedOver(r *replica) error {
 
 // dropSuperseded drops, on the loop, this node's replica of group, which
 // the catalog merged away and whose keys a live group of the node holds
-// (mergedOver): its span record goes, keeping every entity, and so do its
-// replica and raft log, as merged.
+// (mergedOver), if it hosts one: its replica and raft log go, as merged,
+// and then its span record, keeping every entity. In that order, a crash
+// between the two leaves a record with no replica or log, which
+// noteMerges finds and this drops again; the other order left a raft log
+// nothing would delete.
 func (n *Node) dropSuperseded(group uint64) error {
-	if err := n.onApplyBeside(func() error { return n.st().ForgetGroup(group) }); err != nil {
+	if err := n.mergedAway(group); err != nil {
+		return err
+	}
+	if err := n.onApply(func() error { return n.st().ForgetGroup(group) }); err != nil {
 		return err
 	}
 	n.log.Info("cluster: range group merged away and held by another dropped", "node", n.cfg.ID, "group", group)
-	return n.mergedAway(group)
+	return nil
 }
