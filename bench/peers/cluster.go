@@ -35,6 +35,10 @@ import (
 // clusterSystem is the system name of a Tabula cluster.
 const clusterSystem = "cluster"
 
+// clusterBaseSystem is a cluster of the -base-bin binary, to measure a
+// change to the cluster against the build before it in the same run.
+const clusterBaseSystem = "cluster-base"
+
 // clusterSecret is the benchmark clusters' shared secret.
 const clusterSecret = "tabula-bench-cluster-secret"
 

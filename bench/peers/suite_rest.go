@@ -41,8 +41,8 @@ type restFlags struct {
 
 func (f *restFlags) register(fs *flag.FlagSet) {
 	f.common.register(fs)
-	fs.StringVar(&f.systems, "systems", "tabula,azurite,floor", "servers to compare, in the order each repeat runs them: tabula, azurite, floor (a bare net/http server sending answers of Tabula's size: the transport's cost), base (the tabula binary -base-bin names); ratios are the first against the second")
-	fs.StringVar(&f.baseBin, "base-bin", "", "a tabula binary built from another commit, run as system \"base\" beside this checkout's (e.g. -systems tabula,base to measure a change)")
+	fs.StringVar(&f.systems, "systems", "tabula,azurite,floor", "servers to compare, in the order each repeat runs them: tabula, azurite, floor (a bare net/http server sending answers of Tabula's size: the transport's cost), base (the tabula binary -base-bin names), cluster and cluster-base (with -cluster: a cluster of this checkout, or of the -base-bin binary); ratios are the first against the second")
+	fs.StringVar(&f.baseBin, "base-bin", "", "a tabula binary built from another commit, run as system \"base\" beside this checkout's (e.g. -systems tabula,base to measure a change), and as the nodes of system \"cluster-base\" (-cluster 3 -systems cluster,cluster-base)")
 	fs.StringVar(&f.workloads, "workloads", strings.Join(restWorkloadNames(), ","), "workloads to run")
 	fs.IntVar(&f.conns, "conns", 16, "keep-alive connections (concurrent clients)")
 	fs.DurationVar(&f.dur, "dur", 3*time.Second, "duration of each measured phase")
@@ -264,20 +264,25 @@ func runRESTSuite(args []string, log io.Writer) error {
 			kinds[sys] = tabulaKind(sys, bin, strings.Fields(f.tabulaArgs))
 			rep.Notes = append(rep.Notes, "tabula: `tabula serve` built from this checkout, synced writes (every acknowledged write is on disk)")
 			rep.Acks = append(rep.Acks, ackMeaning{sys, tabulaAck})
-		case clusterSystem:
+		case clusterSystem, clusterBaseSystem:
 			if f.clusterN < 1 {
-				return errors.New("system cluster needs -cluster N")
+				return fmt.Errorf("system %s needs -cluster N", sys)
 			}
-			bin, err := buildTabula(env.repo, f.cache)
-			if err != nil {
-				return err
+			bin, from := f.baseBin, f.baseBin
+			if sys == clusterSystem {
+				if bin, err = buildTabula(env.repo, f.cache); err != nil {
+					return err
+				}
+				from = "this checkout"
+			} else if bin == "" {
+				return errors.New("system cluster-base needs -base-bin")
 			}
 			args, groups := strings.Fields(f.tabulaArgs), "every table in a raft group of its own beside the system group"
 			if !f.rangeGroups {
 				args, groups = append(args, "--range-groups=false"), "one raft group (--range-groups=false)"
 			}
 			kinds[sys] = clusterKind(sys, bin, f.clusterN, args)
-			rep.Notes = append(rep.Notes, fmt.Sprintf("cluster: %d `tabula serve` nodes of this checkout on this machine, %s, every write fsynced in the raft log of a quorum before it is acknowledged; the clients talk to the leader; CPU and peak RSS are the sums over the nodes", f.clusterN, groups))
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d `tabula serve` nodes of %s on this machine, %s, every write fsynced in the raft log of a quorum before it is acknowledged; the clients talk to the leader; CPU and peak RSS are the sums over the nodes", sys, f.clusterN, from, groups))
 			rep.Acks = append(rep.Acks, ackMeaning{sys, "in the raft log of a quorum of nodes, fsynced on each, and applied by the leader"})
 		case "base":
 			if f.baseBin == "" {
@@ -302,7 +307,7 @@ func runRESTSuite(args []string, log io.Writer) error {
 		case "floor-nethttp":
 			return errors.New("system floor-nethttp is now floor: the floor runs on net/http only")
 		default:
-			return fmt.Errorf("unknown system %q: want tabula, base, cluster, azurite or floor", sys)
+			return fmt.Errorf("unknown system %q: want tabula, base, cluster, cluster-base, azurite or floor", sys)
 		}
 	}
 	byName := map[string]restWorkload{}
