@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,6 +52,9 @@ type svcSystem struct {
 	// figures are shown, but no ratio is computed from them.
 	Invalid   bool  `json:"invalid"`
 	PerRepeat []num `json:"per_repeat_entities_per_sec"`
+	// PerRepeatCPU is CPUPer1000 by repeat: a single run's figure moves
+	// with the machine, and the ratio's spread says how far.
+	PerRepeatCPU []num `json:"per_repeat_cpu_ms_per_1000_entities"`
 }
 
 // svcSummary compares the systems on a workload. The ratios are the first
@@ -66,6 +68,7 @@ type svcSummary struct {
 	ThroughputRatio num         `json:"throughput_ratio"`
 	PerRepeatRatio  []num       `json:"per_repeat_throughput_ratio"`
 	CPURatio        num         `json:"cpu_ratio"`
+	PerRepeatCPU    []num       `json:"per_repeat_cpu_ratio"`
 }
 
 // durabilityRun is a kill -9 test of one system: acknowledged inserts,
@@ -110,26 +113,33 @@ func (rep *svcReport) summarize() {
 		if len(s.Systems) >= 2 && !s.Systems[0].Invalid && !s.Systems[1].Invalid {
 			a, b := s.Systems[0], s.Systems[1]
 			s.ThroughputRatio = num(ratio(float64(a.EntitiesPerSec), float64(b.EntitiesPerSec)))
-			for i := range a.PerRepeat {
-				x, y := math.NaN(), math.NaN()
-				if i < len(b.PerRepeat) {
-					x, y = float64(a.PerRepeat[i]), float64(b.PerRepeat[i])
-				}
-				s.PerRepeatRatio = append(s.PerRepeatRatio, num(ratio(x, y)))
-			}
+			s.PerRepeatRatio = repeatRatios(a.PerRepeat, b.PerRepeat)
 			s.CPURatio = num(ratio(float64(b.CPUPer1000), float64(a.CPUPer1000)))
+			s.PerRepeatCPU = repeatRatios(b.PerRepeatCPU, a.PerRepeatCPU)
 		}
 		rep.Summary = append(rep.Summary, s)
 	}
 	rep.computePowerLoss()
 }
 
+// repeatRatios is x[i]/y[i] for each repeat of x, NaN where y has none.
+func repeatRatios(x, y []num) []num {
+	out := make([]num, len(x))
+	for i := range x {
+		out[i] = nan()
+		if i < len(y) {
+			out[i] = num(ratio(float64(x[i]), float64(y[i])))
+		}
+	}
+	return out
+}
+
 func (rep *svcReport) summarizeSystem(sys, wl string) svcSystem {
 	out := svcSystem{System: sys}
 	var eps, ops, p50, p95, p99, cpu, rss []float64
-	out.PerRepeat = make([]num, rep.Repeats)
+	out.PerRepeat, out.PerRepeatCPU = make([]num, rep.Repeats), make([]num, rep.Repeats)
 	for i := range out.PerRepeat {
-		out.PerRepeat[i] = nan()
+		out.PerRepeat[i], out.PerRepeatCPU[i] = nan(), nan()
 	}
 	for _, r := range rep.Runs {
 		if r.System != sys || r.Workload != wl {
@@ -144,13 +154,14 @@ func (rep *svcReport) summarizeSystem(sys, wl string) svcSystem {
 		}
 		out.Runs++
 		e := float64(r.Entities) / r.Seconds
+		c := ratio(r.CPUSeconds*1000, float64(r.Entities)/1000)
 		if r.Repeat < len(out.PerRepeat) {
-			out.PerRepeat[r.Repeat] = num(e)
+			out.PerRepeat[r.Repeat], out.PerRepeatCPU[r.Repeat] = num(e), num(c)
 		}
 		eps = append(eps, e)
 		ops = append(ops, float64(r.Ops)/r.Seconds)
 		p50, p95, p99 = append(p50, float64(r.P50)), append(p95, float64(r.P95)), append(p99, float64(r.P99))
-		cpu = append(cpu, ratio(r.CPUSeconds*1000, float64(r.Entities)/1000))
+		cpu = append(cpu, c)
 		rss = append(rss, float64(r.PeakRSS))
 	}
 	out.EntitiesPerSec, out.OpsPerSec = num(median(eps)), num(median(ops))
@@ -245,13 +256,14 @@ func (rep *svcReport) markdown(chartPrefix string) string {
 		}
 	}
 	fmt.Fprintf(&b, "\n### Ratios, %s against %s\n\n", a, bsys)
-	fmt.Fprintf(&b, "| workload | entities/s %s÷%s | per repeat | CPU per entity %s÷%s (× less CPU) |\n|---|---:|---|---:|\n", a, bsys, bsys, a)
+	fmt.Fprintf(&b, "| workload | entities/s %s÷%s | per repeat | CPU per entity %s÷%s (× less CPU) | per repeat |\n|---|---:|---|---:|---|\n", a, bsys, bsys, a)
 	for _, s := range rep.Summary {
 		if inv := invalidSystems(s.Systems[:min(2, len(s.Systems))]); inv != "" {
-			fmt.Fprintf(&b, "| %s | — | invalid: %s had errors | — |\n", s.Workload, inv)
+			fmt.Fprintf(&b, "| %s | — | invalid: %s had errors | — | — |\n", s.Workload, inv)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | **%s** | %s | **%s** |\n", s.Workload, fmtRatio(s.ThroughputRatio), fmtRatios(s.PerRepeatRatio), fmtRatio(s.CPURatio))
+		fmt.Fprintf(&b, "| %s | **%s** | %s | **%s** | %s |\n", s.Workload, fmtRatio(s.ThroughputRatio), fmtRatios(s.PerRepeatRatio),
+			fmtRatio(s.CPURatio), fmtRatios(s.PerRepeatCPU))
 	}
 	rep.writeFloorTable(&b)
 	rep.writeDurability(&b)

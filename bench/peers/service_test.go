@@ -88,6 +88,9 @@ func TestServiceSummary(t *testing.T) {
 	if ins.Systems[0].CPUPer1000 != 100 || ins.Systems[1].CPUPer1000 != 1000 || ins.CPURatio != 10 {
 		t.Fatalf("insert CPU: %v %v %v", ins.Systems[0].CPUPer1000, ins.Systems[1].CPUPer1000, ins.CPURatio)
 	}
+	if fmtRatios(ins.PerRepeatCPU) != "10.00 10.00" || fmtRatios(ins.Systems[0].PerRepeatCPU) != "100.00 100.00" {
+		t.Fatalf("insert CPU by repeat: %v, tabula's %v", ins.PerRepeatCPU, ins.Systems[0].PerRepeatCPU)
+	}
 	if ins.Systems[0].Invalid || ins.Systems[1].Invalid || ins.Systems[2].Invalid {
 		t.Fatalf("clean rows marked invalid: %+v", ins)
 	}
