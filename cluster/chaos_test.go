@@ -118,7 +118,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	for _, seed := range seeds {
-		for _, mode := range []chaosMode{chaosSystem, chaosRanges, chaosMoves} {
+		for _, mode := range []chaosMode{chaosSystem, chaosRanges, chaosMoves, chaosMerges} {
 			t.Run(fmt.Sprintf("seed%d%s", seed, mode), func(t *testing.T) {
 				runChaos(t, seed, *chaosTime, mode)
 			})
@@ -136,12 +136,16 @@ const (
 	// table's voters are named anew now and then, the table splits, and
 	// its ranges' leases are handed over
 	chaosMoves chaosMode = "-moves"
+	// the moves, and besides every other fault a second roll that splits
+	// the table or merges it back (most moves runs end before a merge:
+	// its ranges must first sit on the same nodes)
+	chaosMerges chaosMode = "-merges"
 )
 
 // runChaos runs one seed; with a range group, the table's leader is the
 // group's, which the faults aim at.
 func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
-	ranges, moves := mode != chaosSystem, mode == chaosMoves
+	ranges, moves, reshapes := mode != chaosSystem, mode == chaosMoves || mode == chaosMerges, mode == chaosMerges
 	size := 3
 	if moves {
 		size = 4
@@ -246,6 +250,54 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 	movesNamed, handOvers, leasesAsked, merges := 0, 0, 0, 0
 	var transfers sync.WaitGroup
 	down := map[uint64]bool{}
+	// reshape splits the table between its two partitions, or merges it
+	// back once split (moving the right range's group to the left's nodes
+	// first), and has a range's leader hand its lease to another voter.
+	reshape := func() {
+		merge := frng.IntN(2) == 0
+		nodesMu.Lock()
+		for _, tn := range c.nodes {
+			if !tn.node.IsLeader() {
+				continue
+			}
+			ranges, err := tn.node.st().TableRanges(acct, "chaos")
+			switch {
+			case err == nil && len(ranges) > 1 && merge && !sameNodes(ranges[0].Group.Voters, ranges[1].Group.Voters):
+				// The right range's group goes to the left's nodes first.
+				if tn.node.SetGroupVoters(ctx, ranges[1].Group.ID, ranges[0].Group.Voters) == nil {
+					movesNamed++
+				}
+			case err == nil && len(ranges) > 1 && merge:
+				if tn.node.MergeTable(ctx, acct, "chaos", "q") == nil {
+					merges++
+				}
+			default:
+				_ = tn.node.SplitTable(ctx, acct, "chaos", "q") // "pair" below, "r" above
+			}
+			break
+		}
+		handOvers++
+		for _, tn := range c.nodes {
+			ranges, err := tn.node.st().TableRanges(acct, "chaos")
+			if err != nil || len(ranges) < 2 {
+				continue
+			}
+			g := ranges[handOvers%len(ranges)].Group
+			if r := tn.node.group(g.ID); r == nil || !r.ready.Load() {
+				continue
+			}
+			to := g.Voters[(slices.Index(g.Voters, tn.id)+1)%len(g.Voters)]
+			transfers.Go(func() {
+				// Waits until the lease arrives: the injector goes on.
+				tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+				_, _ = tn.node.TransferLease(tctx, acct, "chaos", g.Start, to)
+			})
+			leasesAsked++
+			break
+		}
+		nodesMu.Unlock()
+	}
 	for time.Since(start) < dur {
 		time.Sleep(time.Duration(20+frng.IntN(40)) * time.Millisecond)
 		switch k := frng.IntN(7); {
@@ -269,49 +321,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		case k == 5 && moves: // the table splits between its two partitions, or
 			// merges back once split; a range's leader hands its lease to
 			// another voter
-			merge := frng.IntN(2) == 0
-			nodesMu.Lock()
-			for _, tn := range c.nodes {
-				if !tn.node.IsLeader() {
-					continue
-				}
-				ranges, err := tn.node.st().TableRanges(acct, "chaos")
-				switch {
-				case err == nil && len(ranges) > 1 && merge && !sameNodes(ranges[0].Group.Voters, ranges[1].Group.Voters):
-					// The right range's group goes to the left's nodes first.
-					if tn.node.SetGroupVoters(ctx, ranges[1].Group.ID, ranges[0].Group.Voters) == nil {
-						movesNamed++
-					}
-				case err == nil && len(ranges) > 1 && merge:
-					if tn.node.MergeTable(ctx, acct, "chaos", "q") == nil {
-						merges++
-					}
-				default:
-					_ = tn.node.SplitTable(ctx, acct, "chaos", "q") // "pair" below, "r" above
-				}
-				break
-			}
-			handOvers++
-			for _, tn := range c.nodes {
-				ranges, err := tn.node.st().TableRanges(acct, "chaos")
-				if err != nil || len(ranges) < 2 {
-					continue
-				}
-				g := ranges[handOvers%len(ranges)].Group
-				if r := tn.node.group(g.ID); r == nil || !r.ready.Load() {
-					continue
-				}
-				to := g.Voters[(slices.Index(g.Voters, tn.id)+1)%len(g.Voters)]
-				transfers.Go(func() {
-					// Waits until the lease arrives: the injector goes on.
-					tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-					defer cancel()
-					_, _ = tn.node.TransferLease(tctx, acct, "chaos", g.Start, to)
-				})
-				leasesAsked++
-				break
-			}
-			nodesMu.Unlock()
+			reshape()
 		case k <= 1: // lose power on a running node, if the others stay up
 			nodesMu.Lock()
 			if len(c.nodes) == size {
@@ -366,6 +376,9 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 			}
 			nodesMu.Unlock()
 		default: // nothing: partitions last long enough to elect around them
+		}
+		if reshapes && frng.IntN(2) == 0 {
+			reshape()
 		}
 	}
 	transfers.Wait()
