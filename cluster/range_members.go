@@ -318,8 +318,14 @@ func (r *replica) reconcile() {
 	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 {
 		return
 	}
-	if p := r.members.proposed; p.term == st.GetTerm() && p.index > st.Applied {
-		return // the last change is not applied yet: raft takes one at a time
+	// The last change must be applied first: raft takes one at a time.
+	// Applied in the store, not only handed to the apply goroutine (raft's
+	// Applied): spanDue reads the store, and until the store has applied a
+	// split, freeze or merge it still finds it to make, and would propose
+	// it again. A second merge of the same group, applied after a split
+	// at the same key, stopped every replica (its record is gone).
+	if p := r.members.proposed; p.term == st.GetTerm() && p.index > r.applied.Load() {
+		return
 	}
 	switch work {
 	case spanSplit:

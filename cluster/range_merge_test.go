@@ -14,6 +14,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/vfs"
@@ -721,4 +722,83 @@ func TestSupersededGroupDroppedAfterACrash(t *testing.T) {
 		t.Fatalf("node %d still records the span of group %d, merged away", gone, right)
 	}
 	c.checkPairs("pairs", want, "after the restart from the crash")
+}
+
+// TestMergeProposedOnce stalls the apply goroutine of the left group's
+// leader right after its store froze the right group: the merge the
+// leader proposes then commits and is handed on, but its store shows
+// the spans unmerged for a while. The leader must not take that for a
+// merge still to make: a second merge entry would find the right group's
+// record gone on every replica, which stops the node (the chaos run's
+// merges mode, seed 319, lost a node so).
+func TestMergeProposedOnce(t *testing.T) {
+	var holdOn atomic.Uint64 // the node whose apply goroutine stalls
+	var holdGroup atomic.Uint64
+	held, release := make(chan struct{}), make(chan struct{})
+	c := &testCluster{t: t, net: newSimNet(80), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
+	c.prepare = func(tn *testNode) {
+		tn.node.afterApplyEntry = func(group, _ uint64) {
+			if group != 0 && group == holdGroup.Load() && tn.id == holdOn.Load() && holdGroup.CompareAndSwap(group, 0) {
+				close(held)
+				<-release
+			}
+		}
+	}
+	c.startAll(3)
+	createVia(c, "pairs")
+	want := map[string]int{}
+	for i := range 40 {
+		pk := fmt.Sprintf("p%02d", i)
+		upsertVia(c, "pairs", pk, "r", i)
+		want[pk] = i
+	}
+	left, right := c.splitPairs()
+	ld := c.groupLeader(left.ID, 10*time.Second)
+	// The right group's next entry is its freeze: the catalog's merge
+	// leaves it no write.
+	holdOn.Store(ld.id)
+	holdGroup.Store(right.Group.ID)
+	c.mergeVia("pairs", "p20")
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the right group's freeze was not applied on the left group's leader")
+	}
+	merges := func() int {
+		st := ld.rlog.Group(left.ID)
+		first, _ := st.FirstIndex()
+		last, _ := st.LastIndex()
+		ents, err := st.Entries(first, last+1, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := 0
+		for _, e := range ents {
+			if cmd, err := command.Decode(e.GetData()); e.GetType() == raftpb.EntryType_EntryNormal && len(e.GetData()) > 0 && err == nil && cmd.Kind == command.KindMergeGroup {
+				k++
+			}
+		}
+		return k
+	}
+	// The merge is proposed, committed and handed on while the store
+	// lags; then a hundred ticks pass.
+	for deadline := time.Now().Add(20 * time.Second); merges() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatal("the left group's leader proposed no merge")
+		}
+	}
+	time.Sleep(100 * c.tickInterval())
+	got := merges()
+	close(release)
+	if got != 1 {
+		t.Fatalf("the left group's log holds %d merges of group %d", got, right.Group.ID)
+	}
+	c.waitMerged("pairs", []string{""}, right.Group.ID, 30*time.Second)
+	for _, tn := range c.nodes {
+		if err := tn.node.Err(); err != nil {
+			t.Fatalf("node %d stopped: %v", tn.id, err)
+		}
+	}
+	c.checkPairs("pairs", want, "after the merge")
 }
