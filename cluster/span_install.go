@@ -271,12 +271,25 @@ func (n *Node) liveHolders(s *partition.Store, group uint64, sp partition.Span) 
 // dropSuperseded drops: merged away, its keys held by a live group of
 // the node (mergedOver), and either hosted with no install under way
 // (that one decides for itself) or with neither replica nor raft log
-// left, its record alone.
+// left, its record alone. A group frozen here is kept for the merge of
+// the group that takes its keys, which checks for its record: only a
+// group hosted here whose own span holds some of its keys (that merge
+// made, or a snapshot past it) supersedes it, not another frozen span
+// over the same keys (a leftover of a group merged away earlier, not
+// dropped yet).
 func (n *Node) superseded(group uint64, sp partition.Span) bool {
 	if r := n.replicas[group]; r != nil && r.install != nil || r == nil && !n.cfg.Log.Group(group).Empty() {
 		return false
 	}
-	return n.mergedOver(n.st(), group, sp) != nil
+	s := n.st()
+	if n.mergedOver(s, group, sp) == nil {
+		return false
+	}
+	if frozen, err := s.GroupFrozen(group); err != nil || !frozen {
+		return err == nil
+	}
+	holders, err := n.liveHolders(s, group, sp)
+	return err == nil && slices.ContainsFunc(holders, func(h partition.GroupSpanOf) bool { return !h.Frozen })
 }
 
 // dropMergedOver, on the loop, drops replica r, whose span snapshot
