@@ -844,3 +844,43 @@ func TestFrozenSpanOutlivesAnotherFrozenSpan(t *testing.T) {
 		t.Fatalf("node %d: group %d frozen %v, node error %v", x.id, right.Group.ID, frozen, x.node.Err())
 	}
 }
+
+// TestSplitChildWaitsForTheMerge: the catalog merges a range and splits
+// it again at the same key. A node deaf to the left group holds the right
+// one frozen, its data the merge's, and has applied neither the left
+// group's merge nor its split; the new child's leader calls on it. The
+// node does not host the child yet: a new member starts by emptying its
+// span, which held the frozen group's data (the chaos run's merges mode,
+// seed 271, found the child hosted there first, and the node could not
+// restart after a crash: the child's applied index past its empty log).
+func TestSplitChildWaitsForTheMerge(t *testing.T) {
+	c, _ := newPairsCluster(t, 82)
+	left, right := c.splitPairs()
+	ld := c.groupLeader(left.ID, 10*time.Second)
+	x := c.nodes[otherThan(c, ld.id)]
+	c.net.deafen(x.id, left.ID)
+	c.mergeVia("pairs", "p20")
+	s := x.node.st()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if frozen, _ := s.GroupFrozen(right.Group.ID); frozen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d did not freeze group %d", x.id, right.Group.ID)
+		}
+	}
+	frozenData := dumpSpan(t, s, right.Span())
+	c.splitVia("pairs", "p20")
+	child := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1].Group.ID
+	c.groupLeader(child, 10*time.Second)
+	time.Sleep(50 * c.tickInterval()) // the child's leader calls on node x meanwhile
+	if x.node.group(child) != nil {
+		t.Fatalf("node %d hosts group %d before its left group merged and split", x.id, child)
+	}
+	if got := dumpSpan(t, s, right.Span()); got != frozenData || !strings.Contains(got, "p25/r@") {
+		t.Fatalf("node %d: the frozen group's data changed:\n%s\nwas\n%s", x.id, got, frozenData)
+	}
+	if err := x.node.Err(); err != nil {
+		t.Fatal(err)
+	}
+}

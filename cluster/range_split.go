@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -107,13 +108,20 @@ func (r *replica) applySplit(ctx context.Context, s *partition.Store, c command.
 // still has its keys in the span of another group hosted here: that
 // group, its parent, has not applied the split yet, which starts the
 // child here from its own data. Hosting the child before would start it
-// empty.
+// empty. A frozen span here over the child's keys counts too, when
+// another group hosted here ends where it starts: the catalog merged
+// that range and split it again, and that group merges it before it
+// splits the child off; a new member, which empties its span first,
+// would delete the merge's data. (A frozen span whose merging group is
+// the one to host, added here after its merge, does not count: that
+// member's snapshot brings the merged keys.)
 func (n *Node) splitPending(group uint64) bool {
-	tg, ok := n.st().GroupTable(group)
+	s := n.st()
+	tg, ok := s.GroupTable(group)
 	if !ok {
 		return false
 	}
-	ranges, err := n.st().TableRanges(tg.Account, tg.Table)
+	ranges, err := s.TableRanges(tg.Account, tg.Table)
 	if err != nil {
 		return false
 	}
@@ -121,8 +129,24 @@ func (n *Node) splitPending(group uint64) bool {
 		if other.Group.ID == group || n.replicas[other.Group.ID] == nil {
 			continue
 		}
-		if _, holds, err := n.st().GroupHolds(other.Group.ID, tg.Account, tg.Table, tg.Group.Start); err == nil && holds {
+		if _, holds, err := s.GroupHolds(other.Group.ID, tg.Account, tg.Table, tg.Group.Start); err == nil && holds {
 			return true
+		}
+	}
+	holders, err := s.SpanHolders(group, tg.Span())
+	if err != nil {
+		return true
+	}
+	for _, h := range holders {
+		if !h.Frozen {
+			continue
+		}
+		for _, r := range n.replicaList {
+			sp, ok := n.groupSpan(r.group)
+			if r.group != group && r.group != h.Group && r.group != systemGroup && ok && sp.HighPartitionKey == h.Span.LowPartitionKey &&
+				sp.Account == h.Span.Account && strings.EqualFold(sp.Table, h.Span.Table) {
+				return true
+			}
 		}
 	}
 	return false
