@@ -346,8 +346,7 @@ func (n *Node) noteMerges() {
 		for _, r := range n.replicaList {
 			sp, ok := n.groupSpan(r.group)
 			lead := transport.NodeOf(r.leader.Load())
-			if r.group != systemGroup && ok && sp.HighPartitionKey == g.Span.LowPartitionKey && sp.Account == g.Span.Account &&
-				strings.EqualFold(sp.Table, g.Span.Table) && lead != 0 && lead != n.cfg.ID {
+			if r.group != systemGroup && ok && endsWhereStarts(sp, g.Span) && lead != 0 && lead != n.cfg.ID {
 				n.live.frozenHere.add(lead, g.Group, r.group)
 			}
 		}
@@ -373,4 +372,10 @@ func (n *Node) forgetRetired(group uint64) error {
 		return nil
 	}
 	return n.st().ForgetGroup(group)
+}
+
+// endsWhereStarts says whether span sp ends where span next of the same
+// table starts: the group of sp is the one that merges next's.
+func endsWhereStarts(sp, next partition.Span) bool {
+	return sp.HighPartitionKey == next.LowPartitionKey && sp.Account == next.Account && strings.EqualFold(sp.Table, next.Table)
 }

@@ -71,7 +71,13 @@ func (c *testCluster) waitMergedOn(table string, starts []string, merged uint64,
 // "pairs" in a range group of its own holding p00..p39 (row "r", N = i),
 // and returns the cluster and what the table holds.
 func newPairsCluster(t *testing.T, seed uint64) (*testCluster, map[string]int) {
-	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
+	return newPairsClusterPrepared(t, seed, nil)
+}
+
+// newPairsClusterPrepared is newPairsCluster with prepare called on each
+// node before it runs (testCluster.prepare).
+func newPairsClusterPrepared(t *testing.T, seed uint64, prepare func(*testNode)) (*testCluster, map[string]int) {
+	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1, prepare: prepare}
 	c.startAll(3)
 	createVia(c, "pairs")
 	want := map[string]int{}
@@ -735,23 +741,14 @@ func TestMergeProposedOnce(t *testing.T) {
 	var holdOn atomic.Uint64 // the node whose apply goroutine stalls
 	var holdGroup atomic.Uint64
 	held, release := make(chan struct{}), make(chan struct{})
-	c := &testCluster{t: t, net: newSimNet(80), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
-	c.prepare = func(tn *testNode) {
+	c, want := newPairsClusterPrepared(t, 80, func(tn *testNode) {
 		tn.node.afterApplyEntry = func(group, _ uint64) {
 			if group != 0 && group == holdGroup.Load() && tn.id == holdOn.Load() && holdGroup.CompareAndSwap(group, 0) {
 				close(held)
 				<-release
 			}
 		}
-	}
-	c.startAll(3)
-	createVia(c, "pairs")
-	want := map[string]int{}
-	for i := range 40 {
-		pk := fmt.Sprintf("p%02d", i)
-		upsertVia(c, "pairs", pk, "r", i)
-		want[pk] = i
-	}
+	})
 	left, right := c.splitPairs()
 	ld := c.groupLeader(left.ID, 10*time.Second)
 	// The right group's next entry is its freeze: the catalog's merge
@@ -812,21 +809,8 @@ func TestMergeProposedOnce(t *testing.T) {
 // lost what the merge checks for, and the node stopped when the merge
 // came (merges mode, seed 79).
 func TestFrozenSpanOutlivesAnotherFrozenSpan(t *testing.T) {
-	c, _ := newPairsCluster(t, 81)
-	left, right := c.splitPairs()
-	ld := c.groupLeader(left.ID, 10*time.Second)
-	x := c.nodes[otherThan(c, ld.id)]
-	c.net.deafen(x.id, left.ID) // the left group's merge does not reach it
-	c.mergeVia("pairs", "p20")
+	c, right, x := frozenBehindTheMerge(t, 81)
 	s := x.node.st()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if frozen, _ := s.GroupFrozen(right.Group.ID); frozen {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d did not freeze group %d", x.id, right.Group.ID)
-		}
-	}
 	const leftover = 1 << 40
 	if err := s.EmptySpan(leftover, partition.Span{Account: acct, Table: "pairs", LowPartitionKey: "q0", HighPartitionKey: "q5"}); err != nil {
 		t.Fatal(err)
@@ -854,21 +838,8 @@ func TestFrozenSpanOutlivesAnotherFrozenSpan(t *testing.T) {
 // seed 271, found the child hosted there first, and the node could not
 // restart after a crash: the child's applied index past its empty log).
 func TestSplitChildWaitsForTheMerge(t *testing.T) {
-	c, _ := newPairsCluster(t, 82)
-	left, right := c.splitPairs()
-	ld := c.groupLeader(left.ID, 10*time.Second)
-	x := c.nodes[otherThan(c, ld.id)]
-	c.net.deafen(x.id, left.ID)
-	c.mergeVia("pairs", "p20")
+	c, right, x := frozenBehindTheMerge(t, 82)
 	s := x.node.st()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if frozen, _ := s.GroupFrozen(right.Group.ID); frozen {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d did not freeze group %d", x.id, right.Group.ID)
-		}
-	}
 	frozenData := dumpSpan(t, s, right.Span())
 	c.splitVia("pairs", "p20")
 	child := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1].Group.ID
@@ -882,5 +853,27 @@ func TestSplitChildWaitsForTheMerge(t *testing.T) {
 	}
 	if err := x.node.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// frozenBehindTheMerge splits table pairs, makes a node other than the
+// left group's leader deaf to the left group, and merges the table back:
+// it returns once that node holds the right group frozen, its left
+// group's merge never to come.
+func frozenBehindTheMerge(t *testing.T, seed uint64) (*testCluster, partition.TableGroup, *testNode) {
+	t.Helper()
+	c, _ := newPairsCluster(t, seed)
+	left, right := c.splitPairs()
+	ld := c.groupLeader(left.ID, 10*time.Second)
+	x := c.nodes[otherThan(c, ld.id)]
+	c.net.deafen(x.id, left.ID)
+	c.mergeVia("pairs", "p20")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if frozen, _ := x.node.st().GroupFrozen(right.Group.ID); frozen {
+			return c, right, x
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d did not freeze group %d", x.id, right.Group.ID)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -143,8 +142,7 @@ func (n *Node) splitPending(group uint64) bool {
 		}
 		for _, r := range n.replicaList {
 			sp, ok := n.groupSpan(r.group)
-			if r.group != group && r.group != h.Group && r.group != systemGroup && ok && sp.HighPartitionKey == h.Span.LowPartitionKey &&
-				sp.Account == h.Span.Account && strings.EqualFold(sp.Table, h.Span.Table) {
+			if r.group != group && r.group != h.Group && r.group != systemGroup && ok && endsWhereStarts(sp, h.Span) {
 				return true
 			}
 		}
