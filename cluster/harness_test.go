@@ -190,11 +190,14 @@ func (s *simNet) deafenRanges(id uint64) {
 }
 
 // hear lets the messages of range group group to and from node id, which
-// deafenRanges deafened, through again.
+// deafen or deafenRanges deafened, through again.
 func (s *simNet) hear(id, group uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.heard[[2]uint64{id, group}] = true
+	delete(s.deaf, [2]uint64{id, group})
+	if s.heard != nil {
+		s.heard[[2]uint64{id, group}] = true
+	}
 }
 
 // isDeaf says whether node id loses the messages of group; s.mu is held.

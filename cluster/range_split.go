@@ -108,12 +108,17 @@ func (r *replica) applySplit(ctx context.Context, s *partition.Store, c command.
 // group, its parent, has not applied the split yet, which starts the
 // child here from its own data. Hosting the child before would start it
 // empty. A frozen span here over the child's keys counts too, when
-// another group hosted here ends where it starts: the catalog merged
-// that range and split it again, and that group merges it before it
-// splits the child off; a new member, which empties its span first,
-// would delete the merge's data. (A frozen span whose merging group is
-// the one to host, added here after its merge, does not count: that
-// member's snapshot brings the merged keys.)
+// another group hosted here ends where it starts, until that group's
+// replica here has caught up with its leader: the catalog merged that
+// range and split it again, and that group merges it before it splits
+// the child off; a new member, which empties its span first, would
+// delete the merge's data. (A frozen span whose merging group is the one
+// to host, added here after its merge, does not count: that member's
+// snapshot brings the merged keys.) Caught up, that group is past the
+// split, which was committed before a message of the child came; the
+// frozen span is then a leftover its replica here skipped in a snapshot,
+// and the child's snapshot drops it. Waiting for good on it stalled the
+// child's member here (chaos merges mode, seeds 317 and 505).
 func (n *Node) splitPending(group uint64) bool {
 	s := n.st()
 	tg, ok := s.GroupTable(group)
@@ -142,10 +147,37 @@ func (n *Node) splitPending(group uint64) bool {
 		}
 		for _, r := range n.replicaList {
 			sp, ok := n.groupSpan(r.group)
-			if r.group != group && r.group != h.Group && r.group != systemGroup && ok && endsWhereStarts(sp, h.Span) {
+			if r.group != group && r.group != h.Group && r.group != systemGroup && ok && endsWhereStarts(sp, h.Span) &&
+				!r.catchUpSince(n.splitWaitSince(group)) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// splitWaitSince returns the number of the last catch-up question asked
+// before group's wait to be hosted began: the split that started it was
+// committed before then. It runs on the loop.
+func (n *Node) splitWaitSince(group uint64) uint64 {
+	since, ok := n.splitWaits[group]
+	if !ok {
+		if n.splitWaits == nil {
+			n.splitWaits = map[uint64]uint64{}
+		}
+		since = n.catchUpSeq
+		n.splitWaits[group] = since
+	}
+	return since
+}
+
+// forgetSplitWaits drops the waits of groups hosted here since, or no
+// longer named in the catalog. It runs on the loop.
+func (n *Node) forgetSplitWaits() {
+	for g := range n.splitWaits {
+		if _, named := n.st().GroupTable(g); named && n.replicas[g] == nil {
+			continue
+		}
+		delete(n.splitWaits, g)
+	}
 }

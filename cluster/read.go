@@ -111,6 +111,9 @@ func (r *replica) startReadRound(batch []*readWaiter, now time.Time) {
 // readDone hands a confirmed read index to its batch, and extends the
 // lease: a quorum heard from this leader after the round began.
 func (r *replica) readDone(rs raft.ReadState) {
+	if r.heardCatchUp(rs.RequestCtx, rs.Index) {
+		return
+	}
 	round, ok := r.readsByCtx[string(rs.RequestCtx)]
 	if !ok {
 		return

@@ -71,6 +71,9 @@ type replica struct {
 	readSeq    uint64
 	readsByCtx map[string]readRound
 	lease      readLease
+	// catchUp is the replica's last question of its leader's commit
+	// index (catch_up.go), nil until it asks one.
+	catchUp *catchUp
 	// voteAfter is the node tick before which this replica neither votes
 	// nor campaigns on the node's word: a replica that had state when it
 	// started may have been part of the quorum a leader's read lease

@@ -1,0 +1,84 @@
+package cluster
+
+import (
+	"encoding/binary"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// A replica's check that it has applied what its group had committed at
+// some moment: the wait of a split's child (splitPending) ends once the
+// replica it waits on is past a split known to be committed then, at an
+// index no one here knows. The group's leader knows a bound: asked after
+// that moment, its commit index, confirmed by a quorum (raft's ReadIndex,
+// from a follower), is at or past every entry committed before the
+// question. A replica that has applied that far has applied the split,
+// from its log or within a snapshot.
+
+// catchUpTag starts a catch-up question's ReadIndex context (a read
+// round's is eight bytes, its sequence number): the tag, then the
+// question's number as eight bytes.
+const catchUpTag = 'c'
+
+// catchUp is a replica's last catch-up question: its number (from the
+// node's count of them), the tick it was asked at, and the leader's
+// answer once it is in.
+type catchUp struct {
+	seq, askedTick uint64
+	answered       bool
+	index          uint64
+}
+
+// catchUpSince says whether the replica has applied everything its group
+// had committed when the leader answered a question asked after the
+// node's question number since. Until it knows, it asks the leader, again
+// when an answer is overdue (a message lost, a leader changed). It runs
+// on the loop.
+func (r *replica) catchUpSince(since uint64) bool {
+	if c := r.catchUp; c != nil && c.seq > since {
+		if c.answered {
+			return r.applied.Load() >= c.index
+		}
+		if r.n.live.ticks-c.askedTick < uint64(r.n.checkEveryTicks()) {
+			return false
+		}
+	}
+	r.askCatchUp()
+	return false
+}
+
+// askCatchUp asks the group's leader for its commit index: this replica's
+// raft, when it leads, else a ReadIndex request sent to the leader this
+// node knows (raft would drop one while it knows no leader, which a
+// replica woken from dormancy does not). With no leader known, nothing is
+// asked, and the next look asks again.
+func (r *replica) askCatchUp() {
+	n := r.n
+	n.catchUpSeq++
+	ctx := binary.BigEndian.AppendUint64([]byte{catchUpTag}, n.catchUpSeq)
+	r.catchUp = &catchUp{seq: n.catchUpSeq, askedTick: n.live.ticks}
+	if r.isLeader {
+		r.rawNode().ReadIndex(ctx)
+		n.touch(r)
+		return
+	}
+	lead := memberOf(r.conf, r.leader.Load())
+	if lead == 0 || lead == r.id {
+		return
+	}
+	n.sendGroup(r.group, []*raftpb.Message{{Type: raftpb.MessageType_MsgReadIndex.Enum(), From: proto.Uint64(r.id), To: proto.Uint64(lead),
+		Entries: []*raftpb.Entry{{Data: ctx}}}})
+}
+
+// heardCatchUp takes the answer to the replica's catch-up question, if
+// the read state is one; it says whether it was.
+func (r *replica) heardCatchUp(ctx []byte, index uint64) bool {
+	if len(ctx) != 9 || ctx[0] != catchUpTag {
+		return false
+	}
+	if c := r.catchUp; c != nil && c.seq == binary.BigEndian.Uint64(ctx[1:]) {
+		c.answered, c.index = true, index
+	}
+	return true
+}
