@@ -5,6 +5,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/partition"
 )
 
 // A replica's check that it has applied what its group had committed at
@@ -81,4 +83,54 @@ func (r *replica) heardCatchUp(ctx []byte, index uint64) bool {
 		c.answered, c.index = true, index
 	}
 	return true
+}
+
+// mergeBehind says whether a group hosted here whose span ends where sp
+// starts, other than skip, has not caught up with its leader since the
+// node's catch-up question number since: it may still have the merge of
+// sp's group to apply, which needs that group's frozen span here. It
+// runs on the loop.
+func (n *Node) mergeBehind(sp partition.Span, skip, since uint64) bool {
+	for _, r := range n.replicaList {
+		own, ok := n.groupSpan(r.group)
+		if r.group != skip && r.group != systemGroup && ok && endsWhereStarts(own, sp) && !r.catchUpSince(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// catchUpWaits holds, for each group whose hosting or drop waits on
+// another group's catch-up, the number of the node's last catch-up
+// question before the wait began: the entry that group waits for was
+// committed before then. Loop-owned.
+type catchUpWaits map[uint64]uint64
+
+// since returns group's number, recording seq as it if its wait begins
+// now.
+func (w *catchUpWaits) since(group, seq uint64) uint64 {
+	if s, ok := (*w)[group]; ok {
+		return s
+	}
+	if *w == nil {
+		*w = catchUpWaits{}
+	}
+	(*w)[group] = seq
+	return seq
+}
+
+// forgetWaits drops the waits that are over: of a split's child hosted
+// here or no longer in the catalog, of an orphan whose record is gone. It
+// runs on the loop.
+func (n *Node) forgetWaits() {
+	for g := range n.splitWaits {
+		if _, named := n.st().GroupTable(g); !named || n.replicas[g] != nil {
+			delete(n.splitWaits, g)
+		}
+	}
+	for g := range n.orphanWaits {
+		if !n.st().SpanRecorded(g) {
+			delete(n.orphanWaits, g)
+		}
+	}
 }

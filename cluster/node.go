@@ -85,12 +85,12 @@ type Node struct {
 	// dormantWakes counts the replicas woken from dormancy (dormant.go).
 	dormantWakes atomic.Uint64
 
-	// catchUpSeq numbers the replicas' catch-up questions (catch_up.go),
-	// and splitWaits holds, for each split's child that waits to be
-	// hosted on another group's catch-up, the number of the last question
-	// asked before its wait began (splitPending; both loop-owned).
-	catchUpSeq uint64
-	splitWaits map[uint64]uint64
+	// catchUpSeq numbers the replicas' catch-up questions (catch_up.go);
+	// splitWaits are the split children that wait on one to be hosted
+	// (splitPending), orphanWaits the orphans that wait on one to be
+	// dropped (dropOrphan). Loop-owned.
+	catchUpSeq              uint64
+	splitWaits, orphanWaits catchUpWaits
 
 	// heldNotices are the range group leaders that hold commit notices
 	// back until the next tick (commit_notice.go; loop-owned).

@@ -266,7 +266,7 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 	}
 	if every := uint64(n.checkEveryTicks()); n.live.ticks%every == 0 && (n.st().HasFrozen() || n.live.ticks%(10*every) == 0) {
 		n.noteMerges()
-		n.forgetSplitWaits()
+		n.forgetWaits()
 	}
 	n.sendMemberMessages()
 }

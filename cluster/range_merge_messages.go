@@ -219,7 +219,13 @@ func (n *Node) orphan(g partition.GroupSpanOf) bool {
 
 // dropOrphan drops an orphan that a node says was merged, checked again
 // on the loop (which hosts groups): its replica, its raft log, its data
-// and records.
+// and records. Not while a group hosted here that ends where the orphan
+// starts lags its leader: the orphan's keys went to a group split off
+// that one after it merged them, and its replica here may still have
+// the merge to apply, which takes the orphan's record (dropped at the
+// word of the split's child, the merge stopped the node;
+// TestOrphanDropWaitsForTheMergingReplica). Caught up with its leader,
+// asked after that word came, it is past the merge.
 func (n *Node) dropOrphan(group uint64) error {
 	outside, err := n.st().OutsideCatalog()
 	if err != nil {
@@ -228,6 +234,9 @@ func (n *Node) dropOrphan(group uint64) error {
 	i := slices.IndexFunc(outside, func(g partition.GroupSpanOf) bool { return g.Group == group })
 	if i < 0 || !n.catalogKnew(group) || !n.orphan(outside[i]) {
 		return nil // merged here meanwhile, or its group came here
+	}
+	if n.mergeBehind(outside[i].Span, group, n.orphanWaits.since(group, n.catchUpSeq)) {
+		return nil // asked again at the next look
 	}
 	if r := n.replicas[group]; r != nil {
 		n.unhost(r, errMoved(fmt.Sprintf("range group %d was merged into the range before it", group)))

@@ -903,6 +903,48 @@ func TestSplitChildHostedPastASkippedMerge(t *testing.T) {
 	}
 }
 
+// TestOrphanDropWaitsForTheMergingReplica: a node deaf to the left
+// group holds the right one frozen while the catalog merges the table,
+// splits it again at the same key and moves the child off that node. The
+// frozen span is then an orphan there (the child holds its keys, and is
+// not hosted there), and the child's leader says it holds them merged.
+// But the node's replica of the left group has not applied the merge,
+// which it does from its log once it hears again: the orphan is dropped
+// only once that replica has caught up with its leader, past the merge.
+// Dropped at the child's word, the merge found nothing frozen to take
+// and stopped the node.
+func TestOrphanDropWaitsForTheMergingReplica(t *testing.T) {
+	c, right, x := frozenBehindTheMerge(t, 85)
+	want := map[string]int{}
+	for i := range 40 {
+		want[fmt.Sprintf("p%02d", i)] = i
+	}
+	c.splitVia("pairs", "p20")
+	ranges := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)
+	left, child := ranges[0].Group, ranges[1].Group
+	others := slices.DeleteFunc(slices.Clone(child.Voters), func(v uint64) bool { return v == x.id })
+	c.setVotersOf(child.ID, others)
+	c.waitMembers(child.ID, others, 20*time.Second)
+	time.Sleep(5 * time.Duration(x.node.checkEveryTicks()) * c.tickInterval()) // the node asks about its orphan meanwhile
+	if frozen, _ := x.node.st().GroupFrozen(right.Group.ID); !frozen {
+		t.Fatalf("node %d dropped group %d before its replica of group %d merged it", x.id, right.Group.ID, left.ID)
+	}
+	c.net.hear(x.id, left.ID)
+	c.convergeGroup(left.ID, 20*time.Second)
+	for deadline := time.Now().Add(20 * time.Second); x.node.st().SpanRecorded(right.Group.ID); time.Sleep(10 * time.Millisecond) {
+		if err := x.node.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d still records group %d", x.id, right.Group.ID)
+		}
+	}
+	if err := x.node.Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.checkPairs("pairs", want, "after the merge reached the node")
+}
+
 // frozenBehindTheMerge splits table pairs, makes a node other than the
 // left group's leader deaf to the left group, and merges the table back:
 // it returns once that node holds the right group frozen, its left

@@ -142,42 +142,9 @@ func (n *Node) splitPending(group uint64) bool {
 		return true
 	}
 	for _, h := range holders {
-		if !h.Frozen {
-			continue
-		}
-		for _, r := range n.replicaList {
-			sp, ok := n.groupSpan(r.group)
-			if r.group != group && r.group != h.Group && r.group != systemGroup && ok && endsWhereStarts(sp, h.Span) &&
-				!r.catchUpSince(n.splitWaitSince(group)) {
-				return true
-			}
+		if h.Frozen && n.mergeBehind(h.Span, group, n.splitWaits.since(group, n.catchUpSeq)) {
+			return true
 		}
 	}
 	return false
-}
-
-// splitWaitSince returns the number of the last catch-up question asked
-// before group's wait to be hosted began: the split that started it was
-// committed before then. It runs on the loop.
-func (n *Node) splitWaitSince(group uint64) uint64 {
-	since, ok := n.splitWaits[group]
-	if !ok {
-		if n.splitWaits == nil {
-			n.splitWaits = map[uint64]uint64{}
-		}
-		since = n.catchUpSeq
-		n.splitWaits[group] = since
-	}
-	return since
-}
-
-// forgetSplitWaits drops the waits of groups hosted here since, or no
-// longer named in the catalog. It runs on the loop.
-func (n *Node) forgetSplitWaits() {
-	for g := range n.splitWaits {
-		if _, named := n.st().GroupTable(g); named && n.replicas[g] == nil {
-			continue
-		}
-		delete(n.splitWaits, g)
-	}
 }
