@@ -198,7 +198,7 @@ func NewNode(cfg Config) (*Node, error) {
 		touched:  make(map[*replica]struct{}),
 		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),
 			incarnation: rand.Uint64() | 1, runs: make(map[uint64]uint64), checks: memberNotes{}, removed: memberNotes{},
-			mergeChecks: memberNotes{}, frozenHere: memberNotes{}, merged: memberNotes{}, frozen: map[uint64]map[uint64]bool{}, mergeHints: map[uint64]mergeHint{},
+			mergeChecks: memberNotes{}, frozenHere: memberNotes{}, merged: memberNotes{}, frozen: map[uint64]map[uint64]uint64{}, mergeHints: map[uint64]mergeHint{},
 			leases: make(map[uint64]uint64), loads: make(map[uint64]uint64)},
 		inbox:    make(chan []transport.Message, 1024),
 		proposes: make(chan *proposal, 1024),

@@ -59,10 +59,10 @@ type liveness struct {
 	checks, removed memberNotes
 	// mergeChecks and frozenHere are the merge questions and answers to
 	// send likewise, merged the answers to questions about orphans;
-	// frozen the groups each peer said its store holds frozen
-	// (range_merge.go).
+	// frozen the groups each peer said its store holds frozen, with the
+	// tick of its last word (range_merge.go).
 	mergeChecks, frozenHere, merged memberNotes
-	frozen                          map[uint64]map[uint64]bool
+	frozen                          map[uint64]map[uint64]uint64
 	// mergeHints are the frozen groups followers said they hold next to
 	// a group this node leads: by that group, the frozen one and the
 	// tick of the last word.

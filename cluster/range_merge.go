@@ -188,12 +188,12 @@ func (r *replica) maybeMerge(st raft.Status, sp partition.Span) bool {
 	var missing, holding []uint64
 	for _, id := range r.conf.GetVoters() {
 		switch node := transport.NodeOf(id); {
-		case node == n.cfg.ID && frozen, right != 0 && n.live.frozen[node][right]:
+		case node == n.cfg.ID && frozen, right != 0 && n.live.frozen[node][right] > r.members.mergeSince:
 			holding = append(holding, id)
 		case node != n.cfg.ID:
 			missing = append(missing, id)
 			if right != 0 {
-				n.live.mergeChecks.add(node, right, 0)
+				n.live.mergeChecks.add(node, right, r.group)
 			}
 		}
 	}

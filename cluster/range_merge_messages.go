@@ -111,11 +111,21 @@ func (n *Node) heardMerged(m *raftpb.Message) {
 	}
 }
 
-// heardMergeCheck answers a peer's question about frozen groups.
+// heardMergeCheck answers a peer's question about frozen groups, each
+// named with the group that is to merge it (0 from a node that predates
+// that): those its store holds frozen, and as merged those it does not
+// while a group the catalog split off the merging one after its span
+// has started here. That child starts only at the split in the merging
+// group's log, which comes after the merge; so the asker, which leads
+// the merging group, holds its frozen span as a leftover: its replica
+// skipped the merge in a snapshot made past it. It drops the span as an
+// orphan (dropOrphan checks again).
 func (n *Node) heardMergeCheck(m *raftpb.Message) {
-	ok := memberPairs(m.GetContext(), func(group, _ uint64) {
+	ok := memberPairs(m.GetContext(), func(group, into uint64) {
 		if frozen, err := n.st().GroupFrozen(group); err == nil && frozen {
 			n.live.frozenHere.add(m.GetFrom(), group, 0)
+		} else if into != 0 && n.childStarted(into) {
+			n.live.merged.add(m.GetFrom(), group, 0)
 		}
 	})
 	if !ok {
@@ -123,17 +133,35 @@ func (n *Node) heardMergeCheck(m *raftpb.Message) {
 	}
 }
 
+// childStarted says whether the range the catalog has after group's
+// has a group that started here: hosted, or its span recorded.
+func (n *Node) childStarted(group uint64) bool {
+	s := n.st()
+	tg, ok := s.GroupTable(group)
+	if !ok || tg.End == "" {
+		return false
+	}
+	next, err := s.TableRangeFor(tg.Account, tg.Table, tg.End)
+	return err == nil && next.Group.ID != 0 && next.Group.Start == tg.End && (n.replicas[next.Group.ID] != nil || s.SpanRecorded(next.Group.ID))
+}
+
 // heardFrozenHere records a peer's word that its store holds groups
-// frozen: for good, since a frozen span stays frozen until merged. A pair
-// that names a group this node leads, unasked, is a merge hint: the
-// peer's replica of that group ends where the frozen one starts.
+// frozen, with the tick: a leader counts only the words it heard since it
+// began its merge, for a peer's frozen span goes when the peer's replica
+// merges it. (A node whose replica of the merging group skipped the merge
+// in a snapshot made past it holds the span still, a leftover; leading
+// that group later, it counted the words it had heard before and
+// proposed the merge again, and every replica that had merged stopped
+// its node: chaos merges mode, seed 1478.) A pair that names a group this
+// node leads, unasked, is a merge hint: the peer's replica of that group
+// ends where the frozen one starts.
 func (n *Node) heardFrozenHere(m *raftpb.Message) {
 	from := m.GetFrom()
 	ok := memberPairs(m.GetContext(), func(group, into uint64) {
 		if n.live.frozen[from] == nil {
-			n.live.frozen[from] = map[uint64]bool{}
+			n.live.frozen[from] = map[uint64]uint64{}
 		}
-		n.live.frozen[from][group] = true
+		n.live.frozen[from][group] = n.live.ticks
 		if r := n.replicas[into]; into != 0 && r != nil {
 			n.live.mergeHints[into] = mergeHint{group: group, at: n.live.ticks}
 			r.quiesced.Store(false)

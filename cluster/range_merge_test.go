@@ -945,6 +945,65 @@ func TestOrphanDropWaitsForTheMergingReplica(t *testing.T) {
 	c.checkPairs("pairs", want, "after the merge reached the node")
 }
 
+// TestLeftoverFrozenSpanIsNotMergedAgain: a node whose replica of the
+// left group skipped the merge in a snapshot made past it (deaf to that
+// group meanwhile) holds the right group frozen still, a leftover, and
+// the words its peers once sent that they held it frozen (as a leader of
+// the left group hears them while the merge waits: set here). Made the
+// left group's leader, it must not merge the leftover again: every
+// replica that had merged it would refuse the entry by stopping its node
+// (chaos merges mode, seed 1478). Asked again, its peers say the split's
+// child started with them, and the node drops the leftover.
+func TestLeftoverFrozenSpanIsNotMergedAgain(t *testing.T) {
+	c, right, x := frozenBehindTheMerge(t, 86)
+	want := map[string]int{}
+	for i := range 40 {
+		want[fmt.Sprintf("p%02d", i)] = i
+	}
+	c.splitVia("pairs", "p20")
+	ranges := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)
+	left, child := ranges[0].Group, ranges[1].Group
+	c.net.deafen(x.id, child.ID) // its snapshot would drop the leftover first
+	for i := range 100 {         // past LogRetention and SyncEvery: the left group's logs are compacted
+		pk := fmt.Sprintf("p%02d", i%20)
+		upsertVia(c, "pairs", pk, "r", 1000+i)
+		want[pk] = 1000 + i
+	}
+	onLoop(t, x, func() {
+		for id := range c.nodes {
+			if id != x.id {
+				x.node.live.frozen[id] = map[uint64]uint64{right.Group.ID: x.node.live.ticks}
+			}
+		}
+	})
+	c.net.hear(x.id, left.ID)
+	c.convergeGroup(left.ID, 20*time.Second)
+	if frozen, _ := x.node.st().GroupFrozen(right.Group.ID); !frozen {
+		t.Fatalf("node %d no longer holds group %d frozen: the test lost its point", x.id, right.Group.ID)
+	}
+	ld := c.groupLeader(left.ID, 10*time.Second)
+	if _, err := ld.node.TransferLease(context.Background(), acct, "pairs", "", x.id); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); x.node.st().SpanRecorded(right.Group.ID); time.Sleep(10 * time.Millisecond) {
+		for _, tn := range c.nodes {
+			if err := tn.node.Err(); err != nil {
+				t.Fatalf("node %d: %v", tn.id, err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d still records group %d (group %d led by node %d)", x.id, right.Group.ID, left.ID, c.groupLeader(left.ID, time.Second).id)
+		}
+	}
+	c.net.hear(x.id, child.ID)
+	c.checkPairs("pairs", want, "after the leftover was dropped")
+	for _, tn := range c.nodes {
+		if err := tn.node.Err(); err != nil {
+			t.Fatalf("node %d: %v", tn.id, err)
+		}
+	}
+}
+
 // frozenBehindTheMerge splits table pairs, makes a node other than the
 // left group's leader deaf to the left group, and merges the table back:
 // it returns once that node holds the right group frozen, its left
