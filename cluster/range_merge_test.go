@@ -867,19 +867,8 @@ func TestSplitChildWaitsForTheMerge(t *testing.T) {
 // the child's member there (chaos merges mode, seeds 317 and 505). The
 // child's snapshot drops the leftover, and everything reads back.
 func TestSplitChildHostedPastASkippedMerge(t *testing.T) {
-	c, right, x := frozenBehindTheMerge(t, 84)
-	want := map[string]int{}
-	for i := range 40 {
-		want[fmt.Sprintf("p%02d", i)] = i
-	}
-	c.splitVia("pairs", "p20")
-	ranges := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)
-	left, child := ranges[0].Group, ranges[1].Group
-	for i := range 100 { // past LogRetention and SyncEvery: the left group's logs are compacted
-		pk := fmt.Sprintf("p%02d", i%20)
-		upsertVia(c, "pairs", pk, "r", 1000+i)
-		want[pk] = 1000 + i
-	}
+	c, right, x, want, left, child := splitAgainBehind(t, 84)
+	overwriteLeft(c, want)
 	if x.node.group(child.ID) != nil {
 		t.Fatalf("node %d hosts group %d before its left group merged and split", x.id, child.ID)
 	}
@@ -914,14 +903,7 @@ func TestSplitChildHostedPastASkippedMerge(t *testing.T) {
 // Dropped at the child's word, the merge found nothing frozen to take
 // and stopped the node.
 func TestOrphanDropWaitsForTheMergingReplica(t *testing.T) {
-	c, right, x := frozenBehindTheMerge(t, 85)
-	want := map[string]int{}
-	for i := range 40 {
-		want[fmt.Sprintf("p%02d", i)] = i
-	}
-	c.splitVia("pairs", "p20")
-	ranges := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)
-	left, child := ranges[0].Group, ranges[1].Group
+	c, right, x, want, left, child := splitAgainBehind(t, 85)
 	others := slices.DeleteFunc(slices.Clone(child.Voters), func(v uint64) bool { return v == x.id })
 	c.setVotersOf(child.ID, others)
 	c.waitMembers(child.ID, others, 20*time.Second)
@@ -955,20 +937,9 @@ func TestOrphanDropWaitsForTheMergingReplica(t *testing.T) {
 // (chaos merges mode, seed 1478). Asked again, its peers say the split's
 // child started with them, and the node drops the leftover.
 func TestLeftoverFrozenSpanIsNotMergedAgain(t *testing.T) {
-	c, right, x := frozenBehindTheMerge(t, 86)
-	want := map[string]int{}
-	for i := range 40 {
-		want[fmt.Sprintf("p%02d", i)] = i
-	}
-	c.splitVia("pairs", "p20")
-	ranges := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)
-	left, child := ranges[0].Group, ranges[1].Group
+	c, right, x, want, left, child := splitAgainBehind(t, 86)
 	c.net.deafen(x.id, child.ID) // its snapshot would drop the leftover first
-	for i := range 100 {         // past LogRetention and SyncEvery: the left group's logs are compacted
-		pk := fmt.Sprintf("p%02d", i%20)
-		upsertVia(c, "pairs", pk, "r", 1000+i)
-		want[pk] = 1000 + i
-	}
+	overwriteLeft(c, want)
 	onLoop(t, x, func() {
 		for id := range c.nodes {
 			if id != x.id {
@@ -1001,6 +972,34 @@ func TestLeftoverFrozenSpanIsNotMergedAgain(t *testing.T) {
 		if err := tn.node.Err(); err != nil {
 			t.Fatalf("node %d: %v", tn.id, err)
 		}
+	}
+}
+
+// splitAgainBehind is frozenBehindTheMerge, after which the catalog
+// splits the table again where it merged it. It returns the table's
+// entities (PartitionKey to N, as checkPairs takes them), and the left
+// group and the split's child.
+func splitAgainBehind(t *testing.T, seed uint64) (c *testCluster, right partition.TableGroup, x *testNode, want map[string]int, left, child partition.RangeGroup) {
+	t.Helper()
+	c, right, x = frozenBehindTheMerge(t, seed)
+	want = map[string]int{}
+	for i := range 40 {
+		want[fmt.Sprintf("p%02d", i)] = i
+	}
+	c.splitVia("pairs", "p20")
+	ranges := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)
+	return c, right, x, want, ranges[0].Group, ranges[1].Group
+}
+
+// overwriteLeft writes the left range's entities of table pairs over
+// five times, past LogRetention and SyncEvery: the left group's logs are
+// compacted. want follows.
+func overwriteLeft(c *testCluster, want map[string]int) {
+	c.t.Helper()
+	for i := range 100 {
+		pk := fmt.Sprintf("p%02d", i%20)
+		upsertVia(c, "pairs", pk, "r", 1000+i)
+		want[pk] = 1000 + i
 	}
 }
 
