@@ -10,13 +10,16 @@ import (
 )
 
 // A replica's check that it has applied what its group had committed at
-// some moment: the wait of a split's child (splitPending) ends once the
-// replica it waits on is past a split known to be committed then, at an
-// index no one here knows. The group's leader knows a bound: asked after
-// that moment, its commit index, confirmed by a quorum (raft's ReadIndex,
-// from a follower), is at or past every entry committed before the
-// question. A replica that has applied that far has applied the split,
-// from its log or within a snapshot.
+// some moment. A split's child waits to be hosted (splitPending), and an
+// orphan of a merge to be dropped (dropOrphan), while a replica here of
+// the merging group may still have the merge to apply; they wait until
+// it is past an entry known to be committed by then (the split that
+// started the child, the merge the orphan's word reports), at an index
+// no one here knows. The group's leader knows a bound: asked after that
+// moment, its commit index, confirmed by a quorum (raft's ReadIndex, from
+// a follower), is at or past every entry committed before the question.
+// A replica that has applied that far has applied the entry, from its
+// log or within a snapshot.
 
 // catchUpTag starts a catch-up question's ReadIndex context (a read
 // round's is eight bytes, its sequence number): the tag, then the
