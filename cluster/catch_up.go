@@ -54,22 +54,23 @@ func (r *replica) catchUpSince(since uint64) bool {
 }
 
 // askCatchUp asks the group's leader for its commit index: this replica's
-// raft, when it leads, else a ReadIndex request sent to the leader this
-// node knows (raft would drop one while it knows no leader, which a
-// replica woken from dormancy does not). With no leader known, nothing is
-// asked, and the next look asks again.
+// raft, when this node leads (a dormant leader is woken, and stands
+// again), else a ReadIndex request sent to the leader this node knows
+// (raft would drop one while it knows no leader, which a replica woken
+// from dormancy does not). With no leader known, nothing is asked, and
+// the next look asks again.
 func (r *replica) askCatchUp() {
 	n := r.n
 	n.catchUpSeq++
 	ctx := binary.BigEndian.AppendUint64([]byte{catchUpTag}, n.catchUpSeq)
 	r.catchUp = &catchUp{seq: n.catchUpSeq, askedTick: n.live.ticks}
-	if r.isLeader {
+	if r.leader.Load() == n.cfg.ID {
 		r.rawNode().ReadIndex(ctx)
 		n.touch(r)
 		return
 	}
 	lead := memberOf(r.conf, r.leader.Load())
-	if lead == 0 || lead == r.id {
+	if lead == 0 {
 		return
 	}
 	n.sendGroup(r.group, []*raftpb.Message{{Type: raftpb.MessageType_MsgReadIndex.Enum(), From: proto.Uint64(r.id), To: proto.Uint64(lead),
