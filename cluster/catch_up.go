@@ -89,19 +89,19 @@ func (r *replica) heardCatchUp(ctx []byte, index uint64) bool {
 	return true
 }
 
-// mergeBehind says whether a group hosted here whose span ends where sp
-// starts, other than skip, has not caught up with its leader since the
-// node's catch-up question number since: it may still have the merge of
-// sp's group to apply, which needs that group's frozen span here. It
-// runs on the loop.
-func (n *Node) mergeBehind(sp partition.Span, skip, since uint64) bool {
+// mergeBehind returns a group hosted here whose span ends where sp
+// starts, other than skip, that has not caught up with its leader since
+// the node's catch-up question number since (0 if none): it may still
+// have the merge of sp's group to apply, which needs that group's frozen
+// span here. It runs on the loop.
+func (n *Node) mergeBehind(sp partition.Span, skip, since uint64) uint64 {
 	for _, r := range n.replicaList {
 		own, ok := n.groupSpan(r.group)
 		if r.group != skip && r.group != systemGroup && ok && endsWhereStarts(own, sp) && !r.catchUpSince(since) {
-			return true
+			return r.group
 		}
 	}
-	return false
+	return 0
 }
 
 // catchUpWaits holds, for each group whose hosting or drop waits on
@@ -111,16 +111,16 @@ func (n *Node) mergeBehind(sp partition.Span, skip, since uint64) bool {
 type catchUpWaits map[uint64]uint64
 
 // since returns group's number, recording seq as it if its wait begins
-// now.
-func (w *catchUpWaits) since(group, seq uint64) uint64 {
+// now, and whether it did.
+func (w *catchUpWaits) since(group, seq uint64) (since uint64, began bool) {
 	if s, ok := (*w)[group]; ok {
-		return s
+		return s, false
 	}
 	if *w == nil {
 		*w = catchUpWaits{}
 	}
 	(*w)[group] = seq
-	return seq
+	return seq, true
 }
 
 // forgetWaits drops the waits that are over: of a split's child hosted

@@ -263,7 +263,12 @@ func (n *Node) dropOrphan(group uint64) error {
 	if i < 0 || !n.catalogKnew(group) || !n.orphan(outside[i]) {
 		return nil // merged here meanwhile, or its group came here
 	}
-	if n.mergeBehind(outside[i].Span, group, n.orphanWaits.since(group, n.catchUpSeq)) {
+	since, began := n.orphanWaits.since(group, n.catchUpSeq)
+	if behind := n.mergeBehind(outside[i].Span, group, since); behind != 0 {
+		if began {
+			n.log.Debug("cluster: an orphan's drop waits until a group here has caught up with its leader",
+				"node", n.cfg.ID, "group", group, "behind", behind)
+		}
 		return nil // asked again at the next look
 	}
 	if r := n.replicas[group]; r != nil {
