@@ -101,10 +101,17 @@ func (n *Node) holdsMerged(group uint64, sp partition.Span, node uint64) bool {
 	return w == spanSettled && own.Contains(sp.LowPartitionKey)
 }
 
-// heardMerged drops the orphans a peer says it merged.
+// heardMerged drops the orphans a peer says it merged. An answer to a
+// merge question names the child it saw started (heardMergeCheck); it
+// counts only while this node's catalog, too, has that child hold the
+// orphan's first key: a peer whose catalog is ahead may name the range
+// after the merging group once the catalog has merged the child back,
+// which says nothing of the orphan's merge.
 func (n *Node) heardMerged(m *raftpb.Message) {
-	ok := memberPairs(m.GetContext(), func(group, _ uint64) {
-		n.hosts.add(hostChange{group: group, orphan: true})
+	ok := memberPairs(m.GetContext(), func(group, child uint64) {
+		if child == 0 || n.childHolds(child, group) {
+			n.hosts.add(hostChange{group: group, orphan: true})
+		}
 	})
 	if !ok {
 		n.log.Warn("cluster: a malformed merge answer is ignored", "node", n.cfg.ID, "from", m.GetFrom())
@@ -124,8 +131,10 @@ func (n *Node) heardMergeCheck(m *raftpb.Message) {
 	ok := memberPairs(m.GetContext(), func(group, into uint64) {
 		if frozen, err := n.st().GroupFrozen(group); err == nil && frozen {
 			n.live.frozenHere.add(m.GetFrom(), group, 0)
-		} else if into != 0 && n.childStarted(into) {
-			n.live.merged.add(m.GetFrom(), group, 0)
+		} else if into != 0 {
+			if child := n.startedAfter(into); child != 0 {
+				n.live.merged.add(m.GetFrom(), group, child)
+			}
 		}
 	})
 	if !ok {
@@ -133,16 +142,30 @@ func (n *Node) heardMergeCheck(m *raftpb.Message) {
 	}
 }
 
-// childStarted says whether the range the catalog has after group's
-// has a group that started here: hosted, or its span recorded.
-func (n *Node) childStarted(group uint64) bool {
+// startedAfter returns the group of the range the catalog has after
+// group's, if it started here (hosted, or its span recorded), else 0.
+func (n *Node) startedAfter(group uint64) uint64 {
 	s := n.st()
 	tg, ok := s.GroupTable(group)
 	if !ok || tg.End == "" {
-		return false
+		return 0
 	}
 	next, err := s.TableRangeFor(tg.Account, tg.Table, tg.End)
-	return err == nil && next.Group.ID != 0 && next.Group.Start == tg.End && (n.replicas[next.Group.ID] != nil || s.SpanRecorded(next.Group.ID))
+	if err != nil || next.Group.ID == 0 || next.Group.Start != tg.End || (n.replicas[next.Group.ID] == nil && !s.SpanRecorded(next.Group.ID)) {
+		return 0
+	}
+	return next.Group.ID
+}
+
+// childHolds says whether the catalog has group child hold the first key
+// of group's span, as this store records it.
+func (n *Node) childHolds(child, group uint64) bool {
+	sp, ok, err := n.st().GroupSpan(group)
+	if err != nil || !ok {
+		return false
+	}
+	tg, err := n.st().TableRangeFor(sp.Account, sp.Table, sp.LowPartitionKey)
+	return err == nil && tg.Group.ID == child && tg.Group.Start == sp.LowPartitionKey
 }
 
 // heardFrozenHere records a peer's word that its store holds groups

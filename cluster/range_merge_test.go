@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/lsm"
@@ -972,6 +974,55 @@ func TestLeftoverFrozenSpanIsNotMergedAgain(t *testing.T) {
 		if err := tn.node.Err(); err != nil {
 			t.Fatalf("node %d: %v", tn.id, err)
 		}
+	}
+}
+
+// TestMergedAnswerNamesTheChild: a node's answer that a frozen group
+// was merged, given because the child the catalog split off the merging
+// group has started with it, names that child, and the asker takes it
+// only while its own catalog has that child hold the frozen group's
+// first key (a peer whose catalog is ahead may name another range). Taken,
+// the drop still waits for the asker's replica of the merging group,
+// which here is cut off and has not merged.
+func TestMergedAnswerNamesTheChild(t *testing.T) {
+	c, right, x := frozenBehindTheMerge(t, 87)
+	b := right.Group.ID
+	taken := func(child uint64) bool {
+		queued := false
+		onLoop(t, x, func() {
+			ctx := binary.AppendUvarint(binary.AppendUvarint(nil, b), child)
+			x.node.heardMerged(&raftpb.Message{Type: msgMerged.Enum(), From: proto.Uint64(otherThan(c, x.id)), Context: ctx})
+			x.node.hosts.mu.Lock()
+			defer x.node.hosts.mu.Unlock()
+			for _, h := range x.node.hosts.pending {
+				queued = queued || (h.group == b && h.orphan)
+			}
+		})
+		return queued
+	}
+	left := c.tableGroup("pairs").ID
+	if taken(left) || taken(9999) {
+		t.Fatalf("node %d took an answer naming a group that does not hold group %d's first key", x.id, b)
+	}
+	c.splitVia("pairs", "p20")
+	child := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1].Group.ID
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if tg, err := x.node.st().TableRangeFor(acct, "pairs", "p20"); err == nil && tg.Group.ID == child {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d's catalog did not split at p20", x.id)
+		}
+	}
+	if !taken(child) {
+		t.Fatalf("node %d did not take an answer naming group %d, which holds group %d's first key", x.id, child, b)
+	}
+	time.Sleep(5 * time.Duration(x.node.checkEveryTicks()) * c.tickInterval())
+	if frozen, _ := x.node.st().GroupFrozen(b); !frozen {
+		t.Fatalf("node %d dropped group %d before its replica of group %d merged it", x.id, b, left)
+	}
+	if err := x.node.Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
