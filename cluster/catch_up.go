@@ -80,7 +80,7 @@ func (r *replica) askCatchUp() {
 // heardCatchUp takes the answer to the replica's catch-up question, if
 // the read state is one; it says whether it was.
 func (r *replica) heardCatchUp(ctx []byte, index uint64) bool {
-	if len(ctx) != 9 || ctx[0] != catchUpTag {
+	if len(ctx) != 1+8 || ctx[0] != catchUpTag {
 		return false
 	}
 	if c := r.catchUp; c != nil && c.seq == binary.BigEndian.Uint64(ctx[1:]) {
@@ -112,14 +112,11 @@ type catchUpWaits map[uint64]uint64
 
 // since returns group's number, recording seq as it if its wait begins
 // now, and whether it did.
-func (w *catchUpWaits) since(group, seq uint64) (since uint64, began bool) {
-	if s, ok := (*w)[group]; ok {
+func (w catchUpWaits) since(group, seq uint64) (since uint64, began bool) {
+	if s, ok := w[group]; ok {
 		return s, false
 	}
-	if *w == nil {
-		*w = catchUpWaits{}
-	}
-	(*w)[group] = seq
+	w[group] = seq
 	return seq, true
 }
 

@@ -190,12 +190,13 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	gs := &groupStorage{Storage: st}
 	n := &Node{
-		cfg:      c,
-		log:      c.Logger,
-		dir:      dir,
-		storePtr: ptr,
-		replicas: make(map[uint64]*replica),
-		touched:  make(map[*replica]struct{}),
+		cfg:        c,
+		log:        c.Logger,
+		dir:        dir,
+		storePtr:   ptr,
+		replicas:   make(map[uint64]*replica),
+		touched:    make(map[*replica]struct{}),
+		splitWaits: catchUpWaits{}, orphanWaits: catchUpWaits{},
 		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),
 			incarnation: rand.Uint64() | 1, runs: make(map[uint64]uint64), checks: memberNotes{}, removed: memberNotes{},
 			mergeChecks: memberNotes{}, frozenHere: memberNotes{}, merged: memberNotes{}, frozen: map[uint64]map[uint64]uint64{}, mergeHints: map[uint64]mergeHint{},

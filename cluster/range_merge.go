@@ -108,12 +108,25 @@ func (r *replica) spanDue() (spanWork, partition.TableGroup, partition.Span) {
 // is frozen: in this store, or a follower's (a merge hint).
 func (r *replica) unbornAfter(tg partition.TableGroup, sp partition.Span) bool {
 	n := r.n
-	next, err := n.st().TableRangeFor(tg.Account, tg.Table, tg.End)
-	if err != nil || next.Group.ID == 0 || next.Group.Start != tg.End || n.group(next.Group.ID) != nil || n.st().SpanRecorded(next.Group.ID) {
+	if next, started := n.rangeAfter(tg); next == 0 || started {
 		return false
 	}
 	_, frozen := n.groupAfter(sp)
 	return frozen || n.hintedMerge(r.group) != 0
+}
+
+// rangeAfter returns the group of the catalog's range that starts where
+// tg's ends (0 if none: tg's is the table's last), and whether a log of it
+// started here: hosted, or its span recorded.
+func (n *Node) rangeAfter(tg partition.TableGroup) (group uint64, started bool) {
+	if tg.End == "" {
+		return 0, false
+	}
+	next, err := n.st().TableRangeFor(tg.Account, tg.Table, tg.End)
+	if err != nil || next.Group.ID == 0 || next.Group.Start != tg.End {
+		return 0, false
+	}
+	return next.Group.ID, n.group(next.Group.ID) != nil || n.st().SpanRecorded(next.Group.ID)
 }
 
 // maybeFreeze proposes, on the ready leader of a group the catalog no

@@ -131,8 +131,8 @@ func (n *Node) heardMergeCheck(m *raftpb.Message) {
 	ok := memberPairs(m.GetContext(), func(group, into uint64) {
 		if frozen, err := n.st().GroupFrozen(group); err == nil && frozen {
 			n.live.frozenHere.add(m.GetFrom(), group, 0)
-		} else if into != 0 {
-			if child := n.startedAfter(into); child != 0 {
+		} else if tg, ok := n.st().GroupTable(into); ok && into != 0 {
+			if child, started := n.rangeAfter(tg); started {
 				n.live.merged.add(m.GetFrom(), group, child)
 			}
 		}
@@ -140,21 +140,6 @@ func (n *Node) heardMergeCheck(m *raftpb.Message) {
 	if !ok {
 		n.log.Warn("cluster: a malformed merge question is ignored", "node", n.cfg.ID, "from", m.GetFrom())
 	}
-}
-
-// startedAfter returns the group of the range the catalog has after
-// group's, if it started here (hosted, or its span recorded), else 0.
-func (n *Node) startedAfter(group uint64) uint64 {
-	s := n.st()
-	tg, ok := s.GroupTable(group)
-	if !ok || tg.End == "" {
-		return 0
-	}
-	next, err := s.TableRangeFor(tg.Account, tg.Table, tg.End)
-	if err != nil || next.Group.ID == 0 || next.Group.Start != tg.End || (n.replicas[next.Group.ID] == nil && !s.SpanRecorded(next.Group.ID)) {
-		return 0
-	}
-	return next.Group.ID
 }
 
 // childHolds says whether the catalog has group child hold the first key

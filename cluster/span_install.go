@@ -245,6 +245,18 @@ var errMergedOver = errors.New("cluster: the span's keys were merged into a grou
 // group's commands wait for the ingests under way (ingestGate). A store
 // that cannot answer lets the ingest go on, as before the check.
 func (n *Node) mergedOver(s *partition.Store, group uint64, sp partition.Span) error {
+	holders := n.mergedHolders(s, group, sp)
+	if len(holders) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: group %d, span [%q, %q), group %d", errMergedOver, group, sp.LowPartitionKey, sp.HighPartitionKey, holders[0].Group)
+}
+
+// mergedHolders returns, for a group the catalog knew and no longer
+// names, the live groups of the node that hold keys of its span sp
+// (liveHolders); none for any other group, or when the store cannot
+// answer.
+func (n *Node) mergedHolders(s *partition.Store, group uint64, sp partition.Span) []partition.GroupSpanOf {
 	if !n.catalogKnew(group) {
 		return nil // a split's child the catalog does not name yet
 	}
@@ -252,10 +264,10 @@ func (n *Node) mergedOver(s *partition.Store, group uint64, sp partition.Span) e
 		return nil
 	}
 	holders, err := n.liveHolders(s, group, sp)
-	if err != nil || len(holders) == 0 {
+	if err != nil {
 		return nil
 	}
-	return fmt.Errorf("%w: group %d, span [%q, %q), group %d", errMergedOver, group, sp.LowPartitionKey, sp.HighPartitionKey, holders[0].Group)
+	return holders
 }
 
 // liveHolders returns the groups other than group whose keys in store s
@@ -282,14 +294,9 @@ func (n *Node) superseded(group uint64, sp partition.Span) bool {
 		return false
 	}
 	s := n.st()
-	if n.mergedOver(s, group, sp) == nil {
-		return false
-	}
-	if frozen, err := s.GroupFrozen(group); err != nil || !frozen {
-		return err == nil
-	}
-	holders, err := n.liveHolders(s, group, sp)
-	return err == nil && slices.ContainsFunc(holders, func(h partition.GroupSpanOf) bool { return !h.Frozen })
+	holders := n.mergedHolders(s, group, sp)
+	frozen, err := s.GroupFrozen(group)
+	return err == nil && slices.ContainsFunc(holders, func(h partition.GroupSpanOf) bool { return !frozen || !h.Frozen })
 }
 
 // dropMergedOver, on the loop, drops replica r, whose span snapshot
