@@ -399,7 +399,12 @@ func TestHotPartitionHeldAtLimit(t *testing.T) {
 	if hotRefused.Load() == 0 {
 		t.Error("the hot partition, offered twice its limit, was never refused")
 	}
-	if coldRefused.Load() != 0 || coldServed.Load() < 500 {
+	// The scattered client asks one request at a time, so how many it
+	// gets through is the machine's speed (221 in CI's 2.5 s on 2 busy
+	// cores); a hundred, one per partition, is enough to see a scattered
+	// request charged to the hot partition's bucket, which is always
+	// empty, or to the account's.
+	if coldRefused.Load() != 0 || coldServed.Load() < 100 {
 		t.Errorf("scattered partitions: %d refused, %d served", coldRefused.Load(), coldServed.Load())
 	}
 	r, err := ts.Server.Hot(1)
