@@ -463,12 +463,17 @@ func TestQueryScanRate(t *testing.T) {
 	pages, n, took := scan("emu")
 	t.Logf("one partition: %d entities in %d pages, %v", n, pages, took)
 	// 100 from the burst, 900 at 1,000/s: 0.9 s, in pages of at most 400.
-	if n != 1000 || pages < 3 || took < 800*time.Millisecond || took > 2*time.Second {
+	// The lower bound is the rate's; the upper one only catches a scan
+	// stuck far past it, with room for a loaded machine.
+	if n != 1000 || pages < 3 || took < 800*time.Millisecond || took > 4*time.Second {
 		t.Errorf("one partition: %d entities in %d pages, %v; want 1000 in 3 or more, about 0.9 s", n, pages, took)
 	}
 	pages, n, took = scan("wide")
 	t.Logf("20 partitions: %d entities in %d pages, %v", n, pages, took)
-	if n != 1000 || pages != 1 || took > 300*time.Millisecond {
+	// One page is the proof of no wait: a scan that waited for a rate
+	// would reach the 300 ms budget and end with a continuation. Its time
+	// is logged, not asserted, as it is the machine's speed.
+	if n != 1000 || pages != 1 {
 		t.Errorf("20 partitions: %d entities in %d pages, %v; want 1000 in one, at once", n, pages, took)
 	}
 }
