@@ -1,9 +1,12 @@
 package partition
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/tabuladb/tabula/odata"
@@ -120,6 +123,111 @@ func TestGroupMerge(t *testing.T) {
 		if _, err := e.s.GetEntity(ctx, acct, "Halves", pk, "r"); err != nil {
 			t.Errorf("entity %q after the merge: %v", pk, err)
 		}
+	}
+}
+
+// TestMergedGroupsRecorded follows the record of what a span merged: a
+// merge adds the right group to the left's record, durably; a later
+// split leaves it with the parent, not the child; a span snapshot of the
+// parent carries it (format version 2) and its ingest records it on the
+// follower, across a reopen and a move finished from the marker; a
+// snapshot of a span that merged nothing is written as version 1, and
+// its ingest clears the list.
+func TestMergedGroupsRecorded(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	e.createTableInGroup("Halves", 5)
+	for _, pk := range []string{"a", "m", "z"} {
+		mustApply(t, e.s, "Halves", Op{Kind: OpInsert, Entity: &odata.Entity{PartitionKey: pk, RowKey: "r"}})
+	}
+	split := func(parent, child uint64, at string, index uint64) {
+		t.Helper()
+		if err := e.s.SplitTableRange(ctx, acct, "Halves", parent, at, child); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: parent, Index: index}), parent, child, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	split(5, 9, "m", 11)
+	if err := e.s.MergeTableRange(ctx, acct, "Halves", 5, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.FreezeGroupSpan(WithStamp(ctx, Stamp{Group: 9, Index: 20}), 9); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.s.GroupMerged(9); got != nil {
+		t.Fatalf("a frozen group records %v merged, want none", got)
+	}
+	if err := e.s.MergeGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 12}), 5, 9, "m"); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	if got := e.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
+		t.Fatalf("group 5 after merging group 9 and a reopen records %v merged, want [9]", got)
+	}
+	split(5, 14, "m", 13)
+	if got := e.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
+		t.Fatalf("group 5 after a split records %v merged, want [9] still", got)
+	}
+	if got := e.s.GroupMerged(14); got != nil {
+		t.Fatalf("the split's child records %v merged, want none", got)
+	}
+
+	stream := func(group uint64, sp Span) []byte {
+		t.Helper()
+		ss, err := e.s.SnapshotSpan(group, sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ss.Close()
+		var buf bytes.Buffer
+		if _, err := ss.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	left := Span{Account: acct, Table: "Halves", HighPartitionKey: "m"}
+	right := Span{Account: acct, Table: "Halves", LowPartitionKey: "m"}
+	fromLeft, fromRight := stream(5, left), stream(14, right)
+	if !bytes.HasPrefix(fromLeft, spanSnapshotMergedMagic) || !bytes.HasPrefix(fromRight, spanSnapshotMagic) {
+		t.Fatalf("the streams open with %q and %q; want version 2 for the span that merged, 1 for the other", fromLeft[:8], fromRight[:8])
+	}
+
+	f := newEnv(t, nil)
+	f.createTableInGroup("Halves", 5)
+	if _, err := f.s.IngestSpan(5, left, bytes.NewReader(fromLeft)); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen()
+	if got := f.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
+		t.Fatalf("the follower after the ingest and a reopen records %v merged, want [9]", got)
+	}
+	if _, err := f.s.IngestSpan(5, left, bytes.NewReader(EmptySpanStream(5, left))); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.s.GroupMerged(5); got != nil {
+		t.Fatalf("the follower after a snapshot of a span that merged nothing records %v merged, want none", got)
+	}
+
+	// A move finished from its marker after a crash records the list too.
+	tb, err := f.s.lookupTable(acct, "Halves")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := spanIngest{group: 5, tableID: tb.id, account: acct, high: "m"}
+	if m.applied, m.merged, err = f.s.stageSpan(5, left, bytes.NewReader(fromLeft)); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := decodeSpanIngest(5, m.encode()); err != nil || !reflect.DeepEqual(back, m) {
+		t.Fatalf("the marker %+v reads back as %+v, %v", m, back, err)
+	}
+	if err := f.s.db.Set(groupMetaKey(metaSpanIngest, 5), m.encode(), f.s.syncWO); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen()
+	if got := f.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
+		t.Fatalf("the follower after a move finished at Open records %v merged, want [9]", got)
 	}
 }
 

@@ -3,7 +3,9 @@ package partition
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/tabuladb/tabula/lsm"
 )
@@ -22,28 +24,56 @@ import (
 // replica of any other group has a record, from the split that started
 // it or from a snapshot.)
 
-// The first byte of a span record: version 1, or version 2, which is
+// The first byte of a span record: version 1; version 2, which is
 // version 1 followed by a flags byte, written only for a frozen span so
-// that every other record reads as before.
+// that every other record reads as before; or version 3, version 2
+// followed by the groups the span merged, written only for a span that
+// merged one.
 const (
 	groupSpanVersion        = 1
 	groupSpanFlaggedVersion = 2
+	groupSpanMergedVersion  = 3
 	groupSpanFrozen         = 1 // flag: the span takes no write (FreezeGroupSpan)
 )
+
+// MaxMergedRecorded is how many of the groups a span merged its record
+// keeps, the latest: a node holds a group it merged away only while its
+// replica of the merging group lags that merge, and a replica that lags
+// a group's last sixteen merges is caught up by a snapshot that names
+// the latest sixteen.
+const MaxMergedRecorded = 16
 
 // groupSpan is a group's span, with its table's id.
 type groupSpan struct {
 	tableID uint64
 	span    Span
 	frozen  bool
+	// merged are the groups whose spans this one took in a merge
+	// (MergeGroupSpan), oldest first, at most MaxMergedRecorded: a node
+	// whose replica of this group is past those merges holds nothing of
+	// those groups that a merge will take.
+	merged []uint64
+}
+
+// withMerged returns g having merged group right, which had merged
+// rightMerged: g's list, then right's, then right, the latest
+// MaxMergedRecorded of them. A new slice: the cached record is shared.
+func (g groupSpan) withMerged(right uint64, rightMerged []uint64) groupSpan {
+	merged := slices.Concat(g.merged, rightMerged, []uint64{right})
+	g.merged = merged[max(0, len(merged)-MaxMergedRecorded):]
+	return g
 }
 
 // encodeGroupSpan encodes a span record: version | uvarint table id |
 // account | table name | low | high ("" for unbounded), each string as
-// uvarint length and bytes | (version 2) flags.
+// uvarint length and bytes | (versions 2 and 3) flags | (version 3)
+// uvarint count of merged groups, then each group id as a uvarint.
 func encodeGroupSpan(g groupSpan) []byte {
 	version := byte(groupSpanVersion)
-	if g.frozen {
+	switch {
+	case len(g.merged) > 0:
+		version = groupSpanMergedVersion
+	case g.frozen:
 		version = groupSpanFlaggedVersion
 	}
 	v := binary.AppendUvarint([]byte{version}, g.tableID)
@@ -51,23 +81,25 @@ func encodeGroupSpan(g groupSpan) []byte {
 		v = binary.AppendUvarint(v, uint64(len(s)))
 		v = append(v, s...)
 	}
-	if g.frozen {
-		v = append(v, groupSpanFrozen)
+	if version >= groupSpanFlaggedVersion {
+		var flags byte
+		if g.frozen {
+			flags = groupSpanFrozen
+		}
+		v = append(v, flags)
+	}
+	if version == groupSpanMergedVersion {
+		v = appendGroupIDs(v, g.merged)
 	}
 	return v
 }
 
 func decodeGroupSpan(v []byte) (groupSpan, error) {
 	var g groupSpan
-	if len(v) == 0 || v[0] != groupSpanVersion && v[0] != groupSpanFlaggedVersion {
+	if len(v) == 0 || v[0] < groupSpanVersion || v[0] > groupSpanMergedVersion {
 		return g, fmt.Errorf("partition: group span record: bad version: %w", lsm.ErrCorruption)
 	}
-	if v[0] == groupSpanFlaggedVersion {
-		if v[len(v)-1] != groupSpanFrozen {
-			return g, fmt.Errorf("partition: group span record: unknown flags %#x: %w", v[len(v)-1], lsm.ErrCorruption)
-		}
-		g.frozen, v = true, v[:len(v)-1]
-	}
+	version := v[0]
 	id, n := binary.Uvarint(v[1:])
 	if n <= 0 || id == 0 {
 		return g, fmt.Errorf("partition: group span record: bad table id: %w", lsm.ErrCorruption)
@@ -80,10 +112,60 @@ func decodeGroupSpan(v []byte) (groupSpan, error) {
 		}
 		*dst, v = string(v[n:n+int(l)]), v[n+int(l):]
 	}
+	if version >= groupSpanFlaggedVersion {
+		switch {
+		case len(v) == 0:
+			return groupSpan{}, fmt.Errorf("partition: group span record: no flags: %w", lsm.ErrCorruption)
+		case v[0] == groupSpanFrozen:
+			g.frozen = true
+		case v[0] != 0 || version == groupSpanFlaggedVersion:
+			// Version 2 is written for a frozen span only.
+			return groupSpan{}, fmt.Errorf("partition: group span record: unknown flags %#x: %w", v[0], lsm.ErrCorruption)
+		}
+		v = v[1:]
+	}
+	if version == groupSpanMergedVersion {
+		var err error
+		if g.merged, v, err = readGroupIDs(v); err != nil || len(g.merged) == 0 {
+			return groupSpan{}, fmt.Errorf("partition: group span record: merged groups: %w", lsm.ErrCorruption)
+		}
+	}
 	if len(v) != 0 || g.span.check() != nil {
 		return groupSpan{}, fmt.Errorf("partition: group span record: empty span or trailing bytes: %w", lsm.ErrCorruption)
 	}
 	return g, nil
+}
+
+// appendGroupIDs appends a list of at most MaxMergedRecorded group ids:
+// uvarint count, then each id as a uvarint.
+func appendGroupIDs(dst []byte, ids []uint64) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ids)))
+	for _, id := range ids {
+		dst = binary.AppendUvarint(dst, id)
+	}
+	return dst
+}
+
+// errBadGroupIDs is readGroupIDs' refusal.
+var errBadGroupIDs = errors.New("a list of group ids cut, too long, or naming group 0")
+
+// readGroupIDs reads a list appendGroupIDs wrote from the front of v and
+// returns it (nil when empty) and the rest of v.
+func readGroupIDs(v []byte) ([]uint64, []byte, error) {
+	count, n := binary.Uvarint(v)
+	if n <= 0 || count > MaxMergedRecorded {
+		return nil, v, errBadGroupIDs
+	}
+	v = v[n:]
+	var ids []uint64
+	for range count {
+		id, n := binary.Uvarint(v)
+		if n <= 0 || id == 0 {
+			return nil, v, errBadGroupIDs
+		}
+		ids, v = append(ids, id), v[n:]
+	}
+	return ids, v, nil
 }
 
 // setGroupSpan adds to b the record of a group's span; once b is
@@ -169,6 +251,9 @@ func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at str
 	}
 	low, high := g, g
 	low.span.HighPartitionKey, high.span.LowPartitionKey = at, at
+	// The parent's merges stay in its record; the child's log starts
+	// after them, at the split.
+	high.merged = nil
 	b := s.db.NewBatch()
 	setGroupSpan(b, parent, low)
 	setGroupSpan(b, child, high)

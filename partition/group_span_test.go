@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/tabuladb/tabula/lsm"
@@ -126,14 +128,29 @@ func TestGroupSpanRecordRefusesDamage(t *testing.T) {
 	good := groupSpan{tableID: 7, span: Span{Account: acct, Table: "T", LowPartitionKey: "a", HighPartitionKey: "b"}}
 	frozen := good
 	frozen.frozen = true
-	for _, g := range []groupSpan{good, frozen} {
-		if got, err := decodeGroupSpan(encodeGroupSpan(g)); err != nil || got != g {
+	merged := good.withMerged(12, []uint64{3, 5})
+	frozenMerged := merged
+	frozenMerged.frozen = true
+	for _, g := range []groupSpan{good, frozen, merged, frozenMerged} {
+		if got, err := decodeGroupSpan(encodeGroupSpan(g)); err != nil || !reflect.DeepEqual(got, g) {
 			t.Fatalf("round trip: %+v %v", got, err)
 		}
 	}
 	if v := encodeGroupSpan(good); v[0] != 1 {
 		t.Fatalf("a span that is not frozen is recorded as version %d, want 1 (as before merges)", v[0])
 	}
+	if v := encodeGroupSpan(frozen); v[0] != 2 {
+		t.Fatalf("a frozen span that merged nothing is recorded as version %d, want 2 (as before merged lists)", v[0])
+	}
+	var many groupSpan
+	for id := range uint64(40) {
+		many = many.withMerged(id+1, nil)
+	}
+	if len(many.merged) != MaxMergedRecorded || many.merged[0] != 40-MaxMergedRecorded+1 || many.merged[MaxMergedRecorded-1] != 40 {
+		t.Fatalf("40 merges recorded as %v, want the latest %d", many.merged, MaxMergedRecorded)
+	}
+	mergedRecord := encodeGroupSpan(merged) // ... flags 0, count 3, 3, 5, 12
+	listAt := len(mergedRecord) - 4
 	with := func(f func(*groupSpan)) []byte {
 		g := good
 		f(&g)
@@ -151,6 +168,12 @@ func TestGroupSpanRecordRefusesDamage(t *testing.T) {
 		"trailing bytes": append(encodeGroupSpan(good), 0),
 		"high below low": with(func(g *groupSpan) { g.span.HighPartitionKey = "" + "\x00" }),
 		"empty span":     with(func(g *groupSpan) { g.span.HighPartitionKey = "a" }),
+		"merged none":    append(slices.Clone(mergedRecord[:listAt]), 0),
+		"merged group 0": append(slices.Clone(mergedRecord[:listAt]), 1, 0),
+		"merged 17":      append(slices.Clone(mergedRecord[:listAt]), 17, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17),
+		"merged cut":     mergedRecord[:len(mergedRecord)-1],
+		"merged flag 2":  append(append(slices.Clone(mergedRecord[:listAt-1]), 2), mergedRecord[listAt:]...),
+		"merged no list": mergedRecord[:listAt],
 	} {
 		if _, err := decodeGroupSpan(v); !errors.Is(err, lsm.ErrCorruption) {
 			t.Errorf("%s: %v, want corruption", name, err)
@@ -240,6 +263,7 @@ func FuzzGroupSpanRecord(f *testing.F) {
 	g.frozen = true
 	f.Add(encodeGroupSpan(g))
 	f.Add([]byte{2, 1, 0, 0, 0, 0, 1})
+	f.Add(encodeGroupSpan(g.withMerged(12, []uint64{3, 5})))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		g, err := decodeGroupSpan(v)
 		if err != nil {
@@ -248,7 +272,7 @@ func FuzzGroupSpanRecord(f *testing.F) {
 			}
 			return
 		}
-		if again, err := decodeGroupSpan(encodeGroupSpan(g)); err != nil || again != g {
+		if again, err := decodeGroupSpan(encodeGroupSpan(g)); err != nil || !reflect.DeepEqual(again, g) {
 			t.Fatalf("%x decodes to %+v, which encodes to one that decodes to %+v, %v", v, g, again, err)
 		}
 	})

@@ -50,9 +50,14 @@ import (
 // reads are not held off: the caller must not serve the span while it
 // ingests it, as a replica installing a snapshot does not.
 
-// spanSnapshotMagic opens every span stream; its last byte is the format
-// version.
-var spanSnapshotMagic = []byte("TBLSPAN\x01")
+// spanSnapshotMagic opens every span stream of format version 1; version
+// 2 (spanSnapshotMergedMagic), which also carries the groups the span
+// merged, is written only for a span that merged one, so that a stream
+// of any other reads as before.
+var (
+	spanSnapshotMagic       = []byte("TBLSPAN\x01")
+	spanSnapshotMergedMagic = []byte("TBLSPAN\x02")
+)
 
 // Record tags of a span stream: each entity is preceded by
 // spanRecordEntity, and spanRecordEnd ends the entities (a PartitionKey
@@ -67,8 +72,12 @@ const (
 // span of any size moves with bounded memory.
 const spanIngestBatchBytes = 1 << 20
 
-// spanMarkerVersion is the version byte of a span-ingest marker's value.
-const spanMarkerVersion = 1
+// spanMarkerVersion is the version byte of a span-ingest marker's value;
+// spanMarkerMergedVersion's also lists the groups the span merged.
+const (
+	spanMarkerVersion       = 1
+	spanMarkerMergedVersion = 2
+)
 
 // ErrBadSpanSnapshot is wrapped by every refusal of a span snapshot
 // stream: cut, damaged, out of order, outside its span, or of another
@@ -122,7 +131,8 @@ type SpanSnapshot struct {
 	span    Span
 	group   uint64
 	applied uint64
-	prefix  []byte // the table's key prefix in this store
+	merged  []uint64 // the groups the span merged, as its record has them
+	prefix  []byte   // the table's key prefix in this store
 }
 
 // SnapshotSpan returns a view of span sp of the store as of now, with
@@ -141,14 +151,15 @@ func (s *Store) SnapshotSpan(group uint64, sp Span) (*SpanSnapshot, error) {
 // read and the view), so that no view carries a span with an index past
 // the command that changed it.
 func (s *Store) SnapshotGroupSpan(group uint64, sp Span, recorded bool) (*SpanSnapshot, error) {
-	return s.snapshotSpan(group, sp, func(snap reader, t *table) error {
-		return spanRecordIs(snap, group, t, sp, recorded)
+	return s.snapshotSpan(group, sp, func(rec groupSpan, ok bool, t *table) error {
+		return spanRecordIs(rec, ok, group, t, sp, recorded)
 	})
 }
 
-// snapshotSpan is SnapshotSpan, with check, if not nil, run on the view
-// before it is returned.
-func (s *Store) snapshotSpan(group uint64, sp Span, check func(snap reader, t *table) error) (*SpanSnapshot, error) {
+// snapshotSpan is SnapshotSpan, with check, if not nil, run on the
+// group's span record as the view has it (ok: it has one) before the
+// view is returned.
+func (s *Store) snapshotSpan(group uint64, sp Span, check func(rec groupSpan, ok bool, t *table) error) (*SpanSnapshot, error) {
 	if err := sp.check(); err != nil {
 		return nil, err
 	}
@@ -158,35 +169,47 @@ func (s *Store) snapshotSpan(group uint64, sp Span, check func(snap reader, t *t
 	}
 	snap := s.db.NewSnapshot()
 	applied, err := readAppliedIndex(snap, group)
+	var rec groupSpan
+	var recorded bool
+	if err == nil {
+		rec, recorded, err = readGroupSpan(snap, group)
+	}
 	if err == nil && check != nil {
-		err = check(snap, t)
+		err = check(rec, recorded, t)
 	}
 	if err != nil {
 		return nil, errors.Join(err, snap.Close())
 	}
 	sp.Table = t.name // as created, whatever case the caller used
-	return &SpanSnapshot{snap: snap, span: sp, group: group, applied: applied, prefix: t.prefix}, nil
+	return &SpanSnapshot{snap: snap, span: sp, group: group, applied: applied, merged: rec.merged, prefix: t.prefix}, nil
 }
 
-// spanRecordIs checks group's span record as rd reads it against sp, of
-// table t: ErrSpanChanged if it is another span, or frozen, or missing
-// while the caller read one (recorded; a merge deletes the right group's).
-// A group that never had a record has the span its catalog entry gives
-// it, which only a split (writing a record) or the table's drop changes.
-func spanRecordIs(rd reader, group uint64, t *table, sp Span, recorded bool) error {
+// readGroupSpan reads group's span record as rd has it; ok is false when
+// there is none.
+func readGroupSpan(rd reader, group uint64) (g groupSpan, ok bool, err error) {
 	v, err := rd.Get(groupMetaKey(metaGroupSpan, group))
 	if errors.Is(err, lsm.ErrNotFound) {
+		return groupSpan{}, false, nil
+	}
+	if err != nil {
+		return groupSpan{}, false, fmt.Errorf("partition: read span record of group %d: %w", group, err)
+	}
+	g, err = decodeGroupSpan(v)
+	return g, err == nil, err
+}
+
+// spanRecordIs checks group's span record g (ok: there is one) against
+// sp, of table t: ErrSpanChanged if it is another span, or frozen, or
+// missing while the caller read one (recorded; a merge deletes the right
+// group's). A group that never had a record has the span its catalog
+// entry gives it, which only a split (writing a record) or the table's
+// drop changes.
+func spanRecordIs(g groupSpan, ok bool, group uint64, t *table, sp Span, recorded bool) error {
+	if !ok {
 		if recorded {
 			return fmt.Errorf("%w: group %d has no span record any more", ErrSpanChanged, group)
 		}
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("partition: read span record of group %d: %w", group, err)
-	}
-	g, err := decodeGroupSpan(v)
-	if err != nil {
-		return err
 	}
 	if g.tableID != t.id || g.frozen || !g.span.same(sp) {
 		return fmt.Errorf("%w: group %d records [%q, %q) of table %d (frozen %v), asked for [%q, %q)", ErrSpanChanged,
@@ -237,16 +260,26 @@ type spanIngest struct {
 	tableID        uint64
 	account        string
 	low, high      string
+	merged         []uint64 // the groups the stream's span merged
 }
 
 // Marker value: version | u64be(table id) | u64be(applied index) |
-// uvarint-prefixed account, low and high PartitionKeys.
+// uvarint-prefixed account, low and high PartitionKeys | (version 2,
+// written only when the span merged a group) the merged groups as a span
+// record lists them.
 func (m *spanIngest) encode() []byte {
-	v := []byte{spanMarkerVersion}
+	version := byte(spanMarkerVersion)
+	if len(m.merged) > 0 {
+		version = spanMarkerMergedVersion
+	}
+	v := []byte{version}
 	v = binary.BigEndian.AppendUint64(v, m.tableID)
 	v = binary.BigEndian.AppendUint64(v, m.applied)
 	for _, s := range []string{m.account, m.low, m.high} {
 		v = appendSpanString(v, s)
+	}
+	if version == spanMarkerMergedVersion {
+		v = appendGroupIDs(v, m.merged)
 	}
 	return v
 }
@@ -254,9 +287,10 @@ func (m *spanIngest) encode() []byte {
 func decodeSpanIngest(group uint64, v []byte) (spanIngest, error) {
 	m := spanIngest{group: group}
 	bad := fmt.Errorf("partition: span ingest marker of group %d: %w", group, lsm.ErrCorruption)
-	if len(v) < 17 || v[0] != spanMarkerVersion {
+	if len(v) < 17 || v[0] != spanMarkerVersion && v[0] != spanMarkerMergedVersion {
 		return m, bad
 	}
+	version := v[0]
 	m.tableID = binary.BigEndian.Uint64(v[1:])
 	m.applied = binary.BigEndian.Uint64(v[9:])
 	v = v[17:]
@@ -267,6 +301,12 @@ func decodeSpanIngest(group uint64, v []byte) (spanIngest, error) {
 		}
 		*dst = string(v[k : k+int(n)])
 		v = v[k+int(n):]
+	}
+	if version == spanMarkerMergedVersion {
+		var err error
+		if m.merged, v, err = readGroupIDs(v); err != nil || len(m.merged) == 0 {
+			return m, bad
+		}
 	}
 	if len(v) != 0 {
 		return m, bad
@@ -338,7 +378,7 @@ func (s *Store) IngestSpanChecked(group uint64, sp Span, r io.Reader, check func
 	if err := s.deleteStaged(group); err != nil {
 		return 0, err
 	}
-	m.applied, err = s.stageSpan(group, sp, r)
+	m.applied, m.merged, err = s.stageSpan(group, sp, r)
 	if err != nil {
 		return 0, errors.Join(err, s.deleteStaged(group))
 	}
@@ -352,10 +392,11 @@ func (s *Store) IngestSpanChecked(group uint64, sp Span, r io.Reader, check func
 }
 
 // stageSpan reads a span stream, checks it and writes its entities to the
-// staging namespace of group; it returns the stream's applied index.
-func (s *Store) stageSpan(group uint64, want Span, r io.Reader) (uint64, error) {
+// staging namespace of group; it returns the stream's applied index and
+// the groups its span merged.
+func (s *Store) stageSpan(group uint64, want Span, r io.Reader) (uint64, []uint64, error) {
 	b := s.db.NewBatch()
-	_, applied, err := readSpanStream(group, want, false, r, func(key, val []byte) error {
+	h, err := readSpanStream(group, want, false, r, func(key, val []byte) error {
 		b.Set(key, val)
 		if b.Size() >= spanIngestBatchBytes {
 			if err := s.db.Apply(b, unsyncedWO); err != nil {
@@ -366,14 +407,14 @@ func (s *Store) stageSpan(group uint64, want Span, r io.Reader) (uint64, error) 
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	// Unsynced: the marker's synced write makes the staged pairs durable
 	// before anything of the span is touched.
 	if err := s.db.Apply(b, unsyncedWO); err != nil {
-		return 0, fmt.Errorf("partition: ingest span of group %d: stage: %w", group, err)
+		return 0, nil, fmt.Errorf("partition: ingest span of group %d: stage: %w", group, err)
 	}
-	return applied, nil
+	return h.applied, h.merged, nil
 }
 
 // moveStaged is the second phase of an ingest, and what Open redoes after
@@ -449,7 +490,7 @@ func (s *Store) moveStaged(t *table, m spanIngest) error {
 	}
 
 	setAppliedIndex(b, m.group, m.applied)
-	gs := groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name, LowPartitionKey: m.low, HighPartitionKey: m.high}}
+	gs := groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name, LowPartitionKey: m.low, HighPartitionKey: m.high}, merged: m.merged}
 	setGroupSpan(b, m.group, gs)
 	b.Delete(groupMetaKey(metaSpanIngest, m.group))
 	if err := s.db.Apply(b, s.syncWO); err != nil {

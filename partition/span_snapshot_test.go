@@ -547,7 +547,7 @@ func stageMarked(t *testing.T, s *Store, stream []byte) *table {
 		t.Fatal(err)
 	}
 	m := spanIngest{group: spanGroup, tableID: tb.id, account: acct, low: spanLow, high: spanHigh}
-	if m.applied, err = s.stageSpan(spanGroup, testSpan, bytes.NewReader(stream)); err != nil {
+	if m.applied, m.merged, err = s.stageSpan(spanGroup, testSpan, bytes.NewReader(stream)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.db.Set(groupMetaKey(metaSpanIngest, spanGroup), m.encode(), s.syncWO); err != nil {

@@ -20,7 +20,7 @@ import (
 // WriteTo streams the view. It returns the bytes written.
 func (ss *SpanSnapshot) WriteTo(w io.Writer) (int64, error) {
 	cw := &checksumWriter{w: bufio.NewWriterSize(w, 256<<10), h: xxhash.New()}
-	buf := appendSpanHeader(nil, ss.span, ss.group, ss.applied)
+	buf := appendSpanHeader(nil, ss.span, ss.group, ss.applied, ss.merged)
 	cw.Write(buf)
 
 	lo, hi := spanBounds(ss.prefix, ss.span)
@@ -62,14 +62,23 @@ func (ss *SpanSnapshot) WriteTo(w io.Writer) (int64, error) {
 }
 
 // appendSpanHeader appends the header of a span stream: the magic, the
-// span, the group and its applied index.
-func appendSpanHeader(dst []byte, sp Span, group, applied uint64) []byte {
-	dst = append(dst, spanSnapshotMagic...)
+// span, the group and its applied index, and (version 2) the groups the
+// span merged.
+func appendSpanHeader(dst []byte, sp Span, group, applied uint64, merged []uint64) []byte {
+	if len(merged) > 0 {
+		dst = append(dst, spanSnapshotMergedMagic...)
+	} else {
+		dst = append(dst, spanSnapshotMagic...)
+	}
 	for _, s := range []string{sp.Account, sp.Table, sp.LowPartitionKey, sp.HighPartitionKey} {
 		dst = appendSpanString(dst, s)
 	}
 	dst = binary.BigEndian.AppendUint64(dst, group)
-	return binary.BigEndian.AppendUint64(dst, applied)
+	dst = binary.BigEndian.AppendUint64(dst, applied)
+	if len(merged) > 0 {
+		dst = appendGroupIDs(dst, merged)
+	}
+	return dst
 }
 
 // EmptySpanStream returns the stream of span sp of group holding no
@@ -77,7 +86,7 @@ func appendSpanHeader(dst []byte, sp Span, group, applied uint64) []byte {
 // the group's applied index, for a replica that must take the group's
 // data from its peers.
 func EmptySpanStream(group uint64, sp Span) []byte {
-	b := appendSpanHeader(nil, sp, group, 0)
+	b := appendSpanHeader(nil, sp, group, 0, nil)
 	b = append(b, spanRecordEnd)
 	b = binary.BigEndian.AppendUint64(b, 0)
 	return binary.BigEndian.AppendUint64(b, xxhash.Sum64(b))
@@ -101,8 +110,8 @@ func CheckSpanSnapshot(group uint64, sp Span, r io.Reader) (uint64, error) {
 	if err := sp.check(); err != nil {
 		return 0, err
 	}
-	_, applied, err := readSpanStream(group, sp, false, r, nil)
-	return applied, err
+	h, err := readSpanStream(group, sp, false, r, nil)
+	return h.applied, err
 }
 
 // CheckSpanSnapshotOf is CheckSpanSnapshot for a stream of any span of
@@ -110,37 +119,52 @@ func CheckSpanSnapshot(group uint64, sp Span, r io.Reader) (uint64, error) {
 // the group's log may have split since the follower's own. It returns
 // the stream's span and applied index.
 func CheckSpanSnapshotOf(group uint64, account, table string, r io.Reader) (Span, uint64, error) {
-	return readSpanStream(group, Span{Account: account, Table: table}, true, r, nil)
+	h, err := readSpanStream(group, Span{Account: account, Table: table}, true, r, nil)
+	return h.span, h.applied, err
+}
+
+// spanHeader is what a span stream says besides its entities.
+type spanHeader struct {
+	span    Span
+	applied uint64
+	merged  []uint64 // the groups the span merged (version 2)
 }
 
 // readSpanStream reads and checks a span stream of want (of want's table
 // alone, with anyBounds) and group, handing each entity to put (when not
-// nil) under its staged key, in key order; it returns the stream's span
-// and applied index.
-func readSpanStream(group uint64, want Span, anyBounds bool, r io.Reader, put func(key, val []byte) error) (Span, uint64, error) {
+// nil) under its staged key, in key order; it returns the stream's
+// header.
+func readSpanStream(group uint64, want Span, anyBounds bool, r io.Reader, put func(key, val []byte) error) (spanHeader, error) {
 	sr := &summingReader{r: bufio.NewReaderSize(r, 256<<10), h: xxhash.New()}
 	magic := make([]byte, len(spanSnapshotMagic))
-	if err := sr.readFull(magic); err != nil || string(magic) != string(spanSnapshotMagic) {
-		return Span{}, 0, fmt.Errorf("%w: no span snapshot header", ErrBadSpanSnapshot)
+	if err := sr.readFull(magic); err != nil || string(magic) != string(spanSnapshotMagic) && string(magic) != string(spanSnapshotMergedMagic) {
+		return spanHeader{}, fmt.Errorf("%w: no span snapshot header", ErrBadSpanSnapshot)
 	}
 	var got Span
 	for _, dst := range []*string{&got.Account, &got.Table, &got.LowPartitionKey, &got.HighPartitionKey} {
 		b, err := sr.spanBytes(maxSnapshotKey, nil)
 		if err != nil {
-			return Span{}, 0, fmt.Errorf("%w: cut or damaged header", ErrBadSpanSnapshot)
+			return spanHeader{}, fmt.Errorf("%w: cut or damaged header", ErrBadSpanSnapshot)
 		}
 		*dst = string(b)
 	}
 	var nums [16]byte
 	if err := sr.readFull(nums[:]); err != nil {
-		return Span{}, 0, fmt.Errorf("%w: cut header", ErrBadSpanSnapshot)
+		return spanHeader{}, fmt.Errorf("%w: cut header", ErrBadSpanSnapshot)
 	}
 	gotGroup, applied := binary.BigEndian.Uint64(nums[:8]), binary.BigEndian.Uint64(nums[8:])
+	var merged []uint64
+	if string(magic) == string(spanSnapshotMergedMagic) {
+		var err error
+		if merged, err = sr.groupIDs(); err != nil {
+			return spanHeader{}, fmt.Errorf("%w: the merged groups: %v", ErrBadSpanSnapshot, err)
+		}
+	}
 	if anyBounds {
 		want.LowPartitionKey, want.HighPartitionKey = got.LowPartitionKey, got.HighPartitionKey
 	}
 	if err := got.check(); err != nil || !got.same(want) || gotGroup != group {
-		return Span{}, 0, fmt.Errorf("%w: the stream is of group %d, span [%q, %q) of %s/%s; want group %d, span [%q, %q) of %s/%s",
+		return spanHeader{}, fmt.Errorf("%w: the stream is of group %d, span [%q, %q) of %s/%s; want group %d, span [%q, %q) of %s/%s",
 			ErrBadSpanSnapshot, gotGroup, got.LowPartitionKey, got.HighPartitionKey, got.Account, got.Table,
 			group, want.LowPartitionKey, want.HighPartitionKey, want.Account, want.Table)
 	}
@@ -155,58 +179,74 @@ func readSpanStream(group uint64, want Span, anyBounds bool, r io.Reader, put fu
 	for {
 		tag, err := sr.byte()
 		if err != nil {
-			return Span{}, 0, fmt.Errorf("%w: cut after %d entities: %v", ErrBadSpanSnapshot, count, err)
+			return spanHeader{}, fmt.Errorf("%w: cut after %d entities: %v", ErrBadSpanSnapshot, count, err)
 		}
 		if tag == spanRecordEnd {
 			break
 		}
 		if tag != spanRecordEntity {
-			return Span{}, 0, fmt.Errorf("%w: entity %d: unknown record 0x%02x", ErrBadSpanSnapshot, count, tag)
+			return spanHeader{}, fmt.Errorf("%w: entity %d: unknown record 0x%02x", ErrBadSpanSnapshot, count, tag)
 		}
 		if pk, err = sr.spanBytes(maxSnapshotKey, pk); err != nil {
-			return Span{}, 0, fmt.Errorf("%w: entity %d: cut or damaged PartitionKey", ErrBadSpanSnapshot, count)
+			return spanHeader{}, fmt.Errorf("%w: entity %d: cut or damaged PartitionKey", ErrBadSpanSnapshot, count)
 		}
 		if rk, err = sr.spanBytes(maxSnapshotKey, rk); err != nil {
-			return Span{}, 0, fmt.Errorf("%w: entity %d: cut or damaged RowKey", ErrBadSpanSnapshot, count)
+			return spanHeader{}, fmt.Errorf("%w: entity %d: cut or damaged RowKey", ErrBadSpanSnapshot, count)
 		}
 		if val, err = sr.spanBytes(maxSnapshotValue, val); err != nil {
-			return Span{}, 0, fmt.Errorf("%w: entity %d: cut or damaged value", ErrBadSpanSnapshot, count)
+			return spanHeader{}, fmt.Errorf("%w: entity %d: cut or damaged value", ErrBadSpanSnapshot, count)
 		}
 		if !want.Contains(string(pk)) {
-			return Span{}, 0, fmt.Errorf("%w: entity %d: PartitionKey %q is outside the span", ErrBadSpanSnapshot, count, pk)
+			return spanHeader{}, fmt.Errorf("%w: entity %d: PartitionKey %q is outside the span", ErrBadSpanSnapshot, count, pk)
 		}
 		// The staged key orders exactly as (pk, rk) does (keys.md).
 		key = appendEscaped(appendEscaped(append(key[:0], prefix...), string(pk)), string(rk))
 		if last != nil && string(key) <= string(last) {
-			return Span{}, 0, fmt.Errorf("%w: entity %d (%q, %q) is out of key order", ErrBadSpanSnapshot, count, pk, rk)
+			return spanHeader{}, fmt.Errorf("%w: entity %d (%q, %q) is out of key order", ErrBadSpanSnapshot, count, pk, rk)
 		}
 		last = append(last[:0], key...)
 		// A value the table service could not read back would pass the
 		// checksum if the sender stored it so: refuse it here rather than
 		// serve it.
 		if _, _, err := odata.DecodeEncoded(val); err != nil {
-			return Span{}, 0, fmt.Errorf("%w: entity %d (%q, %q): %v", ErrBadSpanSnapshot, count, pk, rk, err)
+			return spanHeader{}, fmt.Errorf("%w: entity %d (%q, %q): %v", ErrBadSpanSnapshot, count, pk, rk, err)
 		}
 		if put != nil {
 			if err := put(key, val); err != nil {
-				return Span{}, 0, err
+				return spanHeader{}, err
 			}
 		}
 		count++
 	}
 	var n [8]byte
 	if err = sr.readFull(n[:]); err != nil || binary.BigEndian.Uint64(n[:]) != count {
-		return Span{}, 0, fmt.Errorf("%w: the stream's count does not match its %d entities", ErrBadSpanSnapshot, count)
+		return spanHeader{}, fmt.Errorf("%w: the stream's count does not match its %d entities", ErrBadSpanSnapshot, count)
 	}
 	want64 := sr.h.Sum64()
 	var sum [8]byte
 	if _, err := io.ReadFull(sr.r, sum[:]); err != nil || binary.BigEndian.Uint64(sum[:]) != want64 {
-		return Span{}, 0, fmt.Errorf("%w: checksum mismatch", ErrBadSpanSnapshot)
+		return spanHeader{}, fmt.Errorf("%w: checksum mismatch", ErrBadSpanSnapshot)
 	}
 	if _, err := sr.r.ReadByte(); err != io.EOF {
-		return Span{}, 0, fmt.Errorf("%w: bytes past the checksum", ErrBadSpanSnapshot)
+		return spanHeader{}, fmt.Errorf("%w: bytes past the checksum", ErrBadSpanSnapshot)
 	}
-	return got, applied, nil
+	return spanHeader{span: got, applied: applied, merged: merged}, nil
+}
+
+// groupIDs reads, summed, a list of group ids as appendGroupIDs writes
+// it, at least one.
+func (s *summingReader) groupIDs() ([]uint64, error) {
+	count, err := s.uvarint()
+	if err != nil || count == 0 || count > MaxMergedRecorded {
+		return nil, errBadGroupIDs
+	}
+	ids := make([]uint64, count)
+	for i := range ids {
+		if ids[i], err = s.uvarint(); err != nil || ids[i] == 0 {
+			return nil, errBadGroupIDs
+		}
+	}
+	return ids, nil
 }
 
 // byte reads one byte, summed.
