@@ -114,6 +114,11 @@ type Node struct {
 	// beforeSpanIngest, set by tests before Run, is called on an ingest's
 	// goroutine before the span snapshot is written into the store.
 	beforeSpanIngest func(group uint64)
+	// ignoreMergeRecords, set by tests on the loop, makes the node read
+	// no span record's merged groups (mergedHere), as if every snapshot
+	// came from a node that predates them: the tests of what finds a
+	// leftover without them.
+	ignoreMergeRecords bool
 	// busyLeaseTicks, set by tests before Run, replaces the ticks between
 	// two hand-overs of busy leases (lease.go; 0: the default), and
 	// onBusyHandOver is called on the loop as one is handed over.

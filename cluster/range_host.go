@@ -45,8 +45,9 @@ type hostChange struct {
 	// a group merged where its keys went, to a group not hosted here,
 	// with its data (range_merge.go); superseded drops one merged away
 	// whose keys a group of this node holds, and its span record
-	// (dropSuperseded).
-	drop, merged, orphan, superseded bool
+	// (dropSuperseded); leftover drops one a group hosted here records
+	// it merged, with its data (dropLeftover).
+	drop, merged, orphan, superseded, leftover bool
 	// retire, when set, names this node's member of the group, which the
 	// group removed: it goes, and the group stays (range_members.go).
 	retire uint64
@@ -100,6 +101,8 @@ func (n *Node) applyHostChanges() error {
 			err = n.retire(c.group, c.retire)
 		case c.orphan:
 			err = n.dropOrphan(c.group)
+		case c.leftover:
+			err = n.dropLeftover(c.group)
 		case c.merged:
 			err = n.mergedAway(c.group)
 		case c.superseded:

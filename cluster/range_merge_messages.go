@@ -279,19 +279,72 @@ func (n *Node) dropOrphan(group uint64) error {
 		}
 		return nil // asked again at the next look
 	}
+	if err := n.dropMergedCopy(group); err != nil {
+		return fmt.Errorf("cluster: drop orphan range group %d: %w", group, err)
+	}
+	n.log.Info("cluster: merged range group dropped: the group that merged it is not here", "node", n.cfg.ID, "group", group)
+	return nil
+}
+
+// dropMergedCopy drops what the node holds of a group merged away that
+// no group of the node will merge: its replica, its raft log, and its
+// span record and the data of it no live group holds (dropOrphanSpan).
+func (n *Node) dropMergedCopy(group uint64) error {
 	if r := n.replicas[group]; r != nil {
 		n.unhost(r, errMoved(fmt.Sprintf("range group %d was merged into the range before it", group)))
 	}
-	err = n.onApply(func() error {
+	return n.onApply(func() error {
 		if err := n.cfg.Log.DeleteGroup(group); err != nil {
 			return err
 		}
 		return n.dropOrphanSpan(group)
 	})
-	if err != nil {
-		return fmt.Errorf("cluster: drop orphan range group %d: %w", group, err)
+}
+
+// A group merged away whose span a node still holds, where a group
+// hosted there records that it merged it (partition.Store.GroupMerged),
+// is a leftover: that group's replica there is past the merge, which it
+// skipped in a snapshot made past it (the snapshot carries the record),
+// and only that group's log merges it. A later replica of that group
+// there starts from a snapshot at or past its addition, past the merge
+// too. So the node drops it at once, data and all but the keys a live
+// group holds, without waiting for the merging group's children or
+// asking its peers, as the paths that find a leftover without the
+// record must (splitPending, dropOrphan, the merge's word counting).
+
+// mergedHere returns a group hosted here whose span record says it
+// merged group, 0 for none.
+func (n *Node) mergedHere(group uint64) uint64 {
+	if n.ignoreMergeRecords {
+		return 0
 	}
-	n.log.Info("cluster: merged range group dropped: the group that merged it is not here", "node", n.cfg.ID, "group", group)
+	s := n.st()
+	for _, r := range n.replicaList {
+		if r.group != group && slices.Contains(s.GroupMerged(r.group), group) {
+			return r.group
+		}
+	}
+	return 0
+}
+
+// dropLeftover drops a leftover that noteMerges found, checked again on
+// the loop: still outside the catalog, a group hosted here recording its
+// merge, and no install of it under way.
+func (n *Node) dropLeftover(group uint64) error {
+	by := n.mergedHere(group)
+	if by == 0 || !n.catalogKnew(group) {
+		return nil
+	}
+	if _, named := n.st().GroupTable(group); named {
+		return nil
+	}
+	if r := n.replicas[group]; r != nil && r.install != nil {
+		return nil // looked at again at the next look
+	}
+	if err := n.dropMergedCopy(group); err != nil {
+		return fmt.Errorf("cluster: drop leftover range group %d: %w", group, err)
+	}
+	n.log.Info("cluster: merged range group dropped: a group here records that it merged it", "node", n.cfg.ID, "group", group, "by", by)
 	return nil
 }
 
@@ -374,6 +427,10 @@ func (n *Node) noteMerges() {
 	for _, g := range outside {
 		if !n.catalogKnew(g.Group) {
 			continue // a split's child the catalog here has not recorded yet
+		}
+		if n.mergedHere(g.Group) != 0 {
+			n.hosts.add(hostChange{group: g.Group, leftover: true})
+			continue
 		}
 		if n.superseded(g.Group, g.Span) {
 			// Left by a crash after a snapshot of the group that took

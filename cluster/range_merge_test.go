@@ -870,6 +870,10 @@ func TestSplitChildWaitsForTheMerge(t *testing.T) {
 // child's snapshot drops the leftover, and everything reads back.
 func TestSplitChildHostedPastASkippedMerge(t *testing.T) {
 	c, right, x, want, left, child := splitAgainBehind(t, 84)
+	// As from a node whose snapshots do not record merges: with the
+	// record, the node drops the leftover before the child's wait
+	// matters (TestLeftoverDroppedByTheMergeRecord).
+	onLoop(t, x, func() { x.node.ignoreMergeRecords = true })
 	overwriteLeft(c, want)
 	if x.node.group(child.ID) != nil {
 		t.Fatalf("node %d hosts group %d before its left group merged and split", x.id, child.ID)
@@ -891,6 +895,46 @@ func TestSplitChildHostedPastASkippedMerge(t *testing.T) {
 	c.checkPairs("pairs", want, "after the child was hosted")
 	if err := x.node.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLeftoverDroppedByTheMergeRecord: a node deaf to the left group
+// holds the right one frozen while the catalog merges the table and
+// splits it again at the same key, and its replica of the left group
+// comes back by a snapshot made past the merge and the split. That
+// snapshot records that the left group merged the right one, so the
+// node drops the frozen span as a leftover at once: no peer to ask and
+// no child's snapshot needed (the node stays deaf to the child, and
+// without the record keeps the leftover). The child, heard again, fills
+// the keys, and everything reads back.
+func TestLeftoverDroppedByTheMergeRecord(t *testing.T) {
+	for _, records := range []bool{true, false} {
+		t.Run(fmt.Sprintf("records=%v", records), func(t *testing.T) {
+			c, right, x, want, left, child := splitAgainBehind(t, 88)
+			onLoop(t, x, func() { x.node.ignoreMergeRecords = !records })
+			c.net.deafen(x.id, child.ID)
+			overwriteLeft(c, want)
+			c.net.hear(x.id, left.ID)
+			c.convergeGroup(left.ID, 20*time.Second)
+			if got := x.node.st().GroupMerged(left.ID); !slices.Contains(got, right.Group.ID) {
+				t.Fatalf("node %d's replica of group %d records %v merged, want group %d in it", x.id, left.ID, got, right.Group.ID)
+			}
+			deadline := time.Now().Add(20 * time.Duration(x.node.checkEveryTicks()) * c.tickInterval())
+			for x.node.st().SpanRecorded(right.Group.ID) && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if dropped := !x.node.st().SpanRecorded(right.Group.ID); dropped != records {
+				t.Fatalf("node %d, deaf to the child, dropped the leftover group %d: %v, want %v", x.id, right.Group.ID, dropped, records)
+			}
+			c.net.hear(x.id, child.ID)
+			c.convergeGroup(child.ID, 20*time.Second)
+			c.checkPairs("pairs", want, "after the leftover was dropped")
+			for _, tn := range c.nodes {
+				if err := tn.node.Err(); err != nil {
+					t.Fatalf("node %d: %v", tn.id, err)
+				}
+			}
+		})
 	}
 }
 
@@ -940,6 +984,7 @@ func TestOrphanDropWaitsForTheMergingReplica(t *testing.T) {
 // child started with them, and the node drops the leftover.
 func TestLeftoverFrozenSpanIsNotMergedAgain(t *testing.T) {
 	c, right, x, want, left, child := splitAgainBehind(t, 86)
+	onLoop(t, x, func() { x.node.ignoreMergeRecords = true }) // as in TestSplitChildHostedPastASkippedMerge
 	c.net.deafen(x.id, child.ID) // its snapshot would drop the leftover first
 	overwriteLeft(c, want)
 	onLoop(t, x, func() {
