@@ -984,7 +984,8 @@ func TestOrphanDropWaitsForTheMergingReplica(t *testing.T) {
 // child started with them, and the node drops the leftover.
 func TestLeftoverFrozenSpanIsNotMergedAgain(t *testing.T) {
 	c, right, x, want, left, child := splitAgainBehind(t, 86)
-	onLoop(t, x, func() { x.node.ignoreMergeRecords = true }) // as in TestSplitChildHostedPastASkippedMerge
+	// As in TestSplitChildHostedPastASkippedMerge.
+	onLoop(t, x, func() { x.node.ignoreMergeRecords = true })
 	c.net.deafen(x.id, child.ID) // its snapshot would drop the leftover first
 	overwriteLeft(c, want)
 	onLoop(t, x, func() {
