@@ -115,8 +115,8 @@ type Node struct {
 	// goroutine before the span snapshot is written into the store.
 	beforeSpanIngest func(group uint64)
 	// ignoreMergeRecords, set by tests on the loop, makes the node read
-	// no span record's merged groups (mergedHere), as if every snapshot
-	// came from a node that predates them: the tests of what finds a
+	// no span record's merged groups (mergedHere), as if its snapshots
+	// were made before records listed them: the tests of what finds a
 	// leftover without them.
 	ignoreMergeRecords bool
 	// busyLeaseTicks, set by tests before Run, replaces the ticks between

@@ -302,7 +302,8 @@ func (n *Node) dropMergedCopy(group uint64) error {
 }
 
 // A group merged away whose span a node still holds, where a group
-// hosted there records that it merged it (partition.Store.GroupMerged),
+// hosted there records that its log merged it (partition.Store.GroupMerged:
+// the merges of that group's own log, not those of the groups it merged),
 // is a leftover: that group's replica there is past the merge, which it
 // skipped in a snapshot made past it (the snapshot carries the record),
 // and only that group's log merges it. A later replica of that group
@@ -328,12 +329,12 @@ func (n *Node) mergedHere(group uint64) uint64 {
 }
 
 // dropLeftover drops a leftover that noteMerges found, checked again on
-// the loop: still outside the catalog, a group hosted here recording its
-// merge, and no install of it under way.
+// the loop: still recorded here and outside the catalog, a group hosted
+// here recording its merge, and no install of it under way.
 func (n *Node) dropLeftover(group uint64) error {
 	by := n.mergedHere(group)
-	if by == 0 || !n.catalogKnew(group) {
-		return nil
+	if by == 0 || !n.catalogKnew(group) || !n.st().SpanRecorded(group) {
+		return nil // dropped already, by this or another path
 	}
 	if _, named := n.st().GroupTable(group); named {
 		return nil

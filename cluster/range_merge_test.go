@@ -870,8 +870,8 @@ func TestSplitChildWaitsForTheMerge(t *testing.T) {
 // child's snapshot drops the leftover, and everything reads back.
 func TestSplitChildHostedPastASkippedMerge(t *testing.T) {
 	c, right, x, want, left, child := splitAgainBehind(t, 84)
-	// As from a node whose snapshots do not record merges: with the
-	// record, the node drops the leftover before the child's wait
+	// As with snapshots made before span records listed merges: with
+	// the record, the node drops the leftover before the child's wait
 	// matters (TestLeftoverDroppedByTheMergeRecord).
 	onLoop(t, x, func() { x.node.ignoreMergeRecords = true })
 	overwriteLeft(c, want)

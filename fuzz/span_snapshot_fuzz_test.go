@@ -143,8 +143,6 @@ func dumpOf(d string, keep func(pk string) bool) string {
 	return out.String()
 }
 
-// streamTable returns the table name a stream's header holds, after the
-// magic and the account, whose uvarint lengths are one byte here.
 // withMergedGroups turns a version 1 span stream into the version 2
 // stream of the same span having merged groups ids: the list goes after
 // the header's group and applied index (docs/snapshot.md), and the
@@ -164,6 +162,8 @@ func withMergedGroups(v1 []byte, ids ...uint64) []byte {
 	return binary.BigEndian.AppendUint64(v2, xxhash.Sum64(v2))
 }
 
+// streamTable returns the table name a stream's header holds, after the
+// magic and the account, whose uvarint lengths are one byte here.
 func streamTable(data []byte) string {
 	off := 8
 	for range 2 {

@@ -115,7 +115,7 @@ func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at strin
 		return fmt.Errorf("%w: group %d, to be merged into group %d at %q, is not frozen here (%+v)", ErrMergeUnready, right, left, at, r)
 	}
 	l.span.HighPartitionKey = r.span.HighPartitionKey
-	l = l.withMerged(right, r.merged)
+	l = l.withMerged(right)
 	b := s.db.NewBatch()
 	setGroupSpan(b, left, l)
 	b.Delete(groupMetaKey(metaGroupSpan, right))
@@ -169,7 +169,8 @@ func (s *Store) SpanRecorded(group uint64) bool {
 // merged them here, or as the span snapshot it last ingested had them
 // (nil for none). A node whose replica of group is past a merge holds
 // the merged group's frozen span only as a leftover: no log of the node
-// will merge it again.
+// will merge it again. The slice is the cached record's: the caller must
+// not change it.
 func (s *Store) GroupMerged(group uint64) []uint64 {
 	g, _, _ := s.groupSpanOf(group) // a cached record, or none: no error
 	return g.merged

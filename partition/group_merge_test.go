@@ -132,7 +132,8 @@ func TestGroupMerge(t *testing.T) {
 // parent carries it (format version 2) and its ingest records it on the
 // follower, across a reopen and a move finished from the marker; a
 // snapshot of a span that merged nothing is written as version 1, and
-// its ingest clears the list.
+// its ingest clears the list; a merged group's own merges are not
+// carried into the list of the group that merges it.
 func TestMergedGroupsRecorded(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
@@ -228,6 +229,31 @@ func TestMergedGroupsRecorded(t *testing.T) {
 	f.reopen()
 	if got := f.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
 		t.Fatalf("the follower after a move finished at Open records %v merged, want [9]", got)
+	}
+
+	// A group records the merges of its own log only: merging group 14,
+	// which merged group 20, group 5 records 14, not 20 (a replica of 14
+	// that lags its merge of 20 still has it to make).
+	merge := func(left, right uint64, at string, index uint64) {
+		t.Helper()
+		if err := e.s.MergeTableRange(ctx, acct, "Halves", left, at); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.FreezeGroupSpan(WithStamp(ctx, Stamp{Group: right, Index: index}), right); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.MergeGroupSpan(WithStamp(ctx, Stamp{Group: left, Index: index + 1}), left, right, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	split(14, 20, "t", 30)
+	merge(14, 20, "t", 31)
+	if got := e.s.GroupMerged(14); !slices.Equal(got, []uint64{20}) {
+		t.Fatalf("group 14 after merging group 20 records %v merged, want [20]", got)
+	}
+	merge(5, 14, "m", 33)
+	if got := e.s.GroupMerged(5); !slices.Equal(got, []uint64{9, 14}) {
+		t.Fatalf("group 5 after merging group 14 records %v merged, want [9 14]", got)
 	}
 }
 

@@ -37,10 +37,10 @@ const (
 )
 
 // MaxMergedRecorded is how many of the groups a span merged its record
-// keeps, the latest: a node holds a group it merged away only while its
-// replica of the merging group lags that merge, and a replica that lags
-// a group's last sixteen merges is caught up by a snapshot that names
-// the latest sixteen.
+// keeps, the latest: a node holds a group merged away only while its
+// replica of the merging group lags that merge, and a replica more than
+// sixteen merges behind is left to the ways of finding a leftover that
+// need no record (docs/cluster.md).
 const MaxMergedRecorded = 16
 
 // groupSpan is a group's span, with its table's id.
@@ -48,18 +48,20 @@ type groupSpan struct {
 	tableID uint64
 	span    Span
 	frozen  bool
-	// merged are the groups whose spans this one took in a merge
+	// merged are the groups whose spans this group's own log merged
 	// (MergeGroupSpan), oldest first, at most MaxMergedRecorded: a node
 	// whose replica of this group is past those merges holds nothing of
-	// those groups that a merge will take.
+	// those groups that a merge will take. Not the merged groups' own
+	// lists: a group merged by one that this group merged later may still
+	// be for a lagging replica of that one to merge.
 	merged []uint64
 }
 
-// withMerged returns g having merged group right, which had merged
-// rightMerged: g's list, then right's, then right, the latest
-// MaxMergedRecorded of them. A new slice: the cached record is shared.
-func (g groupSpan) withMerged(right uint64, rightMerged []uint64) groupSpan {
-	merged := slices.Concat(g.merged, rightMerged, []uint64{right})
+// withMerged returns g having merged group right: g's list, then right,
+// the latest MaxMergedRecorded of them. A new slice: the cached record is
+// shared.
+func (g groupSpan) withMerged(right uint64) groupSpan {
+	merged := append(slices.Clone(g.merged), right)
 	g.merged = merged[max(0, len(merged)-MaxMergedRecorded):]
 	return g
 }
@@ -126,7 +128,7 @@ func decodeGroupSpan(v []byte) (groupSpan, error) {
 	}
 	if version == groupSpanMergedVersion {
 		var err error
-		if g.merged, v, err = readGroupIDs(v); err != nil || len(g.merged) == 0 {
+		if g.merged, v, err = readGroupIDs(v); err != nil {
 			return groupSpan{}, fmt.Errorf("partition: group span record: merged groups: %w", lsm.ErrCorruption)
 		}
 	}
@@ -146,14 +148,14 @@ func appendGroupIDs(dst []byte, ids []uint64) []byte {
 	return dst
 }
 
-// errBadGroupIDs is readGroupIDs' refusal.
-var errBadGroupIDs = errors.New("a list of group ids cut, too long, or naming group 0")
+// errBadGroupIDs is the refusal of a list of group ids.
+var errBadGroupIDs = errors.New("a list of group ids empty, cut, too long, or naming group 0")
 
-// readGroupIDs reads a list appendGroupIDs wrote from the front of v and
-// returns it (nil when empty) and the rest of v.
+// readGroupIDs reads a list appendGroupIDs wrote, of at least one id,
+// from the front of v and returns it and the rest of v.
 func readGroupIDs(v []byte) ([]uint64, []byte, error) {
 	count, n := binary.Uvarint(v)
-	if n <= 0 || count > MaxMergedRecorded {
+	if n <= 0 || count == 0 || count > MaxMergedRecorded {
 		return nil, v, errBadGroupIDs
 	}
 	v = v[n:]

@@ -128,7 +128,7 @@ func TestGroupSpanRecordRefusesDamage(t *testing.T) {
 	good := groupSpan{tableID: 7, span: Span{Account: acct, Table: "T", LowPartitionKey: "a", HighPartitionKey: "b"}}
 	frozen := good
 	frozen.frozen = true
-	merged := good.withMerged(12, []uint64{3, 5})
+	merged := good.withMerged(3).withMerged(5).withMerged(12)
 	frozenMerged := merged
 	frozenMerged.frozen = true
 	for _, g := range []groupSpan{good, frozen, merged, frozenMerged} {
@@ -144,7 +144,7 @@ func TestGroupSpanRecordRefusesDamage(t *testing.T) {
 	}
 	var many groupSpan
 	for id := range uint64(40) {
-		many = many.withMerged(id+1, nil)
+		many = many.withMerged(id + 1)
 	}
 	if len(many.merged) != MaxMergedRecorded || many.merged[0] != 40-MaxMergedRecorded+1 || many.merged[MaxMergedRecorded-1] != 40 {
 		t.Fatalf("40 merges recorded as %v, want the latest %d", many.merged, MaxMergedRecorded)
@@ -263,7 +263,7 @@ func FuzzGroupSpanRecord(f *testing.F) {
 	g.frozen = true
 	f.Add(encodeGroupSpan(g))
 	f.Add([]byte{2, 1, 0, 0, 0, 0, 1})
-	f.Add(encodeGroupSpan(g.withMerged(12, []uint64{3, 5})))
+	f.Add(encodeGroupSpan(g.withMerged(3).withMerged(12)))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		g, err := decodeGroupSpan(v)
 		if err != nil {
