@@ -101,6 +101,9 @@ func (c *tableCache) open(m *fileMetadata) (*sstable.Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open table: %w", err)
 	}
+	// Point reads read one block; iterators that read in order prefetch
+	// (sstable's readahead).
+	f = vfs.AdviseRandomReads(f)
 	r, err := sstable.NewReader(f, int64(m.size), sstable.ReaderOptions{Cache: c.blockCache, FileNum: m.fileNum})
 	if err != nil {
 		f.Close()

@@ -40,13 +40,16 @@ type iterator struct {
 	withinUpper bool
 	// fillCache says blocks read from the file go into the block cache.
 	fillCache bool
-	err       error
+	// ra prefetches ahead of the blocks read from the file in order.
+	ra  readahead
+	err error
 }
 
 var _ base.InternalIterator = (*iterator)(nil)
 
 func (it *iterator) init(r *Reader, lower, upper []byte, fillCache bool) {
 	it.r, it.lower, it.upper, it.fillCache = r, lower, upper, fillCache
+	it.ra = readahead{}
 	it.block = -1
 	it.key = base.InternalKey{}
 	it.pos = posInvalid
@@ -66,7 +69,7 @@ func (it *iterator) loadBlock(i int) bool {
 	}
 	it.releaseBlock()
 	h := it.r.index.handle(i)
-	b, err := it.r.dataBlock(h, it.fillCache, &it.scratch)
+	b, err := it.r.dataBlock(h, it.fillCache, &it.scratch, &it.ra)
 	if err != nil {
 		return it.fail(err)
 	}

@@ -292,19 +292,23 @@ func (b block) release() {
 // dataBlock returns data block h from the cache or the file, adding a
 // block read from the file to the cache if fill. The caller releases it.
 // A block not cached is read into scratch when it is not nil (valid until
-// scratch is used again), else onto the heap.
-func (r *Reader) dataBlock(h blockHandle, fill bool, scratch *blockScratch) (block, error) {
+// scratch is used again), else onto the heap. A block read from the file
+// is recorded in ra, when not nil.
+func (r *Reader) dataBlock(h blockHandle, fill bool, scratch *blockScratch, ra *readahead) (block, error) {
 	if r.cache != nil {
 		if e := r.cache.get(r.fileNum, h.offset); e != nil {
 			return block{e.data, e}, nil
 		}
-		if fill {
-			e, err := r.readCached(h)
-			if err != nil {
-				return block{}, err
-			}
-			return block{e.data, e}, nil
+	}
+	if ra != nil {
+		ra.read(r.f, h)
+	}
+	if r.cache != nil && fill {
+		e, err := r.readCached(h)
+		if err != nil {
+			return block{}, err
 		}
+		return block{e.data, e}, nil
 	}
 	if scratch == nil {
 		scratch = &blockScratch{}
@@ -345,7 +349,7 @@ func (r *Reader) Get(userKey []byte, seq base.SeqNum) (v Value, found bool, err 
 		return Value{}, false, nil
 	}
 	h := r.index.handle(i)
-	b, err := r.dataBlock(h, true, nil)
+	b, err := r.dataBlock(h, true, nil, nil)
 	if err != nil {
 		return Value{}, false, err
 	}

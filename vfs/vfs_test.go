@@ -1,11 +1,13 @@
 package vfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	iofs "io/fs"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -149,5 +151,45 @@ func TestFilesystems(t *testing.T) {
 			}
 			l.Close()
 		})
+	}
+}
+
+// TestAdviseRandomReads: an OS file advised for random reads still reads
+// back what was written, before and after a prefetch of part of it, and
+// can prefetch where the platform has posix_fadvise; a file of another
+// filesystem comes back unchanged.
+func TestAdviseRandomReads(t *testing.T) {
+	fs := Default()
+	name := filepath.Join(t.TempDir(), "table")
+	want := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+	if err := WriteFileAtomic(fs, name, want); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = AdviseRandomReads(f)
+	defer f.Close()
+	p, ok := f.(Prefetcher)
+	if ok != (runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")) {
+		t.Fatalf("the advised OS file is a Prefetcher: %v, on %s/%s", ok, runtime.GOOS, runtime.GOARCH)
+	}
+	got := make([]byte, 4096)
+	for _, off := range []int64{512 << 10, 0, 1<<20 - 4096} {
+		if ok {
+			p.Prefetch(off, 256<<10)
+		}
+		if _, err := f.ReadAt(got, off); err != nil || !bytes.Equal(got, want[off:off+4096]) {
+			t.Fatalf("read at %d: %v, or not what was written", off, err)
+		}
+	}
+	mem := NewMem()
+	mf, err := mem.Create("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if AdviseRandomReads(mf) != mf {
+		t.Fatal("a MemFS file was wrapped")
 	}
 }

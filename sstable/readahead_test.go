@@ -1,0 +1,121 @@
+package sstable
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/tabuladb/tabula/internal/base"
+)
+
+// prefetchingFile records the prefetches asked of it, and its reads,
+// each with whether the prefetches asked before it covered it.
+type prefetchingFile struct {
+	*memFile
+	asked [][2]int64 // offset and length of each prefetch
+	reads []bool     // per read: covered by a prefetch asked before it
+}
+
+func (f *prefetchingFile) Prefetch(off, n int64) { f.asked = append(f.asked, [2]int64{off, n}) }
+
+func (f *prefetchingFile) ReadAt(p []byte, off int64) (int, error) {
+	covered := false
+	for _, a := range f.asked {
+		covered = covered || a[0] <= off && off+int64(len(p)) <= a[0]+a[1]
+	}
+	// The prefetches are contiguous (checked below): a read across two
+	// of them is covered by their union.
+	if len(f.asked) > 0 {
+		first, last := f.asked[0], f.asked[len(f.asked)-1]
+		covered = covered || first[0] <= off && off+int64(len(p)) <= last[0]+last[1]
+	}
+	f.reads = append(f.reads, covered)
+	return f.memFile.ReadAt(p, off)
+}
+
+// TestReadahead: an iterator reading a table's blocks from the file in
+// order asks for the range ahead, in windows growing from 64 KiB to
+// 256 KiB that never overlap, so that every block past the first two was
+// asked for before it was read; a point read asks for nothing, nor does
+// an iterator reading two blocks, nor one that jumps about; blocks found
+// in the block cache are not counted as reads.
+func TestReadahead(t *testing.T) {
+	var all []kv
+	for i := range 20000 {
+		all = append(all, kv{base.MakeInternalKey(fmt.Appendf(nil, "key%06d", i), 1, base.KindSet), bytes.Repeat([]byte{byte(i)}, 100)})
+	}
+	data, _ := buildTable(t, all, WriterOptions{Compression: NoCompression})
+	f := &prefetchingFile{memFile: newMemFile(data)}
+	r, err := NewReader(f, int64(len(data)), ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	scan := func(it base.InternalIterator) int {
+		t.Helper()
+		n := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			n++
+		}
+		if err := it.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	f.reads = nil // the footer, index and filter
+	if n := scan(r.NewCompactionIter()); n != len(all) {
+		t.Fatalf("the compaction read %d entries, want %d", n, len(all))
+	}
+	var windows []int64
+	end := f.asked[0][0]
+	for _, a := range f.asked {
+		if a[0] != end {
+			t.Fatalf("prefetch at %d, want it to start where the last ended, %d (asked %v)", a[0], end, f.asked)
+		}
+		end = a[0] + a[1]
+		windows = append(windows, a[1])
+	}
+	if windows[0] > readaheadMin || windows[len(windows)-1] > readaheadMax || len(windows) < 4 {
+		t.Fatalf("prefetch windows %v: want them to grow from at most %d to at most %d", windows, readaheadMin, readaheadMax)
+	}
+	if len(f.reads) != r.index.len() {
+		t.Fatalf("the compaction made %d reads of %d blocks", len(f.reads), r.index.len())
+	}
+	for i, covered := range f.reads {
+		if covered != (i >= readaheadAfter) {
+			t.Fatalf("block %d of %d read with a prefetch asked for it: %v, want %v", i, len(f.reads), covered, i >= readaheadAfter)
+		}
+	}
+
+	f.asked = nil
+	if v, found, err := r.Get([]byte("key010000"), base.SeqNumMax); err != nil || !found {
+		t.Fatalf("Get: %v %v", found, err)
+	} else {
+		v.Release()
+	}
+	if n := scan(r.NewIter([]byte("key010000"), []byte("key010040"))); n != 40 || len(f.asked) != 0 {
+		t.Fatalf("a point read and a two-block scan read %d entries and asked for %v, want 40 and nothing", n, f.asked)
+	}
+	it := r.NewIter(nil, nil)
+	for i := 0; i < 20000; i += 1000 {
+		if !it.SeekGE(fmt.Appendf(nil, "key%06d", i)) {
+			t.Fatalf("SeekGE key%06d: %v", i, it.Error())
+		}
+	}
+	if err := it.Close(); err != nil || len(f.asked) != 0 {
+		t.Fatalf("seeks 1,000 keys apart asked for %v (%v), want nothing", f.asked, err)
+	}
+
+	cache := NewCache(64 << 20)
+	cached, err := NewReader(f, int64(len(data)), ReaderOptions{Cache: cache, FileNum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cached.Close()
+	scan(cached.NewIter(nil, nil)) // fills the cache
+	f.asked = nil
+	if scan(cached.NewIter(nil, nil)); len(f.asked) != 0 {
+		t.Fatalf("a scan of cached blocks asked for %v, want nothing", f.asked)
+	}
+}
