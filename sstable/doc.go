@@ -22,5 +22,8 @@
 // Readers keep the index and filter in memory and read data blocks through
 // an optional Cache shared by all tables. Blocks are immutable once read, so
 // values returned by Get alias cached blocks without copying and remain
-// valid for as long as they are held.
+// valid for as long as they are held. An iterator reading data blocks
+// from the file in order prefetches the range ahead when the file can
+// (readahead.go): the engine opens tables for random reads, with the
+// kernel's own readahead off.
 package sstable
