@@ -67,17 +67,18 @@ func TestReadahead(t *testing.T) {
 	if n := scan(r.NewCompactionIter()); n != len(all) {
 		t.Fatalf("the compaction read %d entries, want %d", n, len(all))
 	}
-	var windows []int64
 	end := f.asked[0][0]
 	for _, a := range f.asked {
-		if a[0] != end {
-			t.Fatalf("prefetch at %d, want it to start where the last ended, %d (asked %v)", a[0], end, f.asked)
+		if a[0] != end || a[1] > prefetchMax {
+			t.Fatalf("prefetch of %d at %d, want it to start where the last ended, %d, and ask for at most %d (asked %v)", a[1], a[0], end, prefetchMax, f.asked)
 		}
 		end = a[0] + a[1]
-		windows = append(windows, a[1])
 	}
-	if windows[0] > readaheadMin || windows[len(windows)-1] > readaheadMax || len(windows) < 4 {
-		t.Fatalf("prefetch windows %v: want them to grow from at most %d to at most %d", windows, readaheadMin, readaheadMax)
+	if f.asked[0][1] > readaheadMin || len(f.asked) < 4 {
+		t.Fatalf("prefetches %v: want several, the first of at most %d", f.asked, readaheadMin)
+	}
+	if dataEnd := r.index.handle(r.index.len() - 1); end != int64(dataEnd.offset+dataEnd.length+blockTrailerLen) {
+		t.Fatalf("the prefetches end at %d, want the end of the data blocks, %d", end, dataEnd.offset+dataEnd.length+blockTrailerLen)
 	}
 	if len(f.reads) != r.index.len() {
 		t.Fatalf("the compaction made %d reads of %d blocks", len(f.reads), r.index.len())
@@ -117,5 +118,26 @@ func TestReadahead(t *testing.T) {
 	f.asked = nil
 	if scan(cached.NewIter(nil, nil)); len(f.asked) != 0 {
 		t.Fatalf("a scan of cached blocks asked for %v, want nothing", f.asked)
+	}
+
+	// Every other block cached: the scan's reads from the file skip one
+	// block each, and are in order still.
+	half, err := NewReader(f, int64(len(data)), ReaderOptions{Cache: NewCache(64 << 20), FileNum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer half.Close()
+	it = half.NewIter(nil, nil)
+	for i := 0; i < half.index.len(); i += 2 {
+		if !it.SeekGE(half.index.separator(i, nil).UserKey) {
+			t.Fatalf("SeekGE block %d's separator: %v", i, it.Error())
+		}
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.asked = nil
+	if scan(half.NewIter(nil, nil)); len(f.asked) == 0 {
+		t.Fatal("a scan of a table with every other block cached asked for nothing ahead")
 	}
 }

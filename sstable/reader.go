@@ -31,10 +31,14 @@ type ReadableFile interface {
 type Reader struct {
 	f       ReadableFile
 	fileNum uint64
-	cache   *Cache
-	index   index
-	filter  *bloomFilter // nil when the table has none
-	props   Properties
+	// prefetch is f when it can prefetch (readahead.go), else nil;
+	// dataEnd is where the data blocks end, which no prefetch passes.
+	prefetch prefetcher
+	dataEnd  uint64
+	cache    *Cache
+	index    index
+	filter   *bloomFilter // nil when the table has none
+	props    Properties
 	// zstd decodes zstd blocks when there is no Cache to share one.
 	zstd zstdDecoder
 	// iters recycles iterators: a scan then allocates nothing.
@@ -77,6 +81,8 @@ func NewReader(f ReadableFile, size int64, opts ReaderOptions) (*Reader, error) 
 	if ft.filter.length > 0 {
 		dataEnd = min(dataEnd, ft.filter.offset)
 	}
+	r.prefetch, _ = f.(prefetcher)
+	r.dataEnd = dataEnd
 	if data, err = r.readBlock(ft.index, r.props.MaxBlockSize); err != nil {
 		return nil, r.wrapMeta("index", ft.index, err)
 	}
@@ -300,8 +306,8 @@ func (r *Reader) dataBlock(h blockHandle, fill bool, scratch *blockScratch, ra *
 			return block{e.data, e}, nil
 		}
 	}
-	if ra != nil {
-		ra.read(r.f, h)
+	if ra != nil && r.prefetch != nil {
+		ra.read(r.prefetch, h, r.dataEnd)
 	}
 	if r.cache != nil && fill {
 		e, err := r.readCached(h)
