@@ -1,10 +1,12 @@
 package partition
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/tabuladb/tabula/lsm"
@@ -128,7 +130,7 @@ func decodeGroupSpan(v []byte) (groupSpan, error) {
 	}
 	if version == groupSpanMergedVersion {
 		var err error
-		if g.merged, v, err = readGroupIDs(v); err != nil {
+		if g.merged, v, err = readGroupIDsFrom(v); err != nil {
 			return groupSpan{}, fmt.Errorf("partition: group span record: merged groups: %w", lsm.ErrCorruption)
 		}
 	}
@@ -151,23 +153,29 @@ func appendGroupIDs(dst []byte, ids []uint64) []byte {
 // errBadGroupIDs is the refusal of a list of group ids.
 var errBadGroupIDs = errors.New("a list of group ids empty, cut, too long, or naming group 0")
 
-// readGroupIDs reads a list appendGroupIDs wrote, of at least one id,
-// from the front of v and returns it and the rest of v.
-func readGroupIDs(v []byte) ([]uint64, []byte, error) {
-	count, n := binary.Uvarint(v)
-	if n <= 0 || count == 0 || count > MaxMergedRecorded {
-		return nil, v, errBadGroupIDs
+// readGroupIDs reads a list appendGroupIDs wrote, of at least one id:
+// from a record's bytes, or from a span stream (whose reader sums what
+// it hands out).
+func readGroupIDs(r io.ByteReader) ([]uint64, error) {
+	count, err := binary.ReadUvarint(r)
+	if err != nil || count == 0 || count > MaxMergedRecorded {
+		return nil, errBadGroupIDs
 	}
-	v = v[n:]
-	var ids []uint64
-	for range count {
-		id, n := binary.Uvarint(v)
-		if n <= 0 || id == 0 {
-			return nil, v, errBadGroupIDs
+	ids := make([]uint64, count)
+	for i := range ids {
+		if ids[i], err = binary.ReadUvarint(r); err != nil || ids[i] == 0 {
+			return nil, errBadGroupIDs
 		}
-		ids, v = append(ids, id), v[n:]
 	}
-	return ids, v, nil
+	return ids, nil
+}
+
+// readGroupIDsFrom is readGroupIDs from the front of v; it returns the
+// rest of v.
+func readGroupIDsFrom(v []byte) ([]uint64, []byte, error) {
+	r := bytes.NewReader(v)
+	ids, err := readGroupIDs(r)
+	return ids, v[len(v)-r.Len():], err
 }
 
 // setGroupSpan adds to b the record of a group's span; once b is

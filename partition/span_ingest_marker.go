@@ -68,7 +68,7 @@ func decodeSpanIngest(group uint64, v []byte) (spanIngest, error) {
 	}
 	if version == spanMarkerMergedVersion {
 		var err error
-		if m.merged, v, err = readGroupIDs(v); err != nil {
+		if m.merged, v, err = readGroupIDsFrom(v); err != nil {
 			return m, bad
 		}
 	}

@@ -156,7 +156,7 @@ func readSpanStream(group uint64, want Span, anyBounds bool, r io.Reader, put fu
 	var merged []uint64
 	if string(magic) == string(spanSnapshotMergedMagic) {
 		var err error
-		if merged, err = sr.groupIDs(); err != nil {
+		if merged, err = readGroupIDs(sr); err != nil {
 			return spanHeader{}, fmt.Errorf("%w: the merged groups: %v", ErrBadSpanSnapshot, err)
 		}
 	}
@@ -177,7 +177,7 @@ func readSpanStream(group uint64, want Span, anyBounds bool, r io.Reader, put fu
 		err         error
 	)
 	for {
-		tag, err := sr.byte()
+		tag, err := sr.ReadByte()
 		if err != nil {
 			return spanHeader{}, fmt.Errorf("%w: cut after %d entities: %v", ErrBadSpanSnapshot, count, err)
 		}
@@ -233,24 +233,9 @@ func readSpanStream(group uint64, want Span, anyBounds bool, r io.Reader, put fu
 	return spanHeader{span: got, applied: applied, merged: merged}, nil
 }
 
-// groupIDs reads, summed, a list of group ids as appendGroupIDs writes
-// it, at least one.
-func (s *summingReader) groupIDs() ([]uint64, error) {
-	count, err := s.uvarint()
-	if err != nil || count == 0 || count > MaxMergedRecorded {
-		return nil, errBadGroupIDs
-	}
-	ids := make([]uint64, count)
-	for i := range ids {
-		if ids[i], err = s.uvarint(); err != nil || ids[i] == 0 {
-			return nil, errBadGroupIDs
-		}
-	}
-	return ids, nil
-}
-
-// byte reads one byte, summed.
-func (s *summingReader) byte() (byte, error) {
+// ReadByte reads one byte, summed: a summingReader is an io.ByteReader
+// (readGroupIDs).
+func (s *summingReader) ReadByte() (byte, error) {
 	c, err := s.r.ReadByte()
 	if err != nil {
 		return 0, err
