@@ -2,7 +2,11 @@
 
 package wal
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/tabuladb/tabula/vfs"
+)
 
 // syncFileRangeWrite is SYNC_FILE_RANGE_WRITE: start writing back the
 // range's dirty pages, without waiting for them or for earlier ones.
@@ -14,7 +18,7 @@ const syncFileRangeWrite = 2
 // instead. It makes nothing durable: file metadata and the disk's own
 // cache are left as they are.
 func startWriteback(f SyncFile, off, n int64) bool {
-	return withFD(f, func(fd uintptr) bool {
+	return vfs.WithFD(f, func(fd uintptr) bool {
 		_, _, errno := syscall.Syscall6(syscall.SYS_SYNC_FILE_RANGE, fd, uintptr(off), uintptr(n), syncFileRangeWrite, 0, 0)
 		return errno == 0
 	})

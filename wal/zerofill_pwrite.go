@@ -2,7 +2,11 @@
 
 package wal
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/tabuladb/tabula/vfs"
+)
 
 // zeroPage is the page zeroFill writes from, never written to: a reused
 // file's writer zeroes a page in every write-out round that ends past its
@@ -19,7 +23,7 @@ var zeroPage [pageSize]byte
 // appending). It reports false when f is not an OS file or the write
 // fails: nothing of the log is at stake, past its end.
 func zeroFill(f SyncFile, off, n int64) bool {
-	return withFD(f, func(fd uintptr) bool {
+	return vfs.WithFD(f, func(fd uintptr) bool {
 		for n > 0 {
 			k, err := syscall.Pwrite(int(fd), zeroPage[:min(n, pageSize-off%pageSize)], off)
 			if err != nil || k == 0 {
@@ -31,15 +35,9 @@ func zeroFill(f SyncFile, off, n int64) bool {
 	})
 }
 
-// fadviseDontNeed is POSIX_FADV_DONTNEED.
-const fadviseDontNeed = 4
-
 // dropCache drops the first n bytes of f from the page cache with
 // posix_fadvise(2), and reports false when f is not an OS file or the
 // call fails. Only clean pages are dropped.
 func dropCache(f SyncFile, n int64) bool {
-	return withFD(f, func(fd uintptr) bool {
-		_, _, errno := syscall.Syscall6(syscall.SYS_FADVISE64, fd, 0, uintptr(n), fadviseDontNeed, 0, 0)
-		return errno == 0
-	})
+	return vfs.WithFD(f, func(fd uintptr) bool { return vfs.Fadvise(fd, 0, n, vfs.AdviseDontNeed) })
 }
