@@ -104,6 +104,20 @@ func (n *Node) mergeBehind(sp partition.Span, skip, since uint64) uint64 {
 	return 0
 }
 
+// waitsOnMerge says whether group's hosting or drop, waiting in w, waits
+// still: whether a group hosted here that ends where sp starts has not
+// caught up with its leader since the wait began (mergeBehind). It logs
+// the group waited on, naming the waiter as what, when the wait begins.
+func (n *Node) waitsOnMerge(w catchUpWaits, group uint64, sp partition.Span, what string) bool {
+	since, began := w.since(group, n.catchUpSeq)
+	behind := n.mergeBehind(sp, group, since)
+	if behind != 0 && began {
+		n.log.Debug("cluster: "+what+" waits until a group here has caught up with its leader",
+			"node", n.cfg.ID, "group", group, "behind", behind)
+	}
+	return behind != 0
+}
+
 // catchUpWaits holds, for each group whose hosting or drop waits on
 // another group's catch-up, the number of the node's last catch-up
 // question before the wait began: the entry that group waits for was

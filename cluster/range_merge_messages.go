@@ -271,12 +271,7 @@ func (n *Node) dropOrphan(group uint64) error {
 	if i < 0 || !n.catalogKnew(group) || !n.orphan(outside[i]) {
 		return nil // merged here meanwhile, or its group came here
 	}
-	since, began := n.orphanWaits.since(group, n.catchUpSeq)
-	if behind := n.mergeBehind(outside[i].Span, group, since); behind != 0 {
-		if began {
-			n.log.Debug("cluster: an orphan's drop waits until a group here has caught up with its leader",
-				"node", n.cfg.ID, "group", group, "behind", behind)
-		}
+	if n.waitsOnMerge(n.orphanWaits, group, outside[i].Span, "an orphan's drop") {
 		return nil // asked again at the next look
 	}
 	if err := n.dropMergedCopy(group); err != nil {
@@ -328,13 +323,17 @@ func (n *Node) mergedHere(group uint64) uint64 {
 	return 0
 }
 
-// dropLeftover drops a leftover that noteMerges found, checked again on
-// the loop: still recorded here and outside the catalog, a group hosted
-// here recording its merge, and no install of it under way.
+// dropLeftover drops a leftover that a span install or noteMerges
+// found, checked again on the loop: still recorded here and outside the
+// catalog, a group hosted here recording its merge, and no install of it
+// under way.
 func (n *Node) dropLeftover(group uint64) error {
-	by := n.mergedHere(group)
-	if by == 0 || !n.catalogKnew(group) || !n.st().SpanRecorded(group) {
+	if !n.st().SpanRecorded(group) {
 		return nil // dropped already, by this or another path
+	}
+	by := n.mergedHere(group)
+	if by == 0 || !n.catalogKnew(group) {
+		return nil
 	}
 	if _, named := n.st().GroupTable(group); named {
 		return nil

@@ -142,15 +142,7 @@ func (n *Node) splitPending(group uint64) bool {
 		return true
 	}
 	for _, h := range holders {
-		if !h.Frozen {
-			continue
-		}
-		since, began := n.splitWaits.since(group, n.catchUpSeq)
-		if behind := n.mergeBehind(h.Span, group, since); behind != 0 {
-			if began {
-				n.log.Debug("cluster: a split's child waits to be hosted until a group here has caught up with its leader",
-					"node", n.cfg.ID, "group", group, "frozen", h.Group, "behind", behind)
-			}
+		if h.Frozen && n.waitsOnMerge(n.splitWaits, group, h.Span, "a split's child's hosting") {
 			return true
 		}
 	}

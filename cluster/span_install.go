@@ -213,6 +213,12 @@ func (r *replica) endSpanInstall(st *stagedSpan, applied uint64) error {
 	if err := n.forgetMergedInto(r.group, st.span); err != nil {
 		return err
 	}
+	// A snapshot made past merges names them: what the node still holds
+	// of those groups is a leftover, dropped now (dropLeftover checks it
+	// on the loop) rather than at noteMerges's next look.
+	for _, g := range n.st().GroupMerged(r.group) {
+		n.hosts.add(hostChange{group: g, leftover: true})
+	}
 	if st.ts > r.appliedTS.Load() {
 		r.appliedTS.Store(st.ts)
 	}
