@@ -1121,3 +1121,107 @@ func frozenBehindTheMerge(t *testing.T, seed uint64) (*testCluster, partition.Ta
 		}
 	}
 }
+
+// TestSplitAfterItsMergeIsRefused: a node deaf to the system group keeps
+// the catalog from before a merge, in which the left range still ends
+// where the right one starts, while its replicas of both groups freeze
+// and merge the right one. Made the left group's leader, it must not
+// split the right group off again: born twice, the right group was
+// frozen and merged twice, and a node that read the left group's record
+// of the first merge dropped the second copy as a leftover before the
+// second merge came, which then stopped that node (chaos moves mode,
+// seed 2). Its leader proposes no such split, and a proposal of one all
+// the same is refused by every replica alike.
+func TestSplitAfterItsMergeIsRefused(t *testing.T) {
+	c, want := newPairsCluster(t, 89)
+	left, right := c.splitPairs()
+	// The stale node leads neither group: it would freeze or merge
+	// nothing from its catalog.
+	leaders := []uint64{c.groupLeader(left.ID, 10*time.Second).id, c.groupLeader(right.Group.ID, 10*time.Second).id}
+	var x *testNode
+	for _, id := range left.Voters {
+		if !slices.Contains(leaders, id) {
+			x = c.nodes[id]
+		}
+	}
+	c.net.deafen(x.id, systemGroup)
+	c.mergeVia("pairs", "p20")
+	whole := partition.Span{Account: acct, Table: "pairs"}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		merged := true
+		for _, tn := range c.nodes {
+			sp, _, _ := tn.node.st().GroupSpan(left.ID)
+			merged = merged && sp == whole && !tn.node.st().SpanRecorded(right.Group.ID)
+		}
+		if merged {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %d did not merge group %d on every node", left.ID, right.Group.ID)
+		}
+	}
+	if tg, err := x.node.st().TableGroupFor(acct, "pairs", "p20"); err != nil || tg.ID != right.Group.ID {
+		t.Fatalf("node %d's catalog gives p20 to %+v, %v; want group %d still: the test lost its point", x.id, tg, err, right.Group.ID)
+	}
+	lastBefore, _ := x.rlog.Group(left.ID).LastIndex()
+	ld := c.groupLeader(left.ID, 10*time.Second)
+	if ld != x {
+		if _, err := ld.node.TransferLease(context.Background(), acct, "pairs", "", x.id); err != nil {
+			t.Fatalf("hand group %d's lease to node %d: %v", left.ID, x.id, err)
+		}
+	}
+	if c.groupLeader(left.ID, 10*time.Second) != x {
+		t.Fatalf("node %d did not take group %d's lease", x.id, left.ID)
+	}
+	time.Sleep(20 * time.Duration(x.node.checkEveryTicks()) * c.tickInterval())
+	splits := func() int {
+		t.Helper()
+		st := x.rlog.Group(left.ID)
+		first, _ := st.FirstIndex()
+		last, _ := st.LastIndex()
+		if first > lastBefore+1 {
+			t.Fatalf("node %d compacted group %d's log past the merge: it appended entries", x.id, left.ID)
+		}
+		ents, err := st.Entries(lastBefore+1, last+1, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := 0
+		for _, e := range ents {
+			if cmd, err := command.Decode(e.GetData()); e.GetType() == raftpb.EntryType_EntryNormal && len(e.GetData()) > 0 && err == nil && cmd.Kind == command.KindSplitGroup {
+				k++
+			}
+		}
+		return k
+	}
+	if k := splits(); k != 0 {
+		t.Fatalf("node %d, leading group %d from a stale catalog, proposed %d splits", x.id, left.ID, k)
+	}
+	// Proposed all the same, the split is refused everywhere.
+	onLoop(t, x, func() {
+		r := x.node.group(left.ID)
+		cmd := &command.Command{Kind: command.KindSplitGroup, Account: acct, Table: "pairs", Group: right.Group.ID, Key: "p20",
+			Voters: slices.Clone(r.conf.GetVoters()), Learners: slices.Clone(r.conf.GetLearners())}
+		if err := r.rawNode().Propose(cmd.Append(nil)); err != nil {
+			t.Errorf("propose: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); splits() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the split proposed is not in the log")
+		}
+	}
+	c.convergeGroup(left.ID, 20*time.Second)
+	for _, tn := range c.nodes {
+		if err := tn.node.Err(); err != nil {
+			t.Fatalf("node %d stopped: %v", tn.id, err)
+		}
+		if sp, _, _ := tn.node.st().GroupSpan(left.ID); sp != whole || tn.node.st().SpanRecorded(right.Group.ID) || tn.node.group(right.Group.ID) != nil {
+			t.Fatalf("node %d after the split of a group merged already: group %d's span %+v, group %d recorded %v, hosted %v", tn.id,
+				left.ID, sp, right.Group.ID, tn.node.st().SpanRecorded(right.Group.ID), tn.node.group(right.Group.ID) != nil)
+		}
+	}
+	c.net.hear(x.id, systemGroup)
+	c.waitMerged("pairs", []string{""}, right.Group.ID, 20*time.Second)
+	c.checkPairs("pairs", want, "after the refused split")
+}

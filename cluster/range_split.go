@@ -61,6 +61,11 @@ func (r *replica) maybeSplit(st raft.Status, tg partition.TableGroup) bool {
 	if err != nil || child.ID == 0 || child.Start != tg.End {
 		return false
 	}
+	if slices.Contains(n.st().GroupMerged(r.group), child.ID) {
+		// This node's catalog lags: the group's log split the child off
+		// and merged it back since. Every replica would refuse the split.
+		return false
+	}
 	last, err := r.rlog.LastIndex()
 	if err != nil {
 		return false

@@ -167,6 +167,19 @@ func TestMergedGroupsRecorded(t *testing.T) {
 	if got := e.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
 		t.Fatalf("group 5 after merging group 9 and a reopen records %v merged, want [9]", got)
 	}
+	// A leader whose catalog lags proposes the split that made group 9
+	// again: refused, as a service error every replica gives alike,
+	// with nothing written.
+	err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 13}), 5, 9, "m")
+	if ErrorCode(err) != CodeInvalidInput {
+		t.Fatalf("group 5 splitting off group 9, which it merged, again: %v, want %s", err, CodeInvalidInput)
+	}
+	if sp, ok, _ := e.s.GroupSpan(5); !ok || sp.HighPartitionKey != "" {
+		t.Fatalf("group 5's span after the refused split: %+v, want it whole", sp)
+	}
+	if e.s.SpanRecorded(9) {
+		t.Fatal("the refused split recorded group 9's span")
+	}
 	split(5, 14, "m", 13)
 	if got := e.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
 		t.Fatalf("group 5 after a split records %v merged, want [9] still", got)
