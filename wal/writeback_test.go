@@ -258,23 +258,31 @@ func TestReusedFileIsNotRead(t *testing.T) {
 		t.Skip("this system does not count the reads a partial write makes")
 	}
 
-	name := filepath.Join(dir, "wal")
-	writeSynced(t, name, older)
-	f, err := os.OpenFile(name, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	recs := randomRecords(7, 60, 500)
-	if got := readDelta(func() {
-		w := NewWriter(f, WriterOptions{LogNum: 3, ZeroAhead: 64 << 10, Allocated: int64(len(older))})
-		writeRecords(t, w, recs, func(i int) bool {
-			if i%5 == 4 {
-				time.Sleep(3 * handOffDelay) // the record is handed off alone
-			}
-			return false
+	reuse := func(name string) int64 {
+		writeSynced(t, name, older)
+		f, err := os.OpenFile(name, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return readDelta(func() {
+			w := NewWriter(f, WriterOptions{LogNum: 3, ZeroAhead: 64 << 10, Allocated: int64(len(older))})
+			writeRecords(t, w, recs, func(i int) bool {
+				if i%5 == 4 {
+					time.Sleep(3 * handOffDelay) // the record is handed off alone
+				}
+				return false
+			})
 		})
-	}); got > pageSize {
+	}
+	// The first log a process writes reads a page more than the later
+	// ones, whichever file it reuses (8 KiB, then 4 KiB, here): a cost
+	// of the process, not of the file, which made this test fail when
+	// it ran alone. A first log on another file pays it.
+	reuse(filepath.Join(dir, "warm"))
+	name := filepath.Join(dir, "wal")
+	if got := reuse(name); got > pageSize {
 		t.Fatalf("writing the log read %d bytes of the reused file, more than its first page", got)
 	}
 	data, err := os.ReadFile(name)
