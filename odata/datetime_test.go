@@ -105,7 +105,7 @@ func TestDateTimeMatchesTime(t *testing.T) {
 		}
 	}
 	if got := DateTimeFromTime(time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)); got != unixEpochTicks {
-		t.Errorf("Unix epoch = %d ticks, want %d", got, unixEpochTicks)
+		t.Errorf("Unix epoch = %d ticks, want %d", got, DateTime(unixEpochTicks))
 	}
 }
 

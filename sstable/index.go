@@ -140,7 +140,7 @@ func decodeIndex(data []byte, dataEnd uint64) (index, error) {
 		if n > 0 && base.InternalCompare(prev, sep) >= 0 {
 			return x, fmt.Errorf("index entry %d: separators out of order: %w", n, base.ErrCorruption)
 		}
-		if keyBytes += len(sep.UserKey); keyBytes > math.MaxUint32 {
+		if keyBytes += len(sep.UserKey); keyBytes < 0 || int64(keyBytes) > math.MaxUint32 { // < 0: past a 32-bit int
 			return x, fmt.Errorf("index entry %d: index too large: %w", n, base.ErrCorruption)
 		}
 		// The iterator reuses its key buffer: keep copies.

@@ -22,7 +22,7 @@ func Self() (Usage, error) {
 	}
 	return Usage{
 		CPU:      time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
-		Switches: ru.Nvcsw + ru.Nivcsw,
+		Switches: int64(ru.Nvcsw) + int64(ru.Nivcsw), // int32 fields on 32-bit Linux
 	}, nil
 }
 
