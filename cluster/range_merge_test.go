@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/cluster/command"
+	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/vfs"
@@ -764,20 +765,8 @@ func TestMergeProposedOnce(t *testing.T) {
 		t.Fatal("the right group's freeze was not applied on the left group's leader")
 	}
 	merges := func() int {
-		st := ld.rlog.Group(left.ID)
-		first, _ := st.FirstIndex()
-		last, _ := st.LastIndex()
-		ents, err := st.Entries(first, last+1, 1<<30)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := 0
-		for _, e := range ents {
-			if cmd, err := command.Decode(e.GetData()); e.GetType() == raftpb.EntryType_EntryNormal && len(e.GetData()) > 0 && err == nil && cmd.Kind == command.KindMergeGroup {
-				k++
-			}
-		}
-		return k
+		first, _ := ld.rlog.Group(left.ID).FirstIndex()
+		return countCommands(t, ld.rlog.Group(left.ID), first, command.KindMergeGroup)
 	}
 	// The merge is proposed, committed and handed on while the store
 	// lags; then a hundred ticks pass.
@@ -1176,23 +1165,10 @@ func TestSplitAfterItsMergeIsRefused(t *testing.T) {
 	time.Sleep(20 * time.Duration(x.node.checkEveryTicks()) * c.tickInterval())
 	splits := func() int {
 		t.Helper()
-		st := x.rlog.Group(left.ID)
-		first, _ := st.FirstIndex()
-		last, _ := st.LastIndex()
-		if first > lastBefore+1 {
+		if first, _ := x.rlog.Group(left.ID).FirstIndex(); first > lastBefore+1 {
 			t.Fatalf("node %d compacted group %d's log past the merge: it appended entries", x.id, left.ID)
 		}
-		ents, err := st.Entries(lastBefore+1, last+1, 1<<30)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := 0
-		for _, e := range ents {
-			if cmd, err := command.Decode(e.GetData()); e.GetType() == raftpb.EntryType_EntryNormal && len(e.GetData()) > 0 && err == nil && cmd.Kind == command.KindSplitGroup {
-				k++
-			}
-		}
-		return k
+		return countCommands(t, x.rlog.Group(left.ID), lastBefore+1, command.KindSplitGroup)
 	}
 	if k := splits(); k != 0 {
 		t.Fatalf("node %d, leading group %d from a stale catalog, proposed %d splits", x.id, left.ID, k)
@@ -1224,4 +1200,22 @@ func TestSplitAfterItsMergeIsRefused(t *testing.T) {
 	c.net.hear(x.id, systemGroup)
 	c.waitMerged("pairs", []string{""}, right.Group.ID, 20*time.Second)
 	c.checkPairs("pairs", want, "after the refused split")
+}
+
+// countCommands counts the commands of kind in a group's raft log, from
+// index from to its end.
+func countCommands(t *testing.T, st *raftlog.Storage, from uint64, kind command.Kind) int {
+	t.Helper()
+	last, _ := st.LastIndex()
+	ents, err := st.Entries(from, last+1, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := 0
+	for _, e := range ents {
+		if cmd, err := command.Decode(e.GetData()); e.GetType() == raftpb.EntryType_EntryNormal && len(e.GetData()) > 0 && err == nil && cmd.Kind == kind {
+			k++
+		}
+	}
+	return k
 }
