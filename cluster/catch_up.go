@@ -148,4 +148,9 @@ func (n *Node) forgetWaits() {
 			delete(n.orphanWaits, g)
 		}
 	}
+	for g := range n.catalogWaits {
+		if r := n.replicas[g]; r == nil || !r.holdsLease() {
+			delete(n.catalogWaits, g)
+		}
+	}
 }

@@ -88,9 +88,11 @@ type Node struct {
 	// catchUpSeq numbers the replicas' catch-up questions (catch_up.go);
 	// splitWaits are the split children that wait on one to be hosted
 	// (splitPending), orphanWaits the orphans that wait on one to be
-	// dropped (dropOrphan). Loop-owned.
+	// dropped (dropOrphan), catalogWaits the range groups led here whose
+	// split waits on the system group's (catalogCaughtUp). Loop-owned.
 	catchUpSeq              uint64
 	splitWaits, orphanWaits catchUpWaits
+	catalogWaits            map[uint64]catalogWait
 
 	// heldNotices are the range group leaders that hold commit notices
 	// back until the next tick (commit_notice.go; loop-owned).
@@ -201,7 +203,7 @@ func NewNode(cfg Config) (*Node, error) {
 		storePtr:   ptr,
 		replicas:   make(map[uint64]*replica),
 		touched:    make(map[*replica]struct{}),
-		splitWaits: catchUpWaits{}, orphanWaits: catchUpWaits{},
+		splitWaits: catchUpWaits{}, orphanWaits: catchUpWaits{}, catalogWaits: map[uint64]catalogWait{},
 		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),
 			incarnation: rand.Uint64() | 1, runs: make(map[uint64]uint64), checks: memberNotes{}, removed: memberNotes{},
 			mergeChecks: memberNotes{}, frozenHere: memberNotes{}, merged: memberNotes{}, frozen: map[uint64]map[uint64]uint64{}, mergeHints: map[uint64]mergeHint{},

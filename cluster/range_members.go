@@ -329,7 +329,7 @@ func (r *replica) reconcile() {
 	}
 	switch work {
 	case spanSplit:
-		if r.maybeSplit(st, tg) {
+		if r.maybeSplit(st, tg, sp) {
 			return
 		}
 	case spanFreeze:

@@ -1219,3 +1219,36 @@ func countCommands(t *testing.T, st *raftlog.Storage, from uint64, kind command.
 	}
 	return k
 }
+
+// TestCatalogWaitRestartsWhenTheSpanChanges: a split waits until the
+// node's catalog has caught up with the system group since the group's
+// span was last seen. An answer to a question asked before the span
+// changed (a merge taken meanwhile, whose catalog entry may be past that
+// answer) does not end the wait; a question asked after does.
+func TestCatalogWaitRestartsWhenTheSpanChanges(t *testing.T) {
+	c, _ := newPairsCluster(t, 90)
+	g := c.tableGroup("pairs")
+	tn := c.nodes[c.peers[0]]
+	caughtUp := func(sp partition.Span) (ok bool) {
+		onLoop(t, tn, func() { ok = tn.node.catalogCaughtUp(g.ID, sp) })
+		return ok
+	}
+	waitCaughtUp := func(sp partition.Span) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !caughtUp(sp); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d's catalog did not catch up for span %+v", tn.id, sp)
+			}
+		}
+	}
+	half := partition.Span{Account: acct, Table: "pairs", HighPartitionKey: "p20"}
+	whole := partition.Span{Account: acct, Table: "pairs"}
+	if caughtUp(half) {
+		t.Fatal("a wait that began now ended before its question was answered")
+	}
+	waitCaughtUp(half)
+	if caughtUp(whole) {
+		t.Fatal("the span changed, and the wait ended on the answer to a question asked before")
+	}
+	waitCaughtUp(whole)
+}

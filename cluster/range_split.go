@@ -49,23 +49,23 @@ func (n *Node) SplitTable(ctx context.Context, account, table, at string) error 
 }
 
 // maybeSplit proposes, on the ready leader of a range group with no
-// change in flight, the split of its span that the catalog has recorded
-// (spanSplit): tg is the catalog's range that governs the span. It
-// reports whether it proposed. The child is the range that starts where
+// change in flight, the split of its span sp that the catalog has
+// recorded (spanSplit), once the catalog here has caught up with the
+// system group (catalogCaughtUp): tg is the catalog's range that governs
+// the span. It reports whether it proposed. The child is the range that starts where
 // tg ends, and takes the group's configuration, which is settled (no
 // change in flight: the command carries it, so every replica starts the
 // child alike).
-func (r *replica) maybeSplit(st raft.Status, tg partition.TableGroup) bool {
+func (r *replica) maybeSplit(st raft.Status, tg partition.TableGroup, sp partition.Span) bool {
 	n := r.n
 	child, err := n.st().TableGroupFor(tg.Account, tg.Table, tg.End)
 	if err != nil || child.ID == 0 || child.Start != tg.End {
 		return false
 	}
-	if slices.Contains(n.st().GroupMerged(r.group), child.ID) {
-		// This node's catalog lags: the group's log split the child off
-		// and merged it back since. Every replica would refuse the split.
+	if !n.catalogCaughtUp(r.group, sp) {
 		return false
 	}
+	delete(n.catalogWaits, r.group)
 	last, err := r.rlog.LastIndex()
 	if err != nil {
 		return false
@@ -152,4 +152,34 @@ func (n *Node) splitPending(group uint64) bool {
 		}
 	}
 	return false
+}
+
+// catalogWait is a split's wait on the system group: the node's catch-up
+// question number when it began, and the group's span then.
+type catalogWait struct {
+	since uint64
+	span  partition.Span
+}
+
+// catalogCaughtUp says whether this node's catalog has applied what the
+// system group had committed when asked after the group's span became
+// sp: a split is proposed only from such a catalog. One that lagged the
+// group's own log split off again a child that the group had split off
+// and merged back since (on a node that joined the group by a snapshot
+// past the merge, or was cut off from the system group: chaos moves
+// mode, seed 2). Born twice, the child was frozen and merged twice, and
+// a node that read the first merge in the group's record dropped the
+// second child as a leftover before the group merged it again, which
+// then stopped that node. The catalog entry of any merge the group has
+// applied was committed before the group's log took the merge, so a
+// catalog caught up since the span last changed has it. Every replica
+// also refuses the split of a child the group's record lists as merged
+// (partition.Store.SplitGroupSpan). It runs on the loop.
+func (n *Node) catalogCaughtUp(group uint64, sp partition.Span) bool {
+	w, ok := n.catalogWaits[group]
+	if !ok || w.span != sp {
+		w = catalogWait{since: n.catchUpSeq, span: sp}
+		n.catalogWaits[group] = w
+	}
+	return n.replica.catchUpSince(w.since)
 }
