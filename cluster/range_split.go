@@ -51,11 +51,11 @@ func (n *Node) SplitTable(ctx context.Context, account, table, at string) error 
 // maybeSplit proposes, on the ready leader of a range group with no
 // change in flight, the split of its span sp that the catalog has
 // recorded (spanSplit), once the catalog here has caught up with the
-// system group (catalogCaughtUp): tg is the catalog's range that governs
-// the span. It reports whether it proposed. The child is the range that starts where
-// tg ends, and takes the group's configuration, which is settled (no
-// change in flight: the command carries it, so every replica starts the
-// child alike).
+// system group (catalogCaughtUp): tg is the catalog's range that
+// governs the span. It reports whether it proposed. The child is the
+// range that starts where tg ends, and takes the group's configuration,
+// which is settled (no change in flight: the command carries it, so
+// every replica starts the child alike).
 func (r *replica) maybeSplit(st raft.Status, tg partition.TableGroup, sp partition.Span) bool {
 	n := r.n
 	child, err := n.st().TableGroupFor(tg.Account, tg.Table, tg.End)
