@@ -306,7 +306,7 @@ func (r *replica) reconcile() {
 	if r.group == systemGroup || r.tableless || !r.ready.Load() || r.rawNode().HasReady() {
 		return
 	}
-	work, tg, sp := r.spanDue()
+	work, _, sp := r.spanDue()
 	if work != spanMerge && work != spanFreeze {
 		r.members.mergeSince = 0
 	}
@@ -329,7 +329,7 @@ func (r *replica) reconcile() {
 	}
 	switch work {
 	case spanSplit:
-		if r.maybeSplit(st, tg, sp) {
+		if r.maybeSplit(st, sp) {
 			return
 		}
 	case spanFreeze:

@@ -1163,6 +1163,9 @@ func TestSplitAfterItsMergeIsRefused(t *testing.T) {
 		t.Fatalf("node %d did not take group %d's lease", x.id, left.ID)
 	}
 	time.Sleep(20 * time.Duration(x.node.checkEveryTicks()) * c.tickInterval())
+	if r := x.node.group(left.ID); r == nil || !r.holdsLease() {
+		t.Fatalf("node %d lost group %d's lease: the test lost its point", x.id, left.ID)
+	}
 	splits := func() int {
 		t.Helper()
 		if first, _ := x.rlog.Group(left.ID).FirstIndex(); first > lastBefore+1 {
@@ -1220,35 +1223,45 @@ func countCommands(t *testing.T, st *raftlog.Storage, from uint64, kind command.
 	return k
 }
 
-// TestCatalogWaitRestartsWhenTheSpanChanges: a split waits until the
-// node's catalog has caught up with the system group since the group's
-// span was last seen. An answer to a question asked before the span
-// changed (a merge taken meanwhile, whose catalog entry may be past that
-// answer) does not end the wait; a question asked after does.
-func TestCatalogWaitRestartsWhenTheSpanChanges(t *testing.T) {
+// TestCatalogWaitRestarts: a split waits until the node's catalog has
+// caught up with the system group since the group's leader last saw its
+// span change. An answer to a question asked before the span changed (a
+// merge taken meanwhile, whose catalog entry may be past that answer),
+// or under another term (whose leaders may have changed the span and
+// changed it back), does not end the wait; a question asked after does.
+func TestCatalogWaitRestarts(t *testing.T) {
 	c, _ := newPairsCluster(t, 90)
 	g := c.tableGroup("pairs")
-	tn := c.nodes[c.peers[0]]
-	caughtUp := func(sp partition.Span) (ok bool) {
-		onLoop(t, tn, func() { ok = tn.node.catalogCaughtUp(g.ID, sp) })
+	ld := c.groupLeader(g.ID, 10*time.Second) // forgetWaits keeps its waits
+	var term uint64
+	onLoop(t, ld, func() { term = ld.node.group(g.ID).rawNode().BasicStatus().HardState.GetTerm() })
+	caughtUp := func(term uint64, sp partition.Span) (ok bool) {
+		onLoop(t, ld, func() { ok = ld.node.catalogCaughtUp(g.ID, term, sp) })
 		return ok
 	}
-	waitCaughtUp := func(sp partition.Span) {
+	waitCaughtUp := func(term uint64, sp partition.Span) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !caughtUp(sp); time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); !caughtUp(term, sp); time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("node %d's catalog did not catch up for span %+v", tn.id, sp)
+				t.Fatalf("node %d's catalog did not catch up for term %d, span %+v", ld.id, term, sp)
 			}
 		}
 	}
 	half := partition.Span{Account: acct, Table: "pairs", HighPartitionKey: "p20"}
 	whole := partition.Span{Account: acct, Table: "pairs"}
-	if caughtUp(half) {
+	if caughtUp(term, half) {
 		t.Fatal("a wait that began now ended before its question was answered")
 	}
-	waitCaughtUp(half)
-	if caughtUp(whole) {
+	waitCaughtUp(term, half)
+	if caughtUp(term, whole) {
 		t.Fatal("the span changed, and the wait ended on the answer to a question asked before")
 	}
-	waitCaughtUp(whole)
+	waitCaughtUp(term, whole)
+	if caughtUp(term+1, whole) {
+		t.Fatal("the term changed, and the wait ended on the answer to a question asked before")
+	}
+	waitCaughtUp(term+1, whole)
+	if r := ld.node.group(g.ID); r == nil || !r.holdsLease() {
+		t.Fatalf("node %d lost group %d's lease: the test lost its point", ld.id, g.ID)
+	}
 }

@@ -51,21 +51,25 @@ func (n *Node) SplitTable(ctx context.Context, account, table, at string) error 
 // maybeSplit proposes, on the ready leader of a range group with no
 // change in flight, the split of its span sp that the catalog has
 // recorded (spanSplit), once the catalog here has caught up with the
-// system group (catalogCaughtUp): tg is the catalog's range that
-// governs the span. It reports whether it proposed. The child is the
-// range that starts where tg ends, and takes the group's configuration,
-// which is settled (no change in flight: the command carries it, so
-// every replica starts the child alike).
-func (r *replica) maybeSplit(st raft.Status, tg partition.TableGroup, sp partition.Span) bool {
+// system group (catalogCaughtUp). It reads the catalog only then: read
+// before, it may be older than the index the wait asked for. The child
+// is the range that starts where the group's range ends, and takes the
+// group's configuration, which is settled (no change in flight: the
+// command carries it, so every replica starts the child alike). It
+// reports whether it proposed.
+func (r *replica) maybeSplit(st raft.Status, sp partition.Span) bool {
 	n := r.n
+	if !n.catalogCaughtUp(r.group, st.GetTerm(), sp) {
+		return false
+	}
+	work, tg, now := r.spanDue()
+	if work != spanSplit || now != sp {
+		return false
+	}
 	child, err := n.st().TableGroupFor(tg.Account, tg.Table, tg.End)
 	if err != nil || child.ID == 0 || child.Start != tg.End {
 		return false
 	}
-	if !n.catalogCaughtUp(r.group, sp) {
-		return false
-	}
-	delete(n.catalogWaits, r.group)
 	last, err := r.rlog.LastIndex()
 	if err != nil {
 		return false
@@ -75,6 +79,7 @@ func (r *replica) maybeSplit(st raft.Status, tg partition.TableGroup, sp partiti
 	if err := r.rawNode().Propose(c.Append(nil)); err != nil {
 		return false
 	}
+	delete(n.catalogWaits, r.group)
 	r.members.proposed = confMark{last + 1, st.GetTerm()}
 	r.quiesced.Store(false)
 	n.touch(r)
@@ -155,30 +160,33 @@ func (n *Node) splitPending(group uint64) bool {
 }
 
 // catalogWait is a split's wait on the system group: the node's catch-up
-// question number when it began, and the group's span then.
+// question number when it began, and the group's leader term and span
+// then.
 type catalogWait struct {
-	since uint64
-	span  partition.Span
+	since, term uint64
+	span        partition.Span
 }
 
 // catalogCaughtUp says whether this node's catalog has applied what the
-// system group had committed when asked after the group's span became
-// sp: a split is proposed only from such a catalog. One that lagged the
-// group's own log split off again a child that the group had split off
-// and merged back since (on a node that joined the group by a snapshot
-// past the merge, or was cut off from the system group: chaos moves
-// mode, seed 2). Born twice, the child was frozen and merged twice, and
-// a node that read the first merge in the group's record dropped the
-// second child as a leftover before the group merged it again, which
-// then stopped that node. The catalog entry of any merge the group has
-// applied was committed before the group's log took the merge, so a
-// catalog caught up since the span last changed has it. Every replica
-// also refuses the split of a child the group's record lists as merged
-// (partition.Store.SplitGroupSpan). It runs on the loop.
-func (n *Node) catalogCaughtUp(group uint64, sp partition.Span) bool {
+// system group had committed when asked after this leadership of the
+// group (its term) last saw its span change, to sp: a split is proposed
+// only from such a catalog. One that lagged the group's own log split
+// off again a child that the group had split off and merged back since
+// (on a node that joined the group by a snapshot past the merge, or was
+// cut off from the system group: chaos moves mode, seed 2). Born twice,
+// the child was frozen and merged twice, and a node that read the first
+// merge in the group's record dropped the second child as a leftover
+// before the group merged it again, which then stopped that node. The
+// catalog entry of any merge the group has applied was committed before
+// the group's log took the merge, so a catalog caught up since the span
+// last changed has it. The wait restarts with the term too: under
+// another leader the span may have changed and come back meanwhile.
+// Every replica also refuses the split of a child the group's record
+// lists as merged (partition.Store.SplitGroupSpan). It runs on the loop.
+func (n *Node) catalogCaughtUp(group, term uint64, sp partition.Span) bool {
 	w, ok := n.catalogWaits[group]
-	if !ok || w.span != sp {
-		w = catalogWait{since: n.catchUpSeq, span: sp}
+	if !ok || w.term != term || w.span != sp {
+		w = catalogWait{since: n.catchUpSeq, term: term, span: sp}
 		n.catalogWaits[group] = w
 	}
 	return n.replica.catchUpSince(w.since)
