@@ -259,11 +259,13 @@ func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at str
 	case at <= sp.LowPartitionKey || (sp.HighPartitionKey != "" && at >= sp.HighPartitionKey) || child == 0 || child == parent:
 		return serviceErrorf(CodeInvalidInput, "The split is not valid.", "(%q in group %d's span [%q, %q))", at, parent, sp.LowPartitionKey, sp.HighPartitionKey)
 	case slices.Contains(g.merged, child):
-		// A leader whose catalog lagged its own log's merge of the child
-		// proposed the split that made the child again. Born twice, the
-		// child would be frozen and merged twice, and a node that read
-		// the record would drop the second one as a leftover before this
-		// group merged it again.
+		// A split that would make the child again, proposed from a
+		// catalog older than this group's merge of it. A leader waits
+		// for its catalog to catch up before it splits (the cluster's
+		// catalogCaughtUp); this is every replica's backstop, alike on
+		// each: born twice, the child would be frozen and merged twice,
+		// and a node that read the record would drop the second one as
+		// a leftover before this group merged it again.
 		return serviceErrorf(CodeInvalidInput, "The split is not valid.", "(group %d merged group %d already)", parent, child)
 	}
 	low, high := g, g
