@@ -158,6 +158,23 @@ func encodeMembers(b memberBook) []byte {
 	return out.Bytes()
 }
 
+// checkAddress says whether addr can be a member's internal address in
+// MEMBERS, which holds it after the member's id and a space, one a line:
+// it must be printable ASCII without spaces, or it would not read back as
+// written (a carriage return, a line break) and the node could not
+// restart. What the address means is the transport's business.
+func checkAddress(addr string) error {
+	if addr == "" {
+		return errors.New("cluster: an empty address")
+	}
+	for i := 0; i < len(addr); i++ {
+		if c := addr[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("cluster: address %q holds byte %#x: want printable ASCII without spaces", addr, c)
+		}
+	}
+	return nil
+}
+
 // decodeMembers reads a member book. A book written before ids were
 // tracked has address lines only: its highest is its highest id.
 func decodeMembers(raw []byte) (memberBook, error) {
@@ -180,7 +197,7 @@ func decodeMembers(raw []byte) (memberBook, error) {
 			continue
 		}
 		id, err := strconv.ParseUint(key, 10, 64)
-		if !ok || err != nil || id == 0 || val == "" {
+		if !ok || err != nil || id == 0 || checkAddress(val) != nil {
 			return memberBook{}, fmt.Errorf("cluster: a bad member line %q", sc.Text())
 		}
 		b.addrs[id] = val
@@ -299,7 +316,9 @@ func (n *Node) applyConfChange(e *raftpb.Entry) error {
 		// that assigned it: whoever leads next assigns past it.
 		err = n.updateMembers(func(b *memberBook) {
 			b.highest = max(b.highest, id)
-			if addr := string(cc.GetContext()); addr != "" && !b.removed[id] {
+			// The leader checked the address (AddMember); the check here
+			// keeps an unreadable one out of MEMBERS all the same.
+			if addr := string(cc.GetContext()); checkAddress(addr) == nil && !b.removed[id] {
 				b.addrs[id] = addr
 			}
 		})
@@ -420,6 +439,9 @@ type memberAnswer struct {
 // a learner and returns its new id; the leader promotes it to a voter
 // once it has caught up. Only the ready leader takes it.
 func (n *Node) AddMember(ctx context.Context, addr string) (uint64, error) {
+	if err := checkAddress(addr); err != nil {
+		return 0, err
+	}
 	a, err := n.memberChange(ctx, memberRequest{add: addr})
 	if err != nil {
 		return 0, err

@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tabuladb/tabula/cluster/transport"
 	"github.com/tabuladb/tabula/partition"
 )
 
@@ -266,5 +271,44 @@ func retryMember(c *testCluster, f func(*Node) (uint64, error)) (uint64, error) 
 			return id, err
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestMemberAddressesAreChecked: MEMBERS holds a member's address after
+// its id and a space, one a line, so an address with a space, a line
+// break or a carriage return would not read back, and the node could not
+// restart. The configuration, AddMember and the operator's request refuse
+// one, and nothing is proposed.
+func TestMemberAddressesAreChecked(t *testing.T) {
+	c := newTestCluster(t, 3, 24)
+	ld := c.leader(10 * time.Second)
+	cfg := ld.node.cfg
+	cfg.Members = map[uint64]string{1: "sim-1", 2: "sim-2\r"}
+	if _, err := NewNode(cfg); err == nil || !strings.Contains(err.Error(), "member 2") {
+		t.Errorf("a configured member's address with a carriage return: %v", err)
+	}
+
+	highest := ld.node.members.highest()
+	last, _ := ld.rlog.Group(systemGroup).LastIndex()
+	for _, addr := range []string{"", "sim 4", "sim-4\r", "sim-4\n2 sim-5", "sim-\x004", "sim-\u00e94"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, err := ld.node.AddMember(ctx, addr); err == nil || ctx.Err() != nil {
+			t.Errorf("AddMember(%q) was taken, or not refused at once: %v", addr, err)
+		}
+		cancel()
+	}
+	secret := []byte("a cluster secret of thirty-two bytes")
+	h := NewHTTP(ld.node, http.NotFoundHandler(), nil, secret)
+	for _, addr := range []string{"", "sim-4", "127.0.0.1:7004\r", "127.0.0.1 :7004"} {
+		req := httptest.NewRequest(http.MethodPost, membersPath+"?addr="+url.QueryEscape(addr), nil)
+		transport.Sign(req, secret, purposeMember, 0, ld.id, time.Now())
+		rec := httptest.NewRecorder()
+		h.Internal().ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest {
+			t.Errorf("the operator's add of %q: %d %s", addr, rec.Code, rec.Body)
+		}
+	}
+	if l, _ := ld.rlog.Group(systemGroup).LastIndex(); l != last || ld.node.members.highest() != highest {
+		t.Errorf("a refused address changed the group: log %d -> %d, highest %d -> %d", last, l, highest, ld.node.members.highest())
 	}
 }

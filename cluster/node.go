@@ -142,6 +142,11 @@ func NewNode(cfg Config) (*Node, error) {
 	if c.ID == 0 || c.Store == nil || c.DataDir == "" || c.Log == nil || c.Transport == nil {
 		return nil, errors.New("cluster: a node needs an ID, a store and its data directory, a log and a transport")
 	}
+	for id, addr := range c.Members {
+		if err := checkAddress(addr); err != nil {
+			return nil, fmt.Errorf("cluster: member %d: %w", id, err)
+		}
+	}
 	dir := newStoreDir(c.DataDir, c.StoreOptions)
 	ptr, err := dir.readPointer()
 	if err != nil {

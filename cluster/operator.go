@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -45,8 +46,8 @@ func (h *HTTP) membersHandler(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		addr := r.URL.Query().Get("addr")
-		if addr == "" {
-			http.Error(w, "addr is missing", http.StatusBadRequest)
+		if _, _, err := net.SplitHostPort(addr); err != nil || checkAddress(addr) != nil {
+			http.Error(w, fmt.Sprintf("addr %q is missing or not host:port", addr), http.StatusBadRequest)
 			return
 		}
 		id, err = h.node.AddMember(ctx, addr)
