@@ -25,10 +25,13 @@ func NewMem() *MemFS {
 	return &MemFS{
 		files:       map[string]*memFile{},
 		durable:     map[string]*memFile{},
-		dirs:        map[string]bool{"/": true, ".": true},
-		durableDirs: map[string]bool{"/": true, ".": true},
+		dirs:        map[string]bool{rootDir: true, ".": true},
+		durableDirs: map[string]bool{rootDir: true, ".": true},
 	}
 }
+
+// rootDir is "/" as filepath.Clean writes it: `\` on Windows.
+var rootDir = filepath.Clean("/")
 
 // MemFS is the in-memory filesystem NewMem returns.
 type MemFS struct {

@@ -1,11 +1,13 @@
 package vfs
 
 import (
-	"fmt"
-	"io"
+	"errors"
 	"os"
-	"syscall"
 )
+
+// ErrLocked is what Lock returns, wrapped, when another process or an
+// open DB holds the lock.
+var ErrLocked = errors.New("held by another process or an open DB")
 
 type osFS struct{}
 
@@ -14,8 +16,6 @@ func (osFS) Create(name string) (File, error) {
 }
 
 func (osFS) Open(name string) (File, error) { return os.Open(name) }
-
-func (osFS) OpenDir(name string) (File, error) { return os.Open(name) }
 
 func (osFS) Remove(name string) error { return os.Remove(name) }
 
@@ -40,23 +40,6 @@ func (osFS) List(dir string) ([]string, error) {
 }
 
 func (osFS) Stat(name string) (os.FileInfo, error) { return os.Stat(name) }
-
-// Lock uses flock(2). Locks belong to the open file description, so a second
-// Lock of the same name fails even from within the same process.
-func (osFS) Lock(name string) (io.Closer, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if err == syscall.EWOULDBLOCK {
-			return nil, fmt.Errorf("lock %s: held by another process or an open DB: %w", name, err)
-		}
-		return nil, fmt.Errorf("lock %s: %w", name, err)
-	}
-	return f, nil
-}
 
 // Link implements Linker with link(2).
 func (osFS) Link(oldname, newname string) error { return os.Link(oldname, newname) }

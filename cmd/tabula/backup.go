@@ -7,11 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/tabuladb/tabula/backup"
 	"github.com/tabuladb/tabula/partition"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // backupCommand is `tabula backup --data DIR OUT`: a consistent copy of the
@@ -118,7 +118,7 @@ func offlineCheckpoint(data, dir string, adminErr error) (uint64, error) {
 }
 
 // isLockHeld reports whether err is the refusal of a store's lock.
-func isLockHeld(err error) bool { return errors.Is(err, syscall.EWOULDBLOCK) }
+func isLockHeld(err error) bool { return errors.Is(err, vfs.ErrLocked) }
 
 // restoreCommand is `tabula restore BACKUP DIR`.
 func restoreCommand(args []string, stdout, stderr io.Writer) int {
