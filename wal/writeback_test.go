@@ -53,8 +53,11 @@ func TestBytesPerSyncStartsWriteback(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if syncs.Load() != before+1 {
-		t.Fatalf("Close made %d fsyncs, want 1", syncs.Load()-before)
+	// Where writeback was started without fsyncs, Close must make one.
+	// Elsewhere BytesPerSync's own fsyncs may already have covered the
+	// whole log, and Close has none left to make.
+	if n := syncs.Load() - before; n > 1 || (writebackHere && n != 1) {
+		t.Fatalf("Close made %d fsyncs, want 1 (or 0 where writeback needs fsyncs)", n)
 	}
 	fi, err := f.Stat()
 	if err != nil {
