@@ -40,14 +40,25 @@ const populateChunk = hugePageSize
 
 // populateLead is how far ahead of the allocation offset a populator keeps
 // pages faulted in: enough that writers do not catch up with it, small
-// enough that an arena costs about what its entries use.
+// enough that an arena costs about what its entries use. A smaller arena
+// gets an eighth of its size (populatorLead): a DB's first memtables are
+// small (lsm.Options.InitialMemTableSize) and often hold little, and a
+// full lead on each of them was RSS that no entry used.
 const populateLead = 2 * hugePageSize
+
+// populatorLead is the lead of a populator over an arena of size bytes:
+// whole pages, as madvise takes them, and at least one.
+func populatorLead(size uint64) uint64 {
+	const page = 4 << 10
+	return max(min(populateLead, size/8)&^(page-1), page)
+}
 
 // startPopulating starts a populator on an arena mapping whose
 // allocation offset is used.
 func startPopulating(buf []byte, used *atomic.Uint64) *populator {
 	p := &populator{
 		used: used,
+		lead: populatorLead(uint64(len(buf))),
 		wake: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 		done: make(chan struct{}),
@@ -65,6 +76,7 @@ func startPopulating(buf []byte, used *atomic.Uint64) *populator {
 // may run over pages writers are filling.
 type populator struct {
 	used  *atomic.Uint64 // the arena's allocation offset
+	lead  uint64         // populatorLead of the arena
 	ahead atomic.Uint64  // the pages below it are populated
 	wake  chan struct{}  // nudge's: the writers came near ahead
 	quit  chan struct{}  // halt's
@@ -75,9 +87,9 @@ func (p *populator) populate(buf []byte) {
 	defer close(p.done)
 	size := uint64(len(buf))
 	for {
-		target := min(p.used.Load()+populateLead, size)
+		target := min(p.used.Load()+p.lead, size)
 		for off := p.ahead.Load(); off < target; off = p.ahead.Load() {
-			end := min(off+populateChunk, size)
+			end := min(off+min(populateChunk, p.lead), size)
 			_, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(unsafe.Pointer(&buf[off])), uintptr(end-off), madvPopulateWrite)
 			if errno != 0 {
 				return // an older kernel: writers fault the pages in
@@ -99,7 +111,7 @@ func (p *populator) populate(buf []byte) {
 // within half its lead of the populated pages. Cheap enough for every
 // allocation: a load, and a send once per half lead.
 func (p *populator) nudge(end uint64) {
-	if end+populateLead/2 > p.ahead.Load() {
+	if end+p.lead/2 > p.ahead.Load() {
 		select {
 		case p.wake <- struct{}{}:
 		default:
