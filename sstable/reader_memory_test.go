@@ -35,10 +35,10 @@ const mapsOutsideHeap = runtime.GOOS == "linux"
 
 // TestReaderMetaOutsideHeap: a table's index and filter, large enough to
 // be mapped, cost the Go heap nothing per open Reader (where they can be
-// mapped), every key is found
-// through them and every absent key missed, the index keeps only the part
-// of each separator past the common prefix, and a closed Reader refuses
-// use instead of answering from memory it gave back.
+// mapped), every key is found through them and every absent key missed,
+// the index keeps only the part of each separator past the common
+// prefix, and a closed Reader refuses use instead of answering from
+// memory it gave back.
 func TestReaderMetaOutsideHeap(t *testing.T) {
 	data, keys := clusteredTable(t, 20_000)
 	r := openTable(t, data, ReaderOptions{})

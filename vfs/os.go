@@ -41,5 +41,6 @@ func (osFS) List(dir string) ([]string, error) {
 
 func (osFS) Stat(name string) (os.FileInfo, error) { return os.Stat(name) }
 
-// Link implements Linker with link(2).
+// Link implements Linker with a hard link (link(2), CreateHardLink on
+// Windows).
 func (osFS) Link(oldname, newname string) error { return os.Link(oldname, newname) }
