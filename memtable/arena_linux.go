@@ -1,6 +1,7 @@
 package memtable
 
 import (
+	"os"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -47,9 +48,10 @@ const populateChunk = hugePageSize
 const populateLead = 2 * hugePageSize
 
 // populatorLead is the lead of a populator over an arena of size bytes:
-// whole pages, as madvise takes them, and at least one.
+// whole pages of the system's size, as madvise takes them (64 KiB on
+// some arm64 kernels), and at least one.
 func populatorLead(size uint64) uint64 {
-	const page = 4 << 10
+	page := uint64(os.Getpagesize())
 	return max(min(populateLead, size/8)&^(page-1), page)
 }
 
