@@ -34,7 +34,7 @@ func (f *prefetchingFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // TestReadahead: an iterator reading a table's blocks from the file in
-// order asks for the range ahead, in windows growing from 64 KiB to
+// order asks for the range ahead, in windows growing from 8 KiB to
 // 256 KiB that never overlap, so that every block past the first two was
 // asked for before it was read; a point read asks for nothing, nor does
 // an iterator reading two blocks, nor one that jumps about; blocks found
