@@ -35,18 +35,12 @@ func (f *prefetchingFile) ReadAt(p []byte, off int64) (int, error) {
 
 // TestReadahead: an iterator reading a table's blocks from the file in
 // order asks for the range ahead, in windows growing from 8 KiB to
-// 256 KiB that never overlap, so that every block past the first two was
-// asked for before it was read; a point read asks for nothing, nor does
+// 256 KiB that never overlap, so that every block past the first three
+// was asked for before it was read; a point read asks for nothing, nor does
 // an iterator reading two blocks, nor one that jumps about; blocks found
 // in the block cache are not counted as reads.
 func TestReadahead(t *testing.T) {
-	all, data := readaheadTable(t)
-	f := &prefetchingFile{memFile: newMemFile(data)}
-	r, err := NewReader(f, int64(len(data)), ReaderOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	all, data, f, r := readaheadTable(t)
 	scan := func(it base.InternalIterator) int {
 		t.Helper()
 		n := 0
@@ -144,14 +138,7 @@ func TestReadahead(t *testing.T) {
 // what it reads. It asks for 1.35 times with the first window at 8 KiB;
 // a first window of 64 KiB asked for 1.95 times, and one of 32 KiB 2.45.
 func TestShortScanReadsLittleAhead(t *testing.T) {
-	_, data := readaheadTable(t)
-	f := &prefetchingFile{memFile: newMemFile(data)}
-	r, err := NewReader(f, int64(len(data)), ReaderOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-
+	_, _, f, r := readaheadTable(t)
 	f.asked, f.reads = nil, nil
 	it := r.NewIter(nil, nil)
 	for ok := it.SeekGE([]byte("key010000")); ok && len(f.reads) < 8; {
@@ -171,13 +158,22 @@ func TestShortScanReadsLittleAhead(t *testing.T) {
 }
 
 // readaheadTable builds an uncompressed table of 20,000 entries of 100-byte
-// values (about 30 entries a block), keys key000000 to key019999.
-func readaheadTable(t *testing.T) ([]kv, []byte) {
+// values (about 30 entries a block), keys key000000 to key019999, and opens
+// it, with no cache, on a file that records its prefetches and reads. It
+// returns the entries, the table's bytes, the file and the Reader, which
+// the test's end closes.
+func readaheadTable(t *testing.T) ([]kv, []byte, *prefetchingFile, *Reader) {
 	t.Helper()
 	var all []kv
 	for i := range 20000 {
 		all = append(all, kv{base.MakeInternalKey(fmt.Appendf(nil, "key%06d", i), 1, base.KindSet), bytes.Repeat([]byte{byte(i)}, 100)})
 	}
 	data, _ := buildTable(t, all, WriterOptions{Compression: NoCompression})
-	return all, data
+	f := &prefetchingFile{memFile: newMemFile(data)}
+	r, err := NewReader(f, int64(len(data)), ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return all, data, f, r
 }
