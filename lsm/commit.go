@@ -332,6 +332,9 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 			if stallStart.IsZero() {
 				stallStart = time.Now()
 				db.metrics.stallCount.Add(1)
+				// The queue may be too small for the flush loop to take
+				// up on its own (flushCountLocked).
+				signal(db.flushSignal)
 			}
 			db.cond.Wait()
 			if err := db.writeErrLocked(); err != nil {

@@ -40,6 +40,9 @@ type DB struct {
 		// either lock suffices to read it.
 		mutable *memTable
 		queue   []*memTable // full memtables waiting for flush, oldest first
+		// flushWaiters counts the Flush calls waiting: while there are
+		// any, queued memtables are flushed however little they hold.
+		flushWaiters int
 		// size is the arena size the mutable memtable got: the first
 		// gets Options.InitialMemTableSize, and each rotation doubles it
 		// up to Options.MemTableSize.

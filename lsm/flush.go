@@ -66,6 +66,8 @@ func (db *DB) awaitLogClose(closed func() error) error {
 // waitFlushedLocked waits until memtable target (nil: none) is flushed.
 // Called with db.mu held.
 func (db *DB) waitFlushedLocked(target *memTable) error {
+	db.mem.flushWaiters++
+	defer func() { db.mem.flushWaiters-- }()
 	for target != nil && slices.Contains(db.mem.queue, target) {
 		if db.closed.Load() {
 			return ErrClosed
@@ -92,20 +94,22 @@ func (db *DB) flushLoop() {
 	}
 }
 
-// flushOne writes the oldest queued memtable to an L0 table. It returns
-// false when there was nothing to do or the flush failed.
+// flushOne writes the oldest queued memtables to L0: one, or as many
+// small ones as it takes (flushCountLocked). It returns false when there
+// was nothing to do or the flush failed.
 func (db *DB) flushOne() bool {
 	db.mu.Lock()
-	if len(db.mem.queue) == 0 || db.bgErr != nil {
+	n := db.flushCountLocked()
+	if n == 0 || db.bgErr != nil {
 		db.mu.Unlock()
 		return false
 	}
-	m := db.mem.queue[0]
+	mems := slices.Clone(db.mem.queue[:n])
 	db.mu.Unlock()
 
-	// Every write in the memtable must be visible before it reaches a
+	// Every write in the memtables must be visible before it reaches a
 	// table: compactions treat table contents as seen by current readers.
-	if !db.waitVisible(m.lastSeq) {
+	if !db.waitVisible(mems[n-1].lastSeq) {
 		return false
 	}
 	start := time.Now()
@@ -115,30 +119,77 @@ func (db *DB) flushOne() bool {
 	v.ref()
 	db.mu.Unlock()
 
-	iter := m.NewIter(nil, nil)
+	iters := make([]base.InternalIterator, n)
+	for i, m := range mems {
+		iters[i] = m.NewIter(nil, nil)
+	}
+	iter := iters[0]
+	if n > 1 {
+		iter = newMergingIter(iters)
+	}
 	metas, err := db.writeTables(newCompactionIter(iter, snapshots, baseLevelChecker(v, 0), db.opts.DropKey), 0, nil, db.roomToSpare)
 	if cerr := iter.Close(); err == nil {
 		err = cerr
 	}
 	v.unref()
 
-	if !db.installFlush(m, metas, err, start) {
+	if !db.installFlush(mems, metas, err, start) {
 		return false
 	}
-	// The DB's reference, dropped outside mu: the last unref unmaps the
+	// The DB's references, dropped outside mu: the last unref unmaps an
 	// arena, which takes a while for a large one. Readers still holding
-	// it keep it until they are done.
-	m.unref()
+	// one keep it until they are done.
+	for _, m := range mems {
+		m.unref()
+	}
 	return true
 }
 
-// installFlush logs the tables a flush of m wrote (or records err, the
-// flush's failure) and takes m off the queue. It reports whether it did.
-func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start time.Time) bool {
+// flushCountLocked says how many of the oldest queued memtables the next
+// flush writes: the fewest that add up to minFlushBytes. A young DB's
+// small memtables (InitialMemTableSize, doubling) so wait to be flushed
+// together, as in Pebble: a flush costs a table, a manifest edit and their
+// fsyncs whatever its size, every few milliseconds for the first small
+// memtables, and synced writes waited behind those fsyncs. With
+// full-size memtables it is one. Less than that is flushed too, all of
+// it, once a Flush waits for it or writers stall (a batch's own, larger
+// memtable may stall them behind small queued ones). Called with db.mu
+// held.
+func (db *DB) flushCountLocked() int {
+	var queued int64
+	for i, m := range db.mem.queue {
+		queued += int64(m.Capacity())
+		if queued >= db.minFlushBytes() {
+			return i + 1
+		}
+	}
+	if db.mem.flushWaiters > 0 || db.memTableStallLocked() {
+		return len(db.mem.queue)
+	}
+	return 0
+}
+
+// minFlushBytes is how much memtable a flush waits for (flushCountLocked):
+// half a full memtable, as in Pebble, but at most 4 MiB. Pebble's half
+// (32 MiB by default) made the first flush of a fill carry the first
+// eight memtables, 64 MiB, while the next full one filled; the fill's
+// peak RSS and its longest writes grew (an A/B run at N = 1M: fillrandom
+// 150-156 MiB against 141-144, fillseq's longest writes 44-66 ms against
+// 12-17). 4 MiB still
+// spares a young DB the flushes of its first four memtables (3.75 MiB).
+func (db *DB) minFlushBytes() int64 {
+	return min(db.opts.MemTableSize/2, 4<<20)
+}
+
+// installFlush logs the tables a flush of mems (the oldest queued
+// memtables) wrote, or records err, the flush's failure, and takes mems
+// off the queue. It reports whether it did.
+func (db *DB) installFlush(mems []*memTable, metas []*fileMetadata, err error, start time.Time) bool {
 	db.mu.Lock()
+	n := len(mems)
 	edit := &versionEdit{logNum: db.mem.mutable.logNum}
-	if len(db.mem.queue) > 1 {
-		edit.logNum = db.mem.queue[1].logNum
+	if len(db.mem.queue) > n {
+		edit.logNum = db.mem.queue[n].logNum
 	}
 	for _, meta := range metas {
 		edit.added = append(edit.added, newFileEntry{level: 0, meta: meta})
@@ -154,7 +205,7 @@ func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start 
 		db.mu.Unlock()
 		return false
 	}
-	db.mem.queue = db.mem.queue[1:]
+	db.mem.queue = db.mem.queue[n:]
 	db.updateReadState()
 	db.metrics.flushCount.Add(1)
 	db.metrics.flushNanos.Add(int64(time.Since(start)))
@@ -169,8 +220,10 @@ func (db *DB) installFlush(m *memTable, metas []*fileMetadata, err error, start 
 	// filesystem's journal, behind a compaction's fsync (a watched 20M
 	// fill caught a write waiting 40 ms so). Nothing needs the segment
 	// now but a checkpoint copying it (logRecycler).
-	if m.logNum < edit.logNum && !db.retireLog(m) {
-		db.fs.Remove(makeFilename(db.dir, fileTypeLog, m.logNum))
+	for _, m := range mems {
+		if m.logNum < edit.logNum && !db.retireLog(m) {
+			db.fs.Remove(makeFilename(db.dir, fileTypeLog, m.logNum))
+		}
 	}
 	return true
 }

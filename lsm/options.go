@@ -34,10 +34,13 @@ type Options struct {
 	// InitialMemTableSize is the arena size of the first memtable a DB
 	// opens with (capped at MemTableSize). Default 256 KiB, as in Pebble:
 	// a DB that writes little holds little memory, and small memtables are
-	// quicker to insert into (fewer cache misses per search), at the price
-	// of more, smaller flushes. Negative starts at MemTableSize, which
-	// keeps a small data set in the memtable rather than in tables, where
-	// scans of it are slower (decoding blocks, merging levels).
+	// quicker to insert into (fewer cache misses per search). As in Pebble
+	// too, they are not flushed one by one: a flush waits until the queued
+	// ones add up to half of MemTableSize (at most 4 MiB) and writes them
+	// to one table.
+	// Negative starts at MemTableSize, which keeps a small data set in the
+	// memtable rather than in tables, where scans of it are slower
+	// (decoding blocks, merging levels).
 	InitialMemTableSize int64
 	// MemTableStopWritesThreshold is how many full memtables' worth of
 	// memtables (MemTableSize bytes each) may wait for their flush before
