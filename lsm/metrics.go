@@ -30,7 +30,7 @@ type Metrics struct {
 		Immutable int   // full memtables waiting for flush
 	}
 	Flush struct {
-		Count        int64
+		Count        int64 // flushes: each writes one memtable, or several small ones
 		BytesWritten int64
 		Duration     time.Duration
 	}

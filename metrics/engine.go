@@ -50,7 +50,7 @@ func newEngineCollector(store func() *partition.Store) *engineCollector {
 		compactionRead:     d("compaction_read_bytes_total", "Bytes read by compactions."),
 		compactionWrite:    d("compaction_written_bytes_total", "Bytes written by compactions."),
 		compactionSeconds:  d("compaction_seconds_total", "Time spent compacting."),
-		flushes:            d("flushes_total", "Memtables flushed to L0 tables."),
+		flushes:            d("flushes_total", "Flushes of memtables to L0 tables (one memtable, or several small ones together)."),
 		flushBytes:         d("flush_written_bytes_total", "Bytes written by flushes."),
 		flushSeconds:       d("flush_seconds_total", "Time spent flushing."),
 		stalls:             d("write_stalls_total", "Times writes waited for a flush or a compaction (too many memtables or L0 tables)."),
