@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // flushLoop is the background goroutine. Each round takes everything
@@ -58,7 +60,7 @@ func (w *Writer) flushLoop() {
 				}
 			}
 			if err == nil && writeBack {
-				if !startWriteback(w.f, writtenBack, target-writtenBack) {
+				if !vfs.StartWriteback(w.f, writtenBack, target-writtenBack) {
 					doSync = true
 				}
 				writtenBack = target

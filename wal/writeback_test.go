@@ -12,10 +12,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // writebackHere says whether this platform starts writeback without an
-// fsync (writeback_sync_file_range.go).
+// fsync (vfs.StartWriteback).
 var writebackHere = runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")
 
 // TestBytesPerSyncStartsWriteback checks that on an OS file BytesPerSync
@@ -28,11 +30,11 @@ func TestBytesPerSyncStartsWriteback(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if got := startWriteback(f, 0, 0); got != writebackHere {
-		t.Fatalf("startWriteback on an OS file: %v, want %v on %s/%s", got, writebackHere, runtime.GOOS, runtime.GOARCH)
+	if got := vfs.StartWriteback(f, 0, 0); got != writebackHere {
+		t.Fatalf("vfs.StartWriteback on an OS file: %v, want %v on %s/%s", got, writebackHere, runtime.GOOS, runtime.GOARCH)
 	}
-	if startWriteback(&memFile{}, 0, 0) {
-		t.Fatal("startWriteback on a file with no descriptor reported success")
+	if vfs.StartWriteback(&memFile{}, 0, 0) {
+		t.Fatal("vfs.StartWriteback on a file with no descriptor reported success")
 	}
 
 	var syncs atomic.Int32
