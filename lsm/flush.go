@@ -420,7 +420,33 @@ func (db *DB) newTableOutput() (*tableOutput, error) {
 	wo := db.opts.writerOptions()
 	sc := db.tableScratch.get()
 	wo.Scratch = sc
-	return &tableOutput{db: db, fileNum: fileNum, file: f, w: sstable.NewWriter(f, wo), scratch: sc}, nil
+	return &tableOutput{db: db, fileNum: fileNum, file: f, w: sstable.NewWriter(&writebackWriter{f: f}, wo), scratch: sc}, nil
+}
+
+// tableBytesPerSync is how much of a table its writer lets the kernel
+// hold unwritten before starting writeback (vfs.StartWriteback), as
+// Pebble's BytesPerSync (512 KiB) and RocksDB's bytes_per_sync do. A
+// table written whole into the page cache and then fsynced held its
+// flush up for the whole write at the end (tens of MiB), and every WAL
+// fsync behind it.
+const tableBytesPerSync = 1 << 20
+
+// writebackWriter writes a table to its file and starts the kernel's
+// writeback of every tableBytesPerSync bytes written.
+type writebackWriter struct {
+	f                vfs.File
+	written, started int64
+	off              bool // the file cannot: a test filesystem's
+}
+
+func (w *writebackWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.written += int64(n)
+	if !w.off && w.written-w.started >= tableBytesPerSync {
+		w.off = !vfs.StartWriteback(w.f, w.started, w.written-w.started)
+		w.started = w.written
+	}
+	return n, err
 }
 
 // releaseScratch lends the writer's memory to the next table, once the
