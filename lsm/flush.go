@@ -175,8 +175,8 @@ func (db *DB) flushCountLocked() int {
 // eight memtables, 64 MiB, while the next full one filled; the fill's
 // peak RSS and its longest writes grew (an A/B run at N = 1M: fillrandom
 // 150-156 MiB against 141-144, fillseq's longest writes 44-66 ms against
-// 12-17). 4 MiB still
-// spares a young DB the flushes of its first four memtables (3.75 MiB).
+// 12-17). 4 MiB still spares a young DB the flushes of its first four
+// memtables (3.75 MiB).
 func (db *DB) minFlushBytes() int64 {
 	return min(db.opts.MemTableSize/2, 4<<20)
 }

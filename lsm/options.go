@@ -37,10 +37,9 @@ type Options struct {
 	// quicker to insert into (fewer cache misses per search). As in Pebble
 	// too, they are not flushed one by one: a flush waits until the queued
 	// ones add up to half of MemTableSize (at most 4 MiB) and writes them
-	// to one table.
-	// Negative starts at MemTableSize, which keeps a small data set in the
-	// memtable rather than in tables, where scans of it are slower
-	// (decoding blocks, merging levels).
+	// to one table. Negative starts at MemTableSize, which keeps a small
+	// data set in the memtable rather than in tables, where scans of it
+	// are slower (decoding blocks, merging levels).
 	InitialMemTableSize int64
 	// MemTableStopWritesThreshold is how many full memtables' worth of
 	// memtables (MemTableSize bytes each) may wait for their flush before
