@@ -69,11 +69,11 @@ func TestMemTablesGrow(t *testing.T) {
 }
 
 // TestSmallMemTablesFlushTogether checks that a young DB's small memtables
-// wait for flush until they add up to half a full memtable, and are then
-// written to one table by one flush; that Flush writes out a smaller queue
-// at once; and that a writer stalled behind a small queue (behind a
-// batch's own large memtable, with a stop threshold of one memtable) gets
-// it flushed rather than waiting for ever.
+// wait for flush until they add up to minFlushBytes (half a memtable
+// here), and are then written to one table by one flush; that Flush
+// writes out a smaller queue at once; and that a writer stalled behind a
+// small queue (behind a batch's own large memtable, with a stop threshold
+// of one memtable) gets it flushed rather than waiting for ever.
 func TestSmallMemTablesFlushTogether(t *testing.T) {
 	opts := smallOptions()
 	opts.MemTableSize = 1 << 20
@@ -92,7 +92,7 @@ func TestSmallMemTablesFlushTogether(t *testing.T) {
 		return dbState{db.mem.mutable.Capacity(), len(db.mem.queue), len(db.versions.current.levels[0]), db.metrics.flushCount.Load()}
 	}
 	// within fails the test if fn has not returned after a while: each
-	// case below hung before its flush was forced.
+	// case below hangs if its flush is not forced.
 	within := func(what string, fn func() error) {
 		t.Helper()
 		done := make(chan error, 1)
