@@ -420,7 +420,7 @@ func (db *DB) newTableOutput() (*tableOutput, error) {
 	wo := db.opts.writerOptions()
 	sc := db.tableScratch.get()
 	wo.Scratch = sc
-	return &tableOutput{db: db, fileNum: fileNum, file: f, w: sstable.NewWriter(&writebackWriter{f: f}, wo), scratch: sc}, nil
+	return &tableOutput{db: db, fileNum: fileNum, file: f, w: sstable.NewWriter(&writebackWriter{f: f, start: vfs.StartWriteback}, wo), scratch: sc}, nil
 }
 
 // tableBytesPerSync is how much of a table its writer lets the kernel
@@ -432,18 +432,20 @@ func (db *DB) newTableOutput() (*tableOutput, error) {
 const tableBytesPerSync = 1 << 20
 
 // writebackWriter writes a table to its file and starts the kernel's
-// writeback of every tableBytesPerSync bytes written.
+// writeback of every tableBytesPerSync bytes written, with start
+// (vfs.StartWriteback).
 type writebackWriter struct {
 	f                vfs.File
+	start            func(f any, off, n int64) bool
 	written, started int64
-	off              bool // the file cannot: a test filesystem's
+	off              bool // start failed: a test filesystem's file
 }
 
 func (w *writebackWriter) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
 	w.written += int64(n)
 	if !w.off && w.written-w.started >= tableBytesPerSync {
-		w.off = !vfs.StartWriteback(w.f, w.started, w.written-w.started)
+		w.off = !w.start(w.f, w.started, w.written-w.started)
 		w.started = w.written
 	}
 	return n, err

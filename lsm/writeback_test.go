@@ -2,7 +2,7 @@ package lsm
 
 import (
 	"bytes"
-	"os"
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -10,16 +10,21 @@ import (
 	"github.com/tabuladb/tabula/vfs"
 )
 
-// TestTableWritebackEveryMiB checks that a table's writer starts the
-// kernel's writeback every tableBytesPerSync bytes on an OS file (where
-// the platform can), and gives up at the first attempt on a file with no
-// descriptor, writing on as before.
+// TestTableWritebackEveryMiB checks that a table's writer asks for the
+// writeback of each MiB it has written, once, in order, and asks no more
+// once an ask fails (a file with no descriptor), writing on as before.
 func TestTableWritebackEveryMiB(t *testing.T) {
-	canHere := runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")
 	chunk := bytes.Repeat([]byte{7}, 64<<10)
-	write := func(f vfs.File) *writebackWriter {
+	var asked []string
+	record := func(ok bool) func(any, int64, int64) bool {
+		return func(_ any, off, n int64) bool {
+			asked = append(asked, fmt.Sprintf("%d+%d", off>>10, n>>10))
+			return ok
+		}
+	}
+	write := func(f vfs.File, start func(any, int64, int64) bool) *writebackWriter {
 		t.Helper()
-		w := &writebackWriter{f: f}
+		w := &writebackWriter{f: f, start: start}
 		for range 50 { // 3.125 MiB
 			if _, err := w.Write(chunk); err != nil {
 				t.Fatal(err)
@@ -28,30 +33,32 @@ func TestTableWritebackEveryMiB(t *testing.T) {
 		return w
 	}
 
-	name := filepath.Join(t.TempDir(), "000001.sst")
-	f, err := vfs.Default().Create(name)
+	f, err := vfs.Default().Create(filepath.Join(t.TempDir(), "000001.sst"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := write(f)
-	if canHere && (w.off || w.started != 3*tableBytesPerSync) {
-		t.Fatalf("on an OS file: writeback started up to %d bytes (off: %v), want %d", w.started, w.off, 3*tableBytesPerSync)
+	w := write(f, record(true))
+	if got, want := fmt.Sprint(asked), "[0+1024 1024+1024 2048+1024]"; got != want || w.written != 50*64<<10 {
+		t.Fatalf("writeback asked for (KiB) %s, want %s; %d bytes written", got, want, w.written)
 	}
-	if !canHere && !w.off {
-		t.Fatal("writeback reported started where the platform cannot")
-	}
-	if fi, err := os.Stat(name); err != nil || fi.Size() != w.written {
-		t.Fatalf("file holds %v bytes (%v), want %d", fi, err, w.written)
+	if fi, err := f.Stat(); err != nil || fi.Size() != w.written {
+		t.Fatalf("the file holds %v (%v), want %d bytes", fi, err, w.written)
 	}
 
-	mem := vfs.NewMem()
-	mf, err := mem.Create("000002.sst")
+	asked = nil
+	mf, err := vfs.NewMem().Create("000002.sst")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mf.Close()
-	if w := write(mf); !w.off || w.started != tableBytesPerSync || w.written != 50*64<<10 {
-		t.Fatalf("on a file with no descriptor: off %v, started %d, written %d; want true, %d, %d", w.off, w.started, w.written, tableBytesPerSync, 50*64<<10)
+	if w := write(mf, record(false)); fmt.Sprint(asked) != "[0+1024]" || !w.off || w.written != 50*64<<10 {
+		t.Fatalf("after a failed ask: asked %v, off %v, %d bytes written", asked, w.off, w.written)
+	}
+
+	// On an OS file, where the platform can, the real call succeeds.
+	canHere := runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")
+	if w := write(f, vfs.StartWriteback); w.off == canHere {
+		t.Fatalf("vfs.StartWriteback on an OS file on %s/%s: gave up %v", runtime.GOOS, runtime.GOARCH, w.off)
 	}
 }
