@@ -157,9 +157,10 @@ func (db *DB) flushOne() bool {
 // held.
 func (db *DB) flushCountLocked() int {
 	var queued int64
+	least := db.minFlushBytes()
 	for i, m := range db.mem.queue {
 		queued += int64(m.Capacity())
-		if queued >= db.minFlushBytes() {
+		if queued >= least {
 			return i + 1
 		}
 	}
