@@ -154,6 +154,33 @@ func TestFilesystems(t *testing.T) {
 	}
 }
 
+// fdCallsHere says whether this platform makes the engine's system calls
+// on its files (fadvise, sync_file_range: fd_linux.go).
+var fdCallsHere = runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")
+
+// TestStartWriteback: an OS file's writeback starts where the platform
+// can; a file with no descriptor reports that it cannot.
+func TestStartWriteback(t *testing.T) {
+	f, err := Default().Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if got := StartWriteback(f, 0, 64<<10); got != fdCallsHere {
+		t.Fatalf("StartWriteback on an OS file: %v, want %v on %s/%s", got, fdCallsHere, runtime.GOOS, runtime.GOARCH)
+	}
+	mf, err := NewMem().Create("log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if StartWriteback(mf, 0, 0) {
+		t.Fatal("StartWriteback on a file with no descriptor reported success")
+	}
+}
+
 // TestAdviseRandomReads: an OS file advised for random reads still reads
 // back what was written, before and after a prefetch of part of it, and
 // can prefetch where the platform has posix_fadvise; a file of another
@@ -172,7 +199,7 @@ func TestAdviseRandomReads(t *testing.T) {
 	f = AdviseRandomReads(f)
 	defer f.Close()
 	p, ok := f.(Prefetcher)
-	if ok != (runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")) {
+	if ok != fdCallsHere {
 		t.Fatalf("the advised OS file is a Prefetcher: %v, on %s/%s", ok, runtime.GOOS, runtime.GOARCH)
 	}
 	got := make([]byte, 4096)
