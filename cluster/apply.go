@@ -193,7 +193,7 @@ func (r *replica) applyEntry(e *raftpb.Entry) (reply, error) {
 			// one's keys already, from a snapshot made past the merge
 			// while its catalog lagged (forgetMergedInto found the right
 			// group still named then).
-			if sp, ok := n.groupSpan(c.Group); ok && n.group(c.Group) != nil {
+			if sp, ok := n.groupSpan(c.Group); ok && n.hostsGroup(c.Group) {
 				if err := n.forgetMergedInto(c.Group, sp); err != nil {
 					return reply{}, err
 				}

@@ -35,7 +35,7 @@ func TestAnswerFollowsTheAppliedIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if applied := ld.node.group(g.ID).applied.Load(); applied < stored {
+		if applied := ld.node.testGroup(g.ID).applied.Load(); applied < stored {
 			t.Fatalf("write %d acknowledged with the leader's replica applied to %d, its store to %d", i, applied, stored)
 		}
 	}

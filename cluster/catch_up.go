@@ -95,6 +95,10 @@ func (r *replica) heardCatchUp(ctx []byte, index uint64) bool {
 // have the merge of sp's group to apply, which needs that group's frozen
 // span here. It runs on the loop.
 func (n *Node) mergeBehind(sp partition.Span, skip, since uint64) uint64 {
+	n.loadWhere(func(g uint64, _ unloadedReplica) bool {
+		own, ok := n.groupSpan(g)
+		return g != skip && ok && endsWhereStarts(own, sp)
+	})
 	for _, r := range n.replicaList {
 		own, ok := n.groupSpan(r.group)
 		if r.group != skip && r.group != systemGroup && ok && endsWhereStarts(own, sp) && !r.catchUpSince(since) {
@@ -139,7 +143,7 @@ func (w catchUpWaits) since(group, seq uint64) (since uint64, began bool) {
 // runs on the loop.
 func (n *Node) forgetWaits() {
 	for g := range n.splitWaits {
-		if _, named := n.st().GroupTable(g); !named || n.replicas[g] != nil {
+		if _, named := n.st().GroupTable(g); !named || n.hostsGroup(g) {
 			delete(n.splitWaits, g)
 		}
 	}
@@ -149,7 +153,7 @@ func (n *Node) forgetWaits() {
 		}
 	}
 	for g := range n.catalogWaits {
-		if r := n.replicas[g]; r == nil || !r.holdsLease() {
+		if r := n.replicaOf(g); r == nil || !r.holdsLease() {
 			delete(n.catalogWaits, g)
 		}
 	}

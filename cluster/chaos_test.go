@@ -155,9 +155,10 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		// The faults name the moves; a placement controller moving
 		// groups too would move them under the final check.
 		c = &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1}
-		// Replicas, leaders too, go dormant after one quiet tick, so
-		// that the faults find many of them waking.
-		c.prepare = func(tn *testNode) { tn.node.dozeTicks = 1 }
+		// Replicas, leaders too, go dormant after one quiet tick and
+		// leave memory after three, so that the faults find many of
+		// them waking and loading.
+		c.prepare = func(tn *testNode) { tn.node.dozeTicks, tn.node.unloadTicks = 1, 3 }
 		c.startAll(size)
 	} else {
 		c = newTestCluster(t, size, seed)
@@ -170,7 +171,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 	var group uint64
 	if ranges {
 		group = c.tableGroup("chaos").ID
-		leads = func(tn *testNode) bool { r := tn.node.group(group); return r != nil && r.holdsLease() }
+		leads = func(tn *testNode) bool { r := tn.node.testGroup(group); return r != nil && r.holdsLease() }
 	}
 
 	var (
@@ -283,7 +284,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 				continue
 			}
 			g := ranges[handOvers%len(ranges)].Group
-			if r := tn.node.group(g.ID); r == nil || !r.ready.Load() {
+			if r := tn.node.testGroup(g.ID); r == nil || !r.ready.Load() {
 				continue
 			}
 			to := g.Voters[(slices.Index(g.Voters, tn.id)+1)%len(g.Voters)]
@@ -448,9 +449,9 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		if t.Failed() {
 			for _, id := range members {
 				a, _ := c.nodes[id].node.st().AppliedIndex(tg.Group.ID)
-				if r := c.nodes[id].node.group(tg.Group.ID); r != nil {
+				if r := c.nodes[id].node.testGroup(tg.Group.ID); r != nil {
 					t.Logf("node %d: member %x applied %d (store %d), conf %v, record %+v", id, r.id, r.applied.Load(), a, r.confState(),
-						c.nodes[id].rlog.Group(tg.Group.ID).Replica())
+						c.nodes[id].logGroup(tg.Group.ID).Replica())
 				}
 			}
 		}
@@ -468,7 +469,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 		t.Errorf("seed %d: a query walk read %v, the members hold %v:\n%s", seed, got, keys, trace)
 		for _, tg := range spans {
 			for _, tn := range c.nodes {
-				if r := tn.node.group(tg.Group.ID); r != nil {
+				if r := tn.node.testGroup(tg.Group.ID); r != nil {
 					sp, _, _ := tn.node.st().GroupSpan(tg.Group.ID)
 					t.Logf("node %d group %d: member %x ready %v leader %d applied %d conf %v span %+v\n%s", tn.id, tg.Group.ID, r.id,
 						r.ready.Load(), r.leader.Load(), r.applied.Load(), r.confState(), sp, dumpSpan(t, tn.node.st(), tg.Span()))
@@ -476,14 +477,14 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, mode chaosMode) {
 			}
 		}
 	}
-	snaps, spanSnaps, wakes := 0, 0, uint64(0)
+	snaps, spanSnaps, wakes, loads := 0, 0, uint64(0), uint64(0)
 	for _, tn := range c.nodes {
 		st := tn.node.Status()
 		snaps, spanSnaps = snaps+st.SnapshotsInstalled, spanSnaps+st.SpanSnapshotsInstalled
-		wakes += st.DormantWakes
+		wakes, loads = wakes+st.DormantWakes, loads+st.ReplicaLoads
 	}
-	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named; %d lease hand-overs asked; %d merges; %d ranges; %d replicas woken from dormancy",
-		seed, len(history), snaps, spanSnaps, movesNamed, leasesAsked, merges, len(spans), wakes)
+	t.Logf("seed %d: %d operations; snapshots installed by the running nodes: %d of the store, %d of spans; %d moves named; %d lease hand-overs asked; %d merges; %d ranges; %d replicas woken from dormancy, %d loaded again",
+		seed, len(history), snaps, spanSnaps, movesNamed, leasesAsked, merges, len(spans), wakes, loads)
 }
 
 type stamped struct {

@@ -92,9 +92,9 @@ func TestFollowersApplyHeldCommits(t *testing.T) {
 		c.writeInGroup(g, fmt.Sprintf("p%02d", i), "r", i)
 	}
 	c.waitQuiesced(10 * time.Second)
-	want := c.groupLeader(g, 10*time.Second).node.group(g).applied.Load()
+	want := c.groupLeader(g, 10*time.Second).node.testGroup(g).applied.Load()
 	for _, tn := range c.nodes {
-		if got := tn.node.group(g).applied.Load(); got != want {
+		if got := tn.node.testGroup(g).applied.Load(); got != want {
 			t.Errorf("node %d applied %d of group %d, quiesced; the leader %d", tn.id, got, g, want)
 		}
 	}

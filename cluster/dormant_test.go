@@ -13,19 +13,24 @@ import (
 
 // waitDormant waits until every replica of the range groups has dropped
 // its raft state, the leaders' too.
-func (c *testCluster) waitDormant(timeout time.Duration) {
+func (c *testCluster) waitDormant(timeout time.Duration) { c.waitDormantBut(0, timeout) }
+
+// waitDormantBut is waitDormant for all replicas but slack of them (the
+// lease balancer wakes a dormant leader now and then to hand its lease
+// over).
+func (c *testCluster) waitDormantBut(slack int, timeout time.Duration) {
 	c.t.Helper()
-	want := len(c.groups) * len(c.nodes)
+	want := len(c.groups)*len(c.nodes) - slack
 	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
 		dormant := 0
 		for _, tn := range c.nodes {
 			dormant += tn.node.Status().Dormant
 		}
-		if dormant == want {
+		if dormant >= want {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("%d range replicas dormant after %v, want %d (every one)", dormant, timeout, want)
+			c.t.Fatalf("%d range replicas dormant after %v, want %d", dormant, timeout, want)
 		}
 	}
 }
@@ -50,7 +55,7 @@ func onLoop(t *testing.T, tn *testNode, f func()) {
 func askDormantVote(t *testing.T, voter *testNode, g, cand uint64, ctx []byte) (term, vote, voteTerm uint64) {
 	t.Helper()
 	onLoop(t, voter, func() {
-		r := voter.node.group(g)
+		r := voter.node.testGroup(g)
 		if !r.dormant() {
 			t.Errorf("node %d's replica of group %d is not dormant", voter.id, g)
 			return
@@ -106,7 +111,7 @@ func TestWokenFollowerGuardsItsVote(t *testing.T) {
 			candidate = tn
 		}
 	}
-	cand := candidate.node.group(g).id
+	cand := candidate.node.testGroup(g).id
 	if _, vote, term := askDormantVote(t, voter, g, cand, nil); vote == cand {
 		t.Errorf("the woken follower voted for %x in term %d while its leader's node is live", cand, term)
 	}
@@ -132,7 +137,7 @@ func TestDormantReplicasWake(t *testing.T) {
 	c.waitDormant(10 * time.Second)
 	for _, g := range c.groups {
 		ld := c.groupLeader(g, time.Second)
-		if r := ld.node.group(g); !r.dormantLeader.Load() || r.ready.Load() {
+		if r := ld.node.testGroup(g); !r.dormantLeader.Load() || r.ready.Load() {
 			t.Fatalf("group %d: node %d's replica is not a dormant leader (ready %v)", g, ld.id, r.ready.Load())
 		}
 	}
@@ -192,7 +197,7 @@ func TestWokenFollowerVotesForItsLeader(t *testing.T) {
 			break
 		}
 	}
-	cand := ld.node.group(g).id
+	cand := ld.node.testGroup(g).id
 	if term, vote, voteTerm := askDormantVote(t, voter, g, cand, []byte("CampaignTransfer")); vote != cand || voteTerm != term {
 		t.Errorf("the woken follower's vote in term %d is %x, want its leader %x standing again in term %d", voteTerm, vote, cand, term)
 	}

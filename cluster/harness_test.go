@@ -251,6 +251,15 @@ type testNode struct {
 	paused atomic.Bool // its raft clock stands still
 }
 
+// logGroup returns the node's raft log state of group id.
+func (tn *testNode) logGroup(id uint64) *raftlog.Storage {
+	s, err := tn.rlog.Group(id)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
 // testCluster runs nodes in one process over a simNet.
 type testCluster struct {
 	t     testing.TB

@@ -173,6 +173,11 @@ func (h *HTTP) route(r *http.Request, rest http.Handler) uint64 {
 		if account, table := router.RequestTable(r); table != "" {
 			if g, ok := n.requestGroup(r, rest, account, table); ok {
 				if rep = n.group(g.ID); rep == nil {
+					if u, ok := n.unloadedReplica(g.ID); ok {
+						// Its leader, as it knew it: the request, there,
+						// wakes the group (this node, if it led it).
+						return u.leader
+					}
 					return n.someVoter(g.Voters)
 				}
 			}
@@ -370,23 +375,29 @@ type Status struct {
 	Groups []GroupStatus `json:"groups,omitempty"`
 	// RangeGroups are the range groups this node hosts, Quiesced those
 	// of them idle (not ticked), Dormant those of the idle ones that
-	// dropped their raft state (dormant.go), and DormantWakes counts
-	// the replicas that took it up again since the node started.
+	// dropped their raft state (dormant.go), Unloaded those of the
+	// dormant ones that left memory (unload.go), and DormantWakes counts
+	// the replicas that took their raft state up again since the node
+	// started, ReplicaLoads the unloaded ones loaded again.
 	RangeGroups  int    `json:"range_groups"`
 	Quiesced     int    `json:"quiesced"`
 	Dormant      int    `json:"dormant"`
+	Unloaded     int    `json:"unloaded"`
 	DormantWakes uint64 `json:"dormant_wakes"`
+	ReplicaLoads uint64 `json:"replica_loads"`
 }
 
 // GroupStatus is a range group as a node hosting it sees it: its leader,
 // how far this node applied it, and its members' nodes as its log has
-// them here (voters, and learners catching up).
+// them here (voters, and learners catching up); for a replica Unloaded
+// (unload.go), the voters its catalog descriptor names.
 type GroupStatus struct {
 	Group    uint64   `json:"group"`
 	Leader   uint64   `json:"leader"`
 	Applied  uint64   `json:"applied"`
 	Voters   []uint64 `json:"voters"`
 	Learners []uint64 `json:"learners,omitempty"`
+	Unloaded bool     `json:"unloaded,omitempty"`
 }
 
 // RangeStatus is one range partition of a table as its leaseholder sees

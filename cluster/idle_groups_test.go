@@ -114,38 +114,58 @@ func BenchmarkIdleGroupTick(b *testing.B) {
 // with the default raft tick (100 ms), the in-memory network of the
 // tests. It reports the process's CPU over a quiet window as a share of
 // one core per node (core%/node) and the heap per replica (B/group: over
-// three times the groups, once every replica is dormant); the
-// plan's target is 10,000 idle groups under 5% of a core per node. The
-// CPU is the whole process's: the tests' network and clocks are in it.
-// Setup (elections, then quiescence) takes a while: run it with
-// -benchtime 1x.
+// three times the groups), once every replica is dormant (dormant.go),
+// and once every one is unloaded too (unload.go); the plan's target is
+// 10,000 idle groups under 5% of a core per node, and memory bounded by
+// configuration. The CPU is the whole process's: the tests' network and
+// clocks are in it; and the heap holds the tests' in-memory files, about
+// 220 bytes a group. Setup (elections, then quiescence, then unloading)
+// takes a while: run it with -benchtime 1x.
 func BenchmarkIdleRangeGroups(b *testing.B) {
 	for _, groups := range []int{1_000, 10_000} {
-		b.Run(fmt.Sprint(groups), func(b *testing.B) {
-			var before runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			c := startRangeCluster(b, 3, 1, groups, 100*time.Millisecond)
-			for _, g := range c.groups {
-				c.groupLeader(g, 5*time.Minute)
+		for _, unload := range []bool{false, true} {
+			name := fmt.Sprintf("%d/dormant", groups)
+			if unload {
+				name = fmt.Sprintf("%d/unloaded", groups)
 			}
-			c.waitQuiesced(5 * time.Minute)
-			c.waitDormant(5 * time.Minute)
-			runtime.GC()
-			var after runtime.MemStats
-			runtime.ReadMemStats(&after)
-			b.ResetTimer()
-			start, cpu0 := time.Now(), rusage.CPU()
-			for range b.N {
-				time.Sleep(3 * time.Second)
-			}
-			wall, cpu := time.Since(start), rusage.CPU()-cpu0
-			b.StopTimer()
-			b.ReportMetric(100*cpu.Seconds()/wall.Seconds()/3, "core%/node")
-			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(3*groups), "B/group")
-			c.waitQuiesced(time.Second) // still quiet: nothing woke them
-		})
+			b.Run(name, func(b *testing.B) { benchmarkIdleRangeGroups(b, groups, unload) })
+		}
 	}
+}
+
+func benchmarkIdleRangeGroups(b *testing.B, groups int, unload bool) {
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := &testCluster{t: b, net: newSimNet(1), nodes: map[uint64]*testNode{}, tick: 100 * time.Millisecond}
+	for g := range groups {
+		c.groups = append(c.groups, uint64(g+2))
+	}
+	if !unload {
+		c.prepare = func(tn *testNode) { tn.node.unloadTicks = -1 }
+	}
+	c.startAll(3)
+	for _, g := range c.groups {
+		c.groupLeader(g, 5*time.Minute)
+	}
+	c.waitQuiesced(5 * time.Minute)
+	c.waitDormantBut(groups/100, 5*time.Minute)
+	if unload {
+		c.waitUnloaded(groups/100, 5*time.Minute)
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	b.ResetTimer()
+	start, cpu0 := time.Now(), rusage.CPU()
+	for range b.N {
+		time.Sleep(3 * time.Second)
+	}
+	wall, cpu := time.Since(start), rusage.CPU()-cpu0
+	b.StopTimer()
+	b.ReportMetric(100*cpu.Seconds()/wall.Seconds()/3, "core%/node")
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(3*groups), "B/group")
+	c.waitQuiesced(time.Second) // still quiet: nothing woke them
 }
 
 // BenchmarkIdleRangeGroupsAfterWrites: what an idle group holds in
@@ -167,7 +187,7 @@ func BenchmarkIdleRangeGroupsAfterWrites(b *testing.B) {
 	var cached int64
 	for _, tn := range c.nodes {
 		for _, g := range c.groups {
-			cached += tn.node.group(g).rlog.CachedBytes()
+			cached += tn.node.testGroup(g).rlog.CachedBytes()
 		}
 	}
 	for range b.N {

@@ -62,9 +62,12 @@ func (n *Node) balanceLeases() {
 			led = append(led, r)
 		}
 	}
-	n.live.held = uint64(len(led))
+	n.live.held = uint64(len(led) + n.unloadedLeaders)
 	if n.cfg.PlacementInterval < 0 || n.live.ticks%uint64(leaseBalanceElections*n.cfg.ElectionTicks) != 0 {
 		return
+	}
+	if r := n.loadLeaderToMove(); r != nil {
+		led = append(led, r)
 	}
 	rates := n.ledRates(led)
 	var load float64
@@ -260,7 +263,7 @@ func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to 
 	case !g.Has(to):
 		return g.ID, fmt.Errorf("%w: node %d is not a voter of the table's range group %d (voters %v)", ErrBadLease, to, g.ID, g.Voters)
 	}
-	r := n.group(g.ID)
+	r := n.groupLoaded(ctx, g.ID)
 	if r == nil {
 		return g.ID, ErrNotHosted
 	}
@@ -298,12 +301,7 @@ func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to 
 
 // groupLeader returns the leader of range group id as this node knows it
 // (0 when it hosts no replica of it or knows no leader).
-func (n *Node) groupLeader(id uint64) uint64 {
-	if r := n.group(id); r != nil {
-		return r.leader.Load()
-	}
-	return 0
-}
+func (n *Node) groupLeader(id uint64) uint64 { return n.knownLeader(id) }
 
 // A lease hand-over drains first: the leader takes no new write or read
 // (refused as moved: the node the client reached repeats it, and it

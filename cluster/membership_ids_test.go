@@ -41,7 +41,7 @@ func holdConfChanges(c *testCluster, ld *testNode) (release func()) {
 func waitLogGrows(t *testing.T, tn *testNode, last uint64) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if l, _ := tn.rlog.Group(systemGroup).LastIndex(); l > last {
+		if l, _ := tn.logGroup(systemGroup).LastIndex(); l > last {
 			return
 		}
 	}
@@ -59,7 +59,7 @@ func TestMemberChangeWhilePendingIsBusy(t *testing.T) {
 	ld := c.leader(10 * time.Second)
 	release := holdConfChanges(c, ld)
 	defer release()
-	last, _ := ld.rlog.Group(systemGroup).LastIndex()
+	last, _ := ld.logGroup(systemGroup).LastIndex()
 	first := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -108,7 +108,7 @@ func TestMemberChangeRefusedByRaftIsBusy(t *testing.T) {
 	ld.node.members.noPrecheck.Store(true)
 	release := holdConfChanges(c, ld)
 	defer release()
-	last, _ := ld.rlog.Group(systemGroup).LastIndex()
+	last, _ := ld.logGroup(systemGroup).LastIndex()
 	first := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -289,7 +289,7 @@ func TestMemberAddressesAreChecked(t *testing.T) {
 	}
 
 	highest := ld.node.members.highest()
-	last, _ := ld.rlog.Group(systemGroup).LastIndex()
+	last, _ := ld.logGroup(systemGroup).LastIndex()
 	for _, addr := range []string{"", "sim 4", "sim-4\r", "sim-4\n2 sim-5", "sim-\x004", "sim-\u00e94"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if _, err := ld.node.AddMember(ctx, addr); err == nil || ctx.Err() != nil {
@@ -308,7 +308,7 @@ func TestMemberAddressesAreChecked(t *testing.T) {
 			t.Errorf("the operator's add of %q: %d %s", addr, rec.Code, rec.Body)
 		}
 	}
-	if l, _ := ld.rlog.Group(systemGroup).LastIndex(); l != last || ld.node.members.highest() != highest {
+	if l, _ := ld.logGroup(systemGroup).LastIndex(); l != last || ld.node.members.highest() != highest {
 		t.Errorf("a refused address changed the group: log %d -> %d, highest %d -> %d", last, l, highest, ld.node.members.highest())
 	}
 }

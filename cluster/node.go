@@ -58,6 +58,14 @@ type Node struct {
 	replicas    map[uint64]*replica
 	replicaList []*replica // the same, to tick in a loop cheaper than a map's
 	touched     map[*replica]struct{}
+	// unloaded are the range groups hosted here whose replicas were
+	// unloaded (unload.go): the loop changes it, under replicasMu.
+	unloaded map[uint64]unloadedReplica
+	// replicasPeak is the most replicas the node held since the map was
+	// last made again (see shrunk; under replicasMu).
+	replicasPeak int
+	// unloadedLeaders counts the dormant leaders among them (loop-owned).
+	unloadedLeaders int
 
 	// dir is the node's data directory; storePtr names the live store in
 	// it (owned by the apply goroutine, which installs snapshots).
@@ -82,8 +90,10 @@ type Node struct {
 	// readRounds counts the ReadIndex rounds asked of raft (the reads a
 	// lease did not answer, and the lease's renewals).
 	readRounds atomic.Uint64
-	// dormantWakes counts the replicas woken from dormancy (dormant.go).
-	dormantWakes atomic.Uint64
+	// dormantWakes counts the replicas woken from dormancy (dormant.go),
+	// replicaLoads and replicaUnloads the replicas loaded again and
+	// unloaded (unload.go).
+	dormantWakes, replicaLoads, replicaUnloads atomic.Uint64
 
 	// catchUpSeq numbers the replicas' catch-up questions (catch_up.go);
 	// splitWaits are the split children that wait on one to be hosted
@@ -128,7 +138,11 @@ type Node struct {
 	// dozeTicks, set by tests before Run, replaces the ticks a follower
 	// stays quiesced before it drops its raft state (dormant.go; 0: the
 	// default).
-	dozeTicks      int
+	dozeTicks int
+	// unloadTicks, set by tests before Run, replaces the ticks a dormant
+	// replica waits before it is unloaded (unload.go; 0: the default, -1:
+	// never).
+	unloadTicks    int
 	onBusyHandOver func(group uint64)
 }
 
@@ -152,7 +166,10 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := c.Log.Group(systemGroup)
+	st, err := c.Log.Group(systemGroup)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: read raft state: %w", err)
+	}
 	hs, cs, err := st.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
@@ -207,6 +224,7 @@ func NewNode(cfg Config) (*Node, error) {
 		dir:        dir,
 		storePtr:   ptr,
 		replicas:   make(map[uint64]*replica),
+		unloaded:   make(map[uint64]unloadedReplica),
 		touched:    make(map[*replica]struct{}),
 		splitWaits: catchUpWaits{}, orphanWaits: catchUpWaits{}, catalogWaits: map[uint64]catalogWait{},
 		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),
@@ -221,7 +239,7 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	gs.snapshot = n.leaderSnapshot
 	n.ingests.init()
-	if n.replica, err = newReplica(n, systemGroup, c.ID, st, gs, applied, fresh); err != nil {
+	if n.replica, err = newReplica(n, systemGroup, c.ID, st, gs, applied, fresh, false); err != nil {
 		return nil, err
 	}
 	n.replicas[systemGroup] = n.replica
@@ -281,7 +299,7 @@ func (n *Node) route(msgs []transport.Message) error {
 		for j < len(msgs) && msgs[j].Group == g {
 			j++
 		}
-		r := n.replicas[g]
+		r := n.replicaOf(g)
 		if to := msgs[i].Raft.GetTo(); g != systemGroup && (r == nil || r.id != to) {
 			// A member this node does not host yet, or a newer one than
 			// it hosts (range_members.go).
@@ -462,7 +480,13 @@ func (n *Node) handleTouched() error {
 			ready = append(ready, r)
 		}
 	}
-	clear(n.touched)
+	if len(n.touched) > shrinkFrom {
+		// A turn that touched many (a start, a liveness change) leaves no
+		// map of their size behind: Go's maps do not shrink.
+		n.touched = make(map[*replica]struct{})
+	} else {
+		clear(n.touched)
+	}
 	for len(ready) > 0 {
 		if err := n.handleReadys(ready); err != nil {
 			return err

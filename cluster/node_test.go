@@ -360,7 +360,7 @@ func TestCatchUpBySnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if first, _ := ld.rlog.Group(systemGroup).FirstIndex(); first < 100 {
+	if first, _ := ld.logGroup(systemGroup).FirstIndex(); first < 100 {
 		t.Fatalf("the leader's log starts at %d: not compacted, the test lost its point", first)
 	}
 	tn := c.start(lag, disk)

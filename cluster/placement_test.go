@@ -250,7 +250,7 @@ func TestLeasesSpread(t *testing.T) {
 		out := map[uint64]int{}
 		for _, tn := range c.nodes {
 			for _, gs := range tn.node.groupStatus() {
-				if r := tn.node.group(gs.Group); r != nil && r.holdsLease() {
+				if r := tn.node.testGroup(gs.Group); r != nil && r.holdsLease() {
 					out[tn.id]++
 				}
 			}
@@ -300,7 +300,7 @@ func TestLeasesFollowLoad(t *testing.T) {
 		for _, tb := range tables {
 			g := c.agreedRanges(tb, 10*time.Second)[0].Group
 			for _, tn := range c.nodes {
-				if r := tn.node.group(g.ID); r != nil && r.holdsLease() {
+				if r := tn.node.testGroup(g.ID); r != nil && r.holdsLease() {
 					out[tb] = tn.id
 				}
 			}

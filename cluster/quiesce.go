@@ -224,10 +224,21 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 	peers := n.peers()
 	n.sendLiveness(peers)
 	fell, back := n.livenessChanged()
+	if fell || len(back) > 0 {
+		// The unloaded replicas mustWake may wake: a dormant leader's
+		// voters are in its configuration, which it must load to read.
+		n.loadWhere(func(_ uint64, u unloadedReplica) bool {
+			return u.dormantLeader || (fell && !n.isLive(u.leader)) || slices.Contains(back, u.leader)
+		})
+	}
+	var unload []*replica
 	for _, r := range n.replicaList {
 		if r.quiesced.Load() {
 			if (!fell && len(back) == 0) || !r.mustWake(fell, back) {
 				r.maybeDoze()
+				if r.readyToUnload() {
+					unload = append(unload, r)
+				}
 				continue
 			}
 			r.quiesced.Store(false)
@@ -264,6 +275,7 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 			}
 		}
 	}
+	n.unload(unload)
 	if every := uint64(n.checkEveryTicks()); n.live.ticks%every == 0 && (n.st().HasFrozen() || n.live.ticks%(10*every) == 0) {
 		n.noteMerges()
 		n.forgetWaits()

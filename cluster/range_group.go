@@ -39,25 +39,37 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 	if id == systemGroup || id == 0 {
 		return fmt.Errorf("cluster: group %d is not a range group", id)
 	}
-	if n.replicas[id] != nil {
+	if n.hostsGroup(id) {
 		return fmt.Errorf("cluster: group %d is hosted already", id)
 	}
-	st := n.cfg.Log.Group(id)
+	_, err := n.startReplica(id, boot, false)
+	return err
+}
+
+// startReplica starts this node's replica of range group id from its
+// raft log and the store, as hostGroup says, and returns it (nil when the
+// group is not to be hosted). A dormant one starts without its raft state
+// machine (dormant.go): a replica loaded again (unload.go).
+func (n *Node) startReplica(id uint64, boot *groupBoot, dormant bool) (*replica, error) {
+	st, err := n.cfg.Log.Group(id)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: group %d: %w", id, err)
+	}
 	rec := st.Replica()
 	if rec.Removed {
-		return nil
+		return nil, nil
 	}
 	fresh := st.Empty() // see replica.voteAfter
 	if fresh {
 		if boot == nil {
-			return nil
+			return nil, nil
 		}
 		member := boot.member
 		if member == n.cfg.ID {
 			member = 0 // a founder's: its node's id, which needs no record
 		}
 		if err := st.BootstrapMember(boot.conf, member, boot.index, 1); err != nil {
-			return fmt.Errorf("cluster: group %d: bootstrap: %w", id, err)
+			return nil, fmt.Errorf("cluster: group %d: bootstrap: %w", id, err)
 		}
 		rec = st.Replica()
 	}
@@ -67,11 +79,11 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 	}
 	hs, _, err := st.InitialState()
 	if err != nil {
-		return fmt.Errorf("cluster: group %d: read raft state: %w", id, err)
+		return nil, fmt.Errorf("cluster: group %d: read raft state: %w", id, err)
 	}
 	applied, err := n.st().AppliedIndex(id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if applied > hs.GetCommit() {
 		// As for the system group (NewNode): the store applied entries the
@@ -80,27 +92,27 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 		// between the two), as its record says.
 		first, err := st.FirstIndex()
 		if err != nil {
-			return fmt.Errorf("cluster: group %d: read raft log: %w", id, err)
+			return nil, fmt.Errorf("cluster: group %d: read raft log: %w", id, err)
 		}
 		last, err := st.LastIndex()
 		if err != nil {
-			return fmt.Errorf("cluster: group %d: read raft log: %w", id, err)
+			return nil, fmt.Errorf("cluster: group %d: read raft log: %w", id, err)
 		}
 		w := n.cfg.Log.NewWrite()
 		if rec := n.recordedRangeSnapshot(id, applied); rec != nil && first <= applied {
 			w.ApplySnapshot(id, rec)
 		} else if applied > last {
-			return fmt.Errorf("cluster: group %d: the store applied entry %d, past the raft log's last, %d", id, applied, last)
+			return nil, fmt.Errorf("cluster: group %d: the store applied entry %d, past the raft log's last, %d", id, applied, last)
 		}
 		w.SetHardState(id, &raftpb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: &applied})
 		if err := w.Commit(true); err != nil {
-			return fmt.Errorf("cluster: group %d: record commit index: %w", id, err)
+			return nil, fmt.Errorf("cluster: group %d: record commit index: %w", id, err)
 		}
 	}
 	gs := &groupStorage{Storage: st}
-	r, err := newReplica(n, id, member, st, gs, applied, fresh)
+	r, err := newReplica(n, id, member, st, gs, applied, fresh, dormant)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	gs.snapshot = r.leaderSpanSnapshot
 	r.members.seen = max(applied, st.Replica().ConfIndex)
@@ -108,7 +120,7 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 	n.replicas[id] = r
 	n.replicaList = append(n.replicaList, r)
 	n.replicasMu.Unlock()
-	return nil
+	return r, nil
 }
 
 // errNoGroup is returned for a group the node does not host.
@@ -123,7 +135,8 @@ var errNoGroup = errors.New("cluster: this node hosts no such group")
 // away, or its table dropped).
 func (n *Node) catalogKnew(id uint64) bool { return n.applied.Load() >= id }
 
-// group returns the node's replica of group id, or nil.
+// group returns the node's replica of group id, or nil: none hosted, or
+// one unloaded (groupLoaded loads it).
 func (n *Node) group(id uint64) *replica {
 	n.replicasMu.RLock()
 	defer n.replicasMu.RUnlock()
@@ -133,7 +146,7 @@ func (n *Node) group(id uint64) *replica {
 // applyInGroup proposes an entity write to range group id and returns the
 // stored entity, as Store.Apply does for the system group.
 func (n *Node) applyInGroup(ctx context.Context, id uint64, account, table string, op partition.Op) (partition.StoredEntity, error) {
-	r := n.group(id)
+	r := n.groupLoaded(ctx, id)
 	if r == nil {
 		return partition.StoredEntity{}, errNoGroup
 	}
@@ -146,7 +159,7 @@ func (n *Node) applyInGroup(ctx context.Context, id uint64, account, table strin
 // getInGroup reads an entity linearizably through range group id: after a
 // read round of the group, from this node's store.
 func (n *Node) getInGroup(ctx context.Context, id uint64, account, table, pk, rk string) (partition.StoredEntity, error) {
-	r := n.group(id)
+	r := n.groupLoaded(ctx, id)
 	if r == nil {
 		return partition.StoredEntity{}, errNoGroup
 	}

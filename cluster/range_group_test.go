@@ -18,7 +18,10 @@ func (c *testCluster) groupLeader(g uint64, timeout time.Duration) *testNode {
 	c.t.Helper()
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for _, tn := range c.nodes {
-			if r := tn.node.group(g); r != nil && r.holdsLease() {
+			if r := tn.node.testGroup(g); r != nil && r.holdsLease() {
+				return tn
+			}
+			if u, ok := tn.node.unloadedReplica(g); ok && u.dormantLeader {
 				return tn
 			}
 		}
@@ -75,7 +78,7 @@ func (c *testCluster) waitQuiesced(timeout time.Duration) {
 		awake := 0
 		for _, tn := range c.nodes {
 			for _, g := range c.groups {
-				if !tn.node.group(g).quiesced.Load() {
+				if !tn.node.quiescedHere(g) {
 					awake++
 				}
 			}
@@ -132,7 +135,7 @@ func TestRangeGroupsReplicate(t *testing.T) {
 	ticks := func() (n int) {
 		for _, tn := range c.nodes {
 			for _, g := range c.groups {
-				if !tn.node.group(g).quiesced.Load() {
+				if !tn.node.quiescedHere(g) {
 					n++
 				}
 			}
@@ -196,6 +199,15 @@ func TestQuiescedGroupsElectWhenTheirLeaderDies(t *testing.T) {
 // and returns it and the groups it led.
 func (c *testCluster) crashBusiestLeader() (uint64, []uint64) {
 	c.t.Helper()
+	victim, led := c.busiestLeader()
+	c.crash(victim, nil)
+	return victim, led
+}
+
+// busiestLeader returns the node that leads the most range groups, and
+// the groups it leads.
+func (c *testCluster) busiestLeader() (uint64, []uint64) {
+	c.t.Helper()
 	led := map[uint64][]uint64{}
 	for _, g := range c.groups {
 		ld := c.groupLeader(g, time.Second)
@@ -207,7 +219,6 @@ func (c *testCluster) crashBusiestLeader() (uint64, []uint64) {
 			victim = id
 		}
 	}
-	c.crash(victim, nil)
 	return victim, led[victim]
 }
 
@@ -298,7 +309,7 @@ func TestTablelessGroupsOutliveASystemSnapshot(t *testing.T) {
 		t.Fatalf("the lagging node caught up without a snapshot: %+v", st.Status)
 	}
 	for _, g := range c.groups {
-		if tn.node.group(g) == nil {
+		if tn.node.testGroup(g) == nil {
 			t.Fatalf("node %d dropped range group %d on the system snapshot", lag, g)
 		}
 		c.writeInGroup(g, fmt.Sprintf("g%d", g), "second", int(g)+100)

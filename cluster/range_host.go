@@ -96,7 +96,7 @@ func (q *hostQueue) take() []hostChange {
 func (n *Node) applyHostChanges() error {
 	for _, c := range n.hosts.take() {
 		var err error
-		switch r := n.replicas[c.group]; {
+		switch r := n.replicaOf(c.group); {
 		case c.retire != 0:
 			err = n.retire(c.group, c.retire)
 		case c.orphan:
@@ -136,7 +136,7 @@ func (n *Node) startHosting(c hostChange) error {
 	// The node that proposed the table or the split starts the group's
 	// election, so the first writes need not wait for an election
 	// timeout.
-	if r := n.replicas[c.group]; r != nil && c.campaign {
+	if r := n.replicaOf(c.group); r != nil && c.campaign {
 		r.campaignLeft = campaignTicks
 		r.campaign()
 	}
@@ -163,7 +163,7 @@ func (r *replica) campaign() {
 // it was merged into another) and deletes the group's raft log. Requests
 // waiting on the replica are answered why.
 func (n *Node) dropGroup(group uint64, why error) error {
-	r := n.replicas[group]
+	r := n.replicaOf(group)
 	if r == nil {
 		// Not hosted: a member retired here leaves its tombstone.
 		return n.cfg.Log.DeleteGroup(group)
@@ -232,13 +232,20 @@ func (n *Node) hostTableGroups() error {
 		return err
 	}
 	for _, g := range outside {
-		if !g.Frozen || !n.cfg.Log.Group(g.Group).Replica().Removed {
+		st, err := n.cfg.Log.Group(g.Group)
+		if err != nil {
+			return fmt.Errorf("cluster: group %d: %w", g.Group, err)
+		}
+		if !g.Frozen || !st.Replica().Removed {
 			groups = append(groups, partition.TableGroup{Account: g.Span.Account, Table: g.Span.Table, Group: partition.RangeGroup{ID: g.Group}})
 		}
 	}
 	for _, tg := range groups {
 		id := tg.Group.ID
-		st := n.cfg.Log.Group(id)
+		st, err := n.cfg.Log.Group(id)
+		if err != nil {
+			return fmt.Errorf("cluster: group %d: %w", id, err)
+		}
 		switch {
 		case st.Empty():
 		case st.Replica().Removed:
@@ -275,7 +282,7 @@ func (n *Node) deleteMergedLogs() error {
 	}
 	for _, id := range ids {
 		if _, named := n.st().GroupTable(id); id == systemGroup || named || !n.catalogKnew(id) ||
-			n.replicas[id] != nil || n.st().SpanRecorded(id) {
+			n.hostsGroup(id) || n.st().SpanRecorded(id) {
 			continue
 		}
 		if err := n.cfg.Log.DeleteGroup(id); err != nil {
@@ -347,7 +354,7 @@ func (n *Node) awaitTableGroup(ctx context.Context, account, table string) {
 	tick := time.NewTicker(n.cfg.TickInterval / 20)
 	defer tick.Stop()
 	for {
-		if r := n.group(g.ID); r != nil && (r.ready.Load() || r.leader.Load() != 0 && r.leader.Load() != n.cfg.ID) {
+		if r := n.groupLoaded(ctx, g.ID); r != nil && (r.ready.Load() || r.leader.Load() != 0 && r.leader.Load() != n.cfg.ID) {
 			return
 		}
 		select {
@@ -377,12 +384,15 @@ func (n *Node) awaitTableGroup(ctx context.Context, account, table string) {
 // and before the switch, so a crash leaves the old store in use.
 func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error) {
 	n.replicasMu.RLock()
-	hosted := make(map[uint64]bool, len(n.replicas))
+	hosted := make(map[uint64]bool, len(n.replicas)+len(n.unloaded))
 	for id, r := range n.replicas {
 		// A group without a table (tests) writes the tables that have
 		// no group, which the snapshot brings: nothing of it to carry,
 		// and no table of its own whose drop would end it.
 		hosted[id] = id != systemGroup && !r.tableless
+	}
+	for id, u := range n.unloaded {
+		hosted[id] = !u.tableless
 	}
 	n.replicasMu.RUnlock()
 	// The spans of the groups not hosted are emptied first: one may

@@ -150,7 +150,7 @@ func (r *replica) applyRangeConfChange(e *raftpb.Entry) error {
 // It runs on the loop; the log and the span are changed on the apply
 // goroutine, after the member's entries still queued there.
 func (n *Node) retire(group, id uint64) error {
-	r := n.replicas[group]
+	r := n.replicaOf(group)
 	if r == nil || r.id != id {
 		return nil
 	}
@@ -247,7 +247,7 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 	if err := n.applyHostChanges(); err != nil {
 		return nil, err
 	}
-	r := n.replicas[group]
+	r := n.replicaOf(group)
 	if r != nil {
 		if transport.Incarnation(id) <= transport.Incarnation(r.id) {
 			return r, nil // its own, or one for a member older than it
@@ -258,7 +258,10 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 			return nil, err
 		}
 	}
-	st := n.cfg.Log.Group(group)
+	st, err := n.cfg.Log.Group(group)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: group %d: %w", group, err)
+	}
 	rec := st.Replica()
 	recorded := rec.ID
 	if recorded == 0 && !st.Empty() {
@@ -551,7 +554,7 @@ func (n *Node) sendMemberMessages() {
 // them this node knows removed.
 func (n *Node) heardMemberCheck(m *raftpb.Message) {
 	ok := memberPairs(m.GetContext(), func(group, id uint64) {
-		if r := n.replicas[group]; r != nil && transport.NodeOf(id) == m.GetFrom() && r.knowsRemoved(id) {
+		if r := n.replicaOf(group); r != nil && transport.NodeOf(id) == m.GetFrom() && r.knowsRemoved(id) {
 			n.live.removed.add(m.GetFrom(), group, id)
 		}
 	})
@@ -564,7 +567,7 @@ func (n *Node) heardMemberCheck(m *raftpb.Message) {
 // removed from their groups.
 func (n *Node) heardMembersRemoved(m *raftpb.Message) {
 	ok := memberPairs(m.GetContext(), func(group, id uint64) {
-		if r := n.replicas[group]; r != nil && r.id == id {
+		if r := n.replicaOf(group); r != nil && r.id == id {
 			n.hosts.add(hostChange{group: group, retire: id})
 		}
 	})

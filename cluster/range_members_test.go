@@ -37,7 +37,7 @@ func (c *testCluster) waitMembers(g uint64, voters []uint64, timeout time.Durati
 		var ld *testNode
 		hosts := []uint64{}
 		for _, tn := range c.nodes {
-			if r := tn.node.group(g); r != nil {
+			if r := tn.node.testGroup(g); r != nil {
 				hosts = append(hosts, tn.id)
 				if r.holdsLease() {
 					ld = tn
@@ -46,7 +46,7 @@ func (c *testCluster) waitMembers(g uint64, voters []uint64, timeout time.Durati
 		}
 		slices.Sort(hosts)
 		if ld != nil {
-			cs := ld.node.group(g).confState()
+			cs := ld.node.testGroup(g).confState()
 			got := slices.Sorted(slices.Values(nodesOf(cs.GetVoters())))
 			if slices.Equal(got, want) && len(cs.GetLearners()) == 0 && slices.Equal(hosts, want) {
 				return ld
@@ -72,13 +72,13 @@ func (c *testCluster) waitRetiredSpan(id, g uint64, sp partition.Span, timeout t
 	c.t.Helper()
 	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
 		tn := c.nodes[id]
-		st := tn.rlog.Group(g)
-		if tn.node.group(g) == nil && (st.Empty() || st.Replica().Removed) && dumpSpan(c.t, tn.node.st(), sp) == "" {
+		st := tn.logGroup(g)
+		if tn.node.testGroup(g) == nil && (st.Empty() || st.Replica().Removed) && dumpSpan(c.t, tn.node.st(), sp) == "" {
 			return
 		}
 		if time.Now().After(deadline) {
 			state := "not hosted"
-			if r := tn.node.group(g); r != nil {
+			if r := tn.node.testGroup(g); r != nil {
 				state = fmt.Sprintf("hosted as %x: conf %v, leader %d, quiesced %v", r.id, r.confState(), r.leader.Load(), r.quiesced.Load())
 			}
 			c.t.Fatalf("node %d did not let its member of group %d go in %v: %s, record %+v, entities:\n%s",
@@ -143,11 +143,11 @@ func TestRangeGroupMembersMove(t *testing.T) {
 	moved = append(moved, outside)
 	c.setVoters("moving", moved...)
 	ld = c.waitMembers(g.ID, moved, 20*time.Second)
-	if r := c.nodes[outside].node.group(g.ID); transport.Incarnation(r.id) == 0 || transport.NodeOf(r.id) != outside {
+	if r := c.nodes[outside].node.testGroup(g.ID); transport.Incarnation(r.id) == 0 || transport.NodeOf(r.id) != outside {
 		t.Fatalf("the new member's raft id %x: want node %d with an incarnation", r.id, outside)
 	}
 	c.waitRetired(follower, g.ID, "moving", 10*time.Second)
-	rec := c.nodes[follower].rlog.Group(g.ID).Replica()
+	rec := c.nodes[follower].logGroup(g.ID).Replica()
 	if !rec.Removed || rec.ID != follower {
 		t.Fatalf("the node moved away keeps replica record %+v, want its founding member marked removed", rec)
 	}
@@ -164,7 +164,7 @@ func TestRangeGroupMembersMove(t *testing.T) {
 	if ld.id == leaving {
 		t.Fatalf("node %d still leads the group it left", leaving)
 	}
-	if r := c.nodes[follower].node.group(g.ID); transport.Incarnation(r.id) == 0 {
+	if r := c.nodes[follower].node.testGroup(g.ID); transport.Incarnation(r.id) == 0 {
 		t.Fatalf("node %d came back to the group as raft id %x, its old member's", follower, r.id)
 	}
 	before = n.Load()
@@ -243,7 +243,7 @@ func TestRemovedMemberThatMissedItRetires(t *testing.T) {
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			var cs *raftpb.ConfState
 			for _, tn := range c.nodes {
-				if r := tn.node.group(g.ID); r != nil && r.holdsLease() && tn.id != cut {
+				if r := tn.node.testGroup(g.ID); r != nil && r.holdsLease() && tn.id != cut {
 					cs = r.confState()
 				}
 			}
@@ -266,7 +266,7 @@ func TestRemovedMemberThatMissedItRetires(t *testing.T) {
 	c.net.partition([]uint64{cut}, rest)
 	want := []uint64{ld.id, down, others[0]}
 	moveTo(want)
-	if c.nodes[cut].node.group(g.ID) == nil {
+	if c.nodes[cut].node.testGroup(g.ID) == nil {
 		t.Fatal("the node cut off let its member go while it could hear nobody")
 	}
 	// The second member's node is down while it goes.
@@ -279,7 +279,7 @@ func TestRemovedMemberThatMissedItRetires(t *testing.T) {
 	c.start(down, downFS)
 	for _, id := range []uint64{cut, down} {
 		c.waitRetired(id, g.ID, "zombie", 20*time.Second)
-		if rec := c.nodes[id].rlog.Group(g.ID).Replica(); !rec.Removed {
+		if rec := c.nodes[id].logGroup(g.ID).Replica(); !rec.Removed {
 			t.Fatalf("node %d let its member go without a tombstone: %+v", id, rec)
 		}
 	}
@@ -381,7 +381,7 @@ func TestRemovedLearnerThatMissedItRetires(t *testing.T) {
 		c.setVoters("learner", append(slices.Clone(g.Voters[1:]), outside)...)
 		learner := false
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Microsecond) {
-			if r := c.nodes[outside].node.group(g.ID); r != nil && len(r.confState().GetLearners()) > 0 {
+			if r := c.nodes[outside].node.testGroup(g.ID); r != nil && len(r.confState().GetLearners()) > 0 {
 				c.net.partition([]uint64{outside}, othersThan(c, outside))
 				learner = slices.Contains(nodesOf(r.confState().GetLearners()), outside)
 				break
@@ -400,7 +400,7 @@ func TestRemovedLearnerThatMissedItRetires(t *testing.T) {
 	c.setVoters("learner", g.Voters...)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		ld := c.groupLeader(g.ID, 10*time.Second)
-		if ld.id != outside && len(ld.node.group(g.ID).confState().GetLearners()) == 0 {
+		if ld.id != outside && len(ld.node.testGroup(g.ID).confState().GetLearners()) == 0 {
 			break // the learner is gone from the leader's configuration
 		}
 		if time.Now().After(deadline) {
@@ -451,10 +451,10 @@ func TestRestartHostsGroupsAfterARetiredOne(t *testing.T) {
 	c.stop(x)
 	c.net.partition([]uint64{x}, away)
 	tn := c.start(x, fs)
-	if tn.node.group(second.ID) == nil {
+	if tn.node.testGroup(second.ID) == nil {
 		t.Fatalf("node %d did not host its member of group %d after a restart (it retired from group %d)", x, second.ID, first.ID)
 	}
-	if tn.node.group(first.ID) != nil {
+	if tn.node.testGroup(first.ID) != nil {
 		t.Fatalf("node %d hosts group %d again after a restart", x, first.ID)
 	}
 	c.net.heal()

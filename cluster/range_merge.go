@@ -126,7 +126,7 @@ func (n *Node) rangeAfter(tg partition.TableGroup) (group uint64, started bool) 
 	if err != nil || next.Group.ID == 0 || next.Group.Start != tg.End {
 		return 0, false
 	}
-	return next.Group.ID, n.group(next.Group.ID) != nil || n.st().SpanRecorded(next.Group.ID)
+	return next.Group.ID, n.hostsGroup(next.Group.ID) || n.st().SpanRecorded(next.Group.ID)
 }
 
 // maybeFreeze proposes, on the ready leader of a group the catalog no

@@ -93,7 +93,7 @@ func (n *Node) holdsMerged(group uint64, sp partition.Span, node uint64) bool {
 	if err != nil || tg.Group.ID == 0 || tg.Group.ID == group {
 		return false
 	}
-	r := n.replicas[tg.Group.ID]
+	r := n.replicaOf(tg.Group.ID)
 	if r == nil || !r.holdsLease() || memberOf(r.conf, node) != 0 {
 		return false
 	}
@@ -170,7 +170,7 @@ func (n *Node) heardFrozenHere(m *raftpb.Message) {
 			n.live.frozen[from] = map[uint64]uint64{}
 		}
 		n.live.frozen[from][group] = n.live.ticks
-		if r := n.replicas[into]; into != 0 && r != nil {
+		if r := n.replicaOf(into); into != 0 && r != nil {
 			n.live.mergeHints[into] = mergeHint{group: group, at: n.live.ticks}
 			r.quiesced.Store(false)
 		}
@@ -250,7 +250,7 @@ func (n *Node) forgetMergedInto(into uint64, sp partition.Span) error {
 // go to a group this node does not host.
 func (n *Node) orphan(g partition.GroupSpanOf) bool {
 	tg, err := n.st().TableRangeFor(g.Span.Account, g.Span.Table, g.Span.LowPartitionKey)
-	return err == nil && tg.Group.ID != 0 && tg.Group.ID != g.Group && n.group(tg.Group.ID) == nil
+	return err == nil && tg.Group.ID != 0 && tg.Group.ID != g.Group && !n.hostsGroup(tg.Group.ID)
 }
 
 // dropOrphan drops an orphan that a node says was merged, checked again
@@ -285,7 +285,7 @@ func (n *Node) dropOrphan(group uint64) error {
 // no group of the node will merge: its replica, its raft log, and its
 // span record and the data of it no live group holds (dropOrphanSpan).
 func (n *Node) dropMergedCopy(group uint64) error {
-	if r := n.replicas[group]; r != nil {
+	if r := n.replicaOf(group); r != nil {
 		n.unhost(r, errMoved(fmt.Sprintf("range group %d was merged into the range before it", group)))
 	}
 	return n.onApply(func() error {
@@ -320,6 +320,11 @@ func (n *Node) mergedHere(group uint64) uint64 {
 			return r.group
 		}
 	}
+	for id := range n.unloaded {
+		if id != group && slices.Contains(s.GroupMerged(id), group) {
+			return id
+		}
+	}
 	return 0
 }
 
@@ -338,7 +343,7 @@ func (n *Node) dropLeftover(group uint64) error {
 	if _, named := n.st().GroupTable(group); named {
 		return nil
 	}
-	if r := n.replicas[group]; r != nil && r.install != nil {
+	if r := n.replicas[group]; r != nil && r.install != nil { // an unloaded one has none
 		return nil // looked at again at the next look
 	}
 	if err := n.dropMergedCopy(group); err != nil {
@@ -450,6 +455,10 @@ func (n *Node) noteMerges() {
 		if !g.Frozen {
 			continue
 		}
+		n.loadWhere(func(id uint64, _ unloadedReplica) bool {
+			sp, ok := n.groupSpan(id)
+			return ok && endsWhereStarts(sp, g.Span)
+		})
 		for _, r := range n.replicaList {
 			sp, ok := n.groupSpan(r.group)
 			lead := transport.NodeOf(r.leader.Load())
@@ -466,8 +475,11 @@ func (n *Node) noteMerges() {
 // no raft id of it can come back) and its emptied span record. It runs
 // on the apply goroutine.
 func (n *Node) forgetRetired(group uint64) error {
-	if n.group(group) != nil || !n.cfg.Log.Group(group).Replica().Removed {
+	if n.hostsGroup(group) {
 		return nil
+	}
+	if st, err := n.cfg.Log.Group(group); err != nil || !st.Replica().Removed {
+		return err
 	}
 	if frozen, err := n.st().GroupFrozen(group); err != nil || frozen {
 		return err // its data is the merge's (or an orphan's, dropped as such)

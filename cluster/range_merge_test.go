@@ -54,11 +54,11 @@ func (c *testCluster) waitMergedOn(table string, starts []string, merged uint64,
 			if nodes != nil && !slices.Contains(nodes, tn.id) {
 				continue
 			}
-			if st := tn.rlog.Group(merged); tn.node.group(merged) != nil || !st.Empty() {
+			if st := tn.logGroup(merged); tn.node.testGroup(merged) != nil || !st.Empty() {
 				left = append(left, tn.id)
 				first, _ := st.FirstIndex()
 				last, _ := st.LastIndex()
-				state += fmt.Sprintf("; node %d: hosted %v, log [%d, %d], record %+v", tn.id, tn.node.group(merged) != nil, first, last, st.Replica())
+				state += fmt.Sprintf("; node %d: hosted %v, log [%d, %d], record %+v", tn.id, tn.node.testGroup(merged) != nil, first, last, st.Replica())
 			}
 		}
 		if ok && len(left) == 0 {
@@ -306,7 +306,7 @@ func TestPlacementMergesColdRanges(t *testing.T) {
 	}
 	// The balance may move the groups meanwhile: the nodes the merged
 	// group is not on hold nothing of the table.
-	merged := c.waitMembers(left.ID, ranges[0].Group.Voters, 20*time.Second).node.group(left.ID).voterNodes()
+	merged := c.waitMembers(left.ID, ranges[0].Group.Voters, 20*time.Second).node.testGroup(left.ID).voterNodes()
 	for _, id := range c.peers {
 		if !slices.Contains(merged, id) {
 			c.waitRetired(id, left.ID, "cold", 10*time.Second)
@@ -765,8 +765,8 @@ func TestMergeProposedOnce(t *testing.T) {
 		t.Fatal("the right group's freeze was not applied on the left group's leader")
 	}
 	merges := func() int {
-		first, _ := ld.rlog.Group(left.ID).FirstIndex()
-		return countCommands(t, ld.rlog.Group(left.ID), first, command.KindMergeGroup)
+		first, _ := ld.logGroup(left.ID).FirstIndex()
+		return countCommands(t, ld.logGroup(left.ID), first, command.KindMergeGroup)
 	}
 	// The merge is proposed, committed and handed on while the store
 	// lags; then a hundred ticks pass.
@@ -836,7 +836,7 @@ func TestSplitChildWaitsForTheMerge(t *testing.T) {
 	child := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)[1].Group.ID
 	c.groupLeader(child, 10*time.Second)
 	time.Sleep(50 * c.tickInterval()) // the child's leader calls on node x meanwhile
-	if x.node.group(child) != nil {
+	if x.node.testGroup(child) != nil {
 		t.Fatalf("node %d hosts group %d before its left group merged and split", x.id, child)
 	}
 	if got := dumpSpan(t, s, right.Span()); got != frozenData || !strings.Contains(got, "p25/r@") {
@@ -864,12 +864,12 @@ func TestSplitChildHostedPastASkippedMerge(t *testing.T) {
 	// matters (TestLeftoverDroppedByTheMergeRecord).
 	onLoop(t, x, func() { x.node.ignoreMergeRecords = true })
 	overwriteLeft(c, want)
-	if x.node.group(child.ID) != nil {
+	if x.node.testGroup(child.ID) != nil {
 		t.Fatalf("node %d hosts group %d before its left group merged and split", x.id, child.ID)
 	}
 	ld := c.groupLeader(left.ID, 10*time.Second)
-	if first, _ := ld.node.group(left.ID).rlog.FirstIndex(); first <= x.node.group(left.ID).applied.Load()+1 {
-		t.Fatalf("the leader's log of group %d starts at %d, node %d applied %d: the test lost its point", left.ID, first, x.id, x.node.group(left.ID).applied.Load())
+	if first, _ := ld.node.testGroup(left.ID).rlog.FirstIndex(); first <= x.node.testGroup(left.ID).applied.Load()+1 {
+		t.Fatalf("the leader's log of group %d starts at %d, node %d applied %d: the test lost its point", left.ID, first, x.id, x.node.testGroup(left.ID).applied.Load())
 	}
 	installed := x.node.Status().SpanSnapshotsInstalled
 	c.net.hear(x.id, left.ID)
@@ -1152,7 +1152,7 @@ func TestSplitAfterItsMergeIsRefused(t *testing.T) {
 	if tg, err := x.node.st().TableGroupFor(acct, "pairs", "p20"); err != nil || tg.ID != right.Group.ID {
 		t.Fatalf("node %d's catalog gives p20 to %+v, %v; want group %d still: the test lost its point", x.id, tg, err, right.Group.ID)
 	}
-	lastBefore, _ := x.rlog.Group(left.ID).LastIndex()
+	lastBefore, _ := x.logGroup(left.ID).LastIndex()
 	ld := c.groupLeader(left.ID, 10*time.Second)
 	if ld != x {
 		if _, err := ld.node.TransferLease(context.Background(), acct, "pairs", "", x.id); err != nil {
@@ -1163,22 +1163,22 @@ func TestSplitAfterItsMergeIsRefused(t *testing.T) {
 		t.Fatalf("node %d did not take group %d's lease", x.id, left.ID)
 	}
 	time.Sleep(20 * time.Duration(x.node.checkEveryTicks()) * c.tickInterval())
-	if r := x.node.group(left.ID); r == nil || !r.holdsLease() {
+	if r := x.node.testGroup(left.ID); r == nil || !r.holdsLease() {
 		t.Fatalf("node %d lost group %d's lease: the test lost its point", x.id, left.ID)
 	}
 	splits := func() int {
 		t.Helper()
-		if first, _ := x.rlog.Group(left.ID).FirstIndex(); first > lastBefore+1 {
+		if first, _ := x.logGroup(left.ID).FirstIndex(); first > lastBefore+1 {
 			t.Fatalf("node %d compacted group %d's log past the merge: it appended entries", x.id, left.ID)
 		}
-		return countCommands(t, x.rlog.Group(left.ID), lastBefore+1, command.KindSplitGroup)
+		return countCommands(t, x.logGroup(left.ID), lastBefore+1, command.KindSplitGroup)
 	}
 	if k := splits(); k != 0 {
 		t.Fatalf("node %d, leading group %d from a stale catalog, proposed %d splits", x.id, left.ID, k)
 	}
 	// Proposed all the same, the split is refused everywhere.
 	onLoop(t, x, func() {
-		r := x.node.group(left.ID)
+		r := x.node.testGroup(left.ID)
 		cmd := &command.Command{Kind: command.KindSplitGroup, Account: acct, Table: "pairs", Group: right.Group.ID, Key: "p20",
 			Voters: slices.Clone(r.conf.GetVoters()), Learners: slices.Clone(r.conf.GetLearners())}
 		if err := r.rawNode().Propose(cmd.Append(nil)); err != nil {
@@ -1195,9 +1195,9 @@ func TestSplitAfterItsMergeIsRefused(t *testing.T) {
 		if err := tn.node.Err(); err != nil {
 			t.Fatalf("node %d stopped: %v", tn.id, err)
 		}
-		if sp, _, _ := tn.node.st().GroupSpan(left.ID); sp != whole || tn.node.st().SpanRecorded(right.Group.ID) || tn.node.group(right.Group.ID) != nil {
+		if sp, _, _ := tn.node.st().GroupSpan(left.ID); sp != whole || tn.node.st().SpanRecorded(right.Group.ID) || tn.node.testGroup(right.Group.ID) != nil {
 			t.Fatalf("node %d after the split of a group merged already: group %d's span %+v, group %d recorded %v, hosted %v", tn.id,
-				left.ID, sp, right.Group.ID, tn.node.st().SpanRecorded(right.Group.ID), tn.node.group(right.Group.ID) != nil)
+				left.ID, sp, right.Group.ID, tn.node.st().SpanRecorded(right.Group.ID), tn.node.testGroup(right.Group.ID) != nil)
 		}
 	}
 	c.net.hear(x.id, systemGroup)
@@ -1234,7 +1234,7 @@ func TestCatalogWaitRestarts(t *testing.T) {
 	g := c.tableGroup("pairs")
 	ld := c.groupLeader(g.ID, 10*time.Second) // forgetWaits keeps its waits
 	var term uint64
-	onLoop(t, ld, func() { term = ld.node.group(g.ID).rawNode().BasicStatus().HardState.GetTerm() })
+	onLoop(t, ld, func() { term = ld.node.testGroup(g.ID).rawNode().BasicStatus().HardState.GetTerm() })
 	caughtUp := func(term uint64, sp partition.Span) (ok bool) {
 		onLoop(t, ld, func() { ok = ld.node.catalogCaughtUp(g.ID, term, sp) })
 		return ok
@@ -1261,7 +1261,7 @@ func TestCatalogWaitRestarts(t *testing.T) {
 		t.Fatal("the term changed, and the wait ended on the answer to a question asked before")
 	}
 	waitCaughtUp(term+1, whole)
-	if r := ld.node.group(g.ID); r == nil || !r.holdsLease() {
+	if r := ld.node.testGroup(g.ID); r == nil || !r.holdsLease() {
 		t.Fatalf("node %d lost group %d's lease: the test lost its point", ld.id, g.ID)
 	}
 }

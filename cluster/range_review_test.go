@@ -27,8 +27,8 @@ func TestLateRangeEntryStaysOutOfARecreatedTable(t *testing.T) {
 	node := c.nodes[2].node
 	// A voter hosts the group as it applies the table's creation, which
 	// may come after the group has its leader.
-	old := node.group(g.ID)
-	for deadline := time.Now().Add(10 * time.Second); old == nil; old = node.group(g.ID) {
+	old := node.testGroup(g.ID)
+	for deadline := time.Now().Add(10 * time.Second); old == nil; old = node.testGroup(g.ID) {
 		if time.Now().After(deadline) {
 			t.Fatal("node 2 hosts no replica")
 		}
@@ -102,7 +102,7 @@ func TestDropDuringSpanInstall(t *testing.T) {
 	back := c.start(lag.id, lagFS)
 	c.prepare = nil
 	// Done when the node has dropped the group, still running.
-	for deadline := time.Now().Add(10 * time.Second); back.node.group(g.ID) != nil && back.node.Err() == nil; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); back.node.testGroup(g.ID) != nil && back.node.Err() == nil; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("node %d still hosts group %d, the table dropped", back.id, g.ID)
 		}

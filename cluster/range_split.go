@@ -140,7 +140,7 @@ func (n *Node) splitPending(group uint64) bool {
 		return false
 	}
 	for _, other := range ranges {
-		if other.Group.ID == group || n.replicas[other.Group.ID] == nil {
+		if other.Group.ID == group || !n.hostsGroup(other.Group.ID) {
 			continue
 		}
 		if _, holds, err := s.GroupHolds(other.Group.ID, tg.Account, tg.Table, tg.Group.Start); err == nil && holds {

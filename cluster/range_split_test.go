@@ -64,7 +64,7 @@ func (c *testCluster) splitDone(table string, starts []string) ([]partition.Tabl
 	for _, tg := range ranges {
 		ld := (*testNode)(nil)
 		for _, tn := range c.nodes {
-			if r := tn.node.group(tg.Group.ID); r != nil && r.holdsLease() {
+			if r := tn.node.testGroup(tg.Group.ID); r != nil && r.holdsLease() {
 				ld = tn
 			}
 		}
@@ -211,7 +211,7 @@ func TestRangeGroupSplits(t *testing.T) {
 		r   *replica
 		cmd *command.Command
 	}{
-		{ld.node.group(ranges[0].Group.ID), &command.Command{Kind: command.KindCreateTable, Account: acct, Table: "sneaky"}},
+		{ld.node.testGroup(ranges[0].Group.ID), &command.Command{Kind: command.KindCreateTable, Account: acct, Table: "sneaky"}},
 		{c.leader(10 * time.Second).node.replica, &command.Command{Kind: command.KindSplitGroup, Account: acct, Table: "halves",
 			Group: 999, Key: "p10", Voters: []uint64{1}}},
 	} {
@@ -224,7 +224,7 @@ func TestRangeGroupSplits(t *testing.T) {
 		if _, err := tn.node.st().GetTable(context.Background(), acct, "sneaky"); err == nil {
 			t.Fatalf("node %d: a range group's log created a table", tn.id)
 		}
-		if sp, _, _ := tn.node.st().GroupSpan(ranges[0].Group.ID); tn.node.group(ranges[0].Group.ID) != nil && sp.HighPartitionKey != "p20" {
+		if sp, _, _ := tn.node.st().GroupSpan(ranges[0].Group.ID); tn.node.testGroup(ranges[0].Group.ID) != nil && sp.HighPartitionKey != "p20" {
 			t.Fatalf("node %d: the system group's log split a span: %+v", tn.id, sp)
 		}
 	}
@@ -245,7 +245,7 @@ func TestRangeGroupSplits(t *testing.T) {
 		left := 0
 		for _, tn := range c.nodes {
 			for _, tg := range ranges {
-				if tn.node.group(tg.Group.ID) != nil || !tn.rlog.Group(tg.Group.ID).Empty() {
+				if tn.node.testGroup(tg.Group.ID) != nil || !tn.logGroup(tg.Group.ID).Empty() {
 					left++
 				}
 			}
@@ -301,7 +301,7 @@ func TestSplitChildRetiresAnInheritedMember(t *testing.T) {
 	}
 	c.setVoters("inherit", voters...)
 	c.waitMembers(g.ID, voters, 20*time.Second)
-	lateID := c.nodes[late].node.group(g.ID).id
+	lateID := c.nodes[late].node.testGroup(g.ID).id
 	if transport.Incarnation(lateID) < 40 {
 		t.Fatalf("the late member's raft id %x does not carry its addition's index", lateID)
 	}
@@ -310,7 +310,7 @@ func TestSplitChildRetiresAnInheritedMember(t *testing.T) {
 	ranges := c.waitSplit("inherit", []string{"", "p5"}, 20*time.Second)
 	child := ranges[1].Group.ID
 	c.waitMembers(child, voters, 20*time.Second)
-	r := c.nodes[late].node.group(child)
+	r := c.nodes[late].node.testGroup(child)
 	if r.id != lateID {
 		t.Fatalf("the child's member on node %d is %x, its parent's %x", late, r.id, lateID)
 	}
@@ -353,7 +353,7 @@ func TestSplitChildRetiresAnInheritedMember(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var cs *raftpb.ConfState
 		for _, tn := range c.nodes {
-			if r := tn.node.group(child); r != nil && r.holdsLease() && tn.id != late {
+			if r := tn.node.testGroup(child); r != nil && r.holdsLease() && tn.id != late {
 				cs = r.confState()
 			}
 		}

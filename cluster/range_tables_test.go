@@ -101,7 +101,7 @@ func (c *testCluster) convergeMembers(g uint64, members []uint64, timeout time.D
 		c.groupLeader(g, timeout) // the group has one
 		var most uint64
 		for _, tn := range c.nodes {
-			if r := tn.node.group(g); r != nil && (members == nil || slices.Contains(members, tn.id)) {
+			if r := tn.node.testGroup(g); r != nil && (members == nil || slices.Contains(members, tn.id)) {
 				most = max(most, r.applied.Load())
 			}
 		}
@@ -142,7 +142,7 @@ func (c *testCluster) convergeTo(g uint64, members []uint64, target uint64, time
 			if members != nil && !slices.Contains(members, tn.id) {
 				continue
 			}
-			if r := tn.node.group(g); r == nil || r.applied.Load() < target {
+			if r := tn.node.testGroup(g); r == nil || r.applied.Load() < target {
 				behind++
 			}
 		}
@@ -152,7 +152,7 @@ func (c *testCluster) convergeTo(g uint64, members []uint64, target uint64, time
 		if time.Now().After(deadline) {
 			var states []string
 			for _, tn := range c.nodes {
-				if r := tn.node.group(g); r != nil {
+				if r := tn.node.testGroup(g); r != nil {
 					states = append(states, fmt.Sprintf("node %d: applied %d, leader %d, quiesced %v, conf %v", tn.id, r.applied.Load(),
 						r.leader.Load(), r.quiesced.Load(), r.confState()))
 				}
@@ -235,7 +235,7 @@ func TestTablesGetRangeGroups(t *testing.T) {
 		t.Fatalf("read after failover: %+v, %v", e, err)
 	}
 	back := c.start(old.id, oldFS)
-	if back.node.group(g.ID) == nil {
+	if back.node.testGroup(g.ID) == nil {
 		t.Fatalf("node %d restarted without its range group %d", old.id, g.ID)
 	}
 	c.convergeGroup(g.ID, 10*time.Second)
@@ -257,7 +257,7 @@ func TestTablesGetRangeGroups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tn.node.group(g.ID) != nil || slices.Contains(ids, g.ID) {
+			if tn.node.testGroup(g.ID) != nil || slices.Contains(ids, g.ID) {
 				hosting++
 			}
 		}
@@ -411,7 +411,7 @@ func TestRangeGroupCatchesUpBySnapshot(t *testing.T) {
 	g := c.tableGroup("snapped")
 	lag, lagFS := c.leaveBehind("snapped", 7)
 	ld := c.groupLeader(g.ID, 10*time.Second)
-	if first, _ := ld.node.group(g.ID).rlog.FirstIndex(); first <= 2 {
+	if first, _ := ld.node.testGroup(g.ID).rlog.FirstIndex(); first <= 2 {
 		t.Fatalf("the leader's log of group %d starts at %d: not compacted", g.ID, first)
 	}
 	back := c.start(lag.id, lagFS)
@@ -574,7 +574,7 @@ func TestSystemSnapshotKeepsRangeGroups(t *testing.T) {
 		g := c.tableGroup(tb)
 		c.storeLikeLeader(back, g.ID, tb)
 	}
-	for deadline := time.Now().Add(10 * time.Second); back.node.group(dropped.ID) != nil; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); back.node.testGroup(dropped.ID) != nil; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the returning node still hosts the dropped table's group %d", dropped.ID)
 		}

@@ -126,8 +126,9 @@ type replica struct {
 // member id, from storage (the group's log, and for the system group its
 // snapshots) and the index its store has applied.
 // fresh says the group had no state on this node before: it cannot have
-// been part of any leader's quorum (see voteAfter).
-func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.Storage, applied uint64, fresh bool) (*replica, error) {
+// been part of any leader's quorum (see voteAfter). A dormant replica
+// starts without its raft state machine (rawNode starts it).
+func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.Storage, applied uint64, fresh, dormant bool) (*replica, error) {
 	r := &replica{
 		n:         n,
 		group:     group,
@@ -137,11 +138,14 @@ func newReplica(n *Node, group, id uint64, rlog *raftlog.Storage, storage raft.S
 		rlog:      rlog,
 		storage:   storage,
 	}
+	r.applied.Store(applied)
+	if dormant {
+		return r, nil
+	}
 	var err error
 	if r.rn, err = r.newRawNode(applied); err != nil {
 		return nil, err
 	}
-	r.applied.Store(applied)
 	if !fresh {
 		r.voteAfter = n.live.ticks + uint64(n.cfg.ElectionTicks)
 	}

@@ -40,7 +40,7 @@ func othersThan(c *testCluster, id uint64) []uint64 {
 // waitGroupQuiesced waits until node id's replica of group g is quiesced.
 func (c *testCluster) waitGroupQuiesced(id, g uint64, timeout time.Duration) {
 	c.t.Helper()
-	for deadline := time.Now().Add(timeout); !c.nodes[id].node.group(g).quiesced.Load(); time.Sleep(2 * time.Millisecond) {
+	for deadline := time.Now().Add(timeout); !c.nodes[id].node.testGroup(g).quiesced.Load(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			c.t.Fatalf("node %d: group %d not quiesced after %v", id, g, timeout)
 		}
@@ -82,7 +82,7 @@ func TestReviewQuiescedGroupElectsWhenItsLeaderIsRemoved(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		led := false
 		for _, tn := range c.nodes {
-			led = led || tn.node.group(g).ready.Load()
+			led = led || tn.node.testGroup(g).ready.Load()
 		}
 		if led {
 			break
@@ -111,7 +111,7 @@ func TestReviewQuiescedFollowerMissesAWriteInABlip(t *testing.T) {
 	// The leader goes quiet again (or keeps ticking until the blip is
 	// over, which is as good), then the link comes back: well within the
 	// ten ticks of an election timeout.
-	for deadline := time.Now().Add(30 * time.Millisecond); time.Now().Before(deadline) && !ld.node.group(g).quiesced.Load(); {
+	for deadline := time.Now().Add(30 * time.Millisecond); time.Now().Before(deadline) && !ld.node.testGroup(g).quiesced.Load(); {
 		time.Sleep(time.Millisecond)
 	}
 	c.net.heal()
@@ -152,7 +152,7 @@ func TestReviewPartitionedQuiescedLeaderStepsDown(t *testing.T) {
 			t.Fatal("the majority elected no leader")
 		}
 		for _, id := range othersThan(c, old.id) {
-			if c.nodes[id].node.group(g).ready.Load() {
+			if c.nodes[id].node.testGroup(g).ready.Load() {
 				nl = c.nodes[id]
 			}
 		}
@@ -164,7 +164,7 @@ func TestReviewPartitionedQuiescedLeaderStepsDown(t *testing.T) {
 	if got, err := old.node.getInGroup(context.Background(), g, acct, "ranges", "p", "first"); err == nil {
 		t.Fatalf("the cut-off leader answered a read: N=%d", entityN(t, got))
 	}
-	for deadline := time.Now().Add(5 * time.Second); old.node.group(g).ready.Load(); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); old.node.testGroup(g).ready.Load(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the cut-off leader still leads after 5 s")
 		}
@@ -203,7 +203,7 @@ func TestStalledQuiescedLeaderStepsDown(t *testing.T) {
 	var next *testNode
 	for deadline := time.Now().Add(10 * time.Second); next == nil; time.Sleep(5 * time.Millisecond) {
 		for _, tn := range c.nodes {
-			if tn.id != old.id && tn.node.group(g).ready.Load() {
+			if tn.id != old.id && tn.node.testGroup(g).ready.Load() {
 				next = tn
 			}
 		}
@@ -212,12 +212,12 @@ func TestStalledQuiescedLeaderStepsDown(t *testing.T) {
 		}
 	}
 	c.waitGroupQuiesced(next.id, g, 10*time.Second)
-	if !old.node.group(g).ready.Load() {
+	if !old.node.testGroup(g).ready.Load() {
 		t.Fatal("the stalled node stepped down while it stood still: the test stalls nothing")
 	}
 	c.net.heal()
 	old.paused.Store(false)
-	for deadline := time.Now().Add(5 * time.Second); old.node.group(g).ready.Load(); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); old.node.testGroup(g).ready.Load(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the node that stalled still believes it leads the group")
 		}
@@ -235,7 +235,7 @@ func TestIdleGroupDropsItsEntryCache(t *testing.T) {
 	}
 	c.waitQuiesced(10 * time.Second)
 	for id, tn := range c.nodes {
-		if b := tn.node.group(g).rlog.CachedBytes(); b != 0 {
+		if b := tn.node.testGroup(g).rlog.CachedBytes(); b != 0 {
 			t.Errorf("node %d: the idle group still caches %d bytes of entries", id, b)
 		}
 	}

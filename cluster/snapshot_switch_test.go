@@ -42,7 +42,7 @@ func TestRestartAfterSnapshotSwitchOverDivergentTail(t *testing.T) {
 	// The old leader, stalled and cut off, takes writes the group never
 	// commits: a divergent tail of 150 entries.
 	ld := c.stallAndCutOff(old)
-	tailFrom, _ := old.rlog.Group(systemGroup).LastIndex()
+	tailFrom, _ := old.logGroup(systemGroup).LastIndex()
 	var wg sync.WaitGroup
 	for i := range 150 {
 		wg.Add(1)
@@ -52,7 +52,7 @@ func TestRestartAfterSnapshotSwitchOverDivergentTail(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if last, _ := old.rlog.Group(systemGroup).LastIndex(); last < tailFrom+150 {
+	if last, _ := old.logGroup(systemGroup).LastIndex(); last < tailFrom+150 {
 		t.Fatalf("the cut-off leader's log ends at %d, not past %d: the test lost its point", last, tailFrom+150)
 	}
 	// The others write fewer: the snapshot they send falls inside the tail.
@@ -61,7 +61,7 @@ func TestRestartAfterSnapshotSwitchOverDivergentTail(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if first, _ := ld.rlog.Group(systemGroup).FirstIndex(); first <= tailFrom+1 {
+	if first, _ := ld.logGroup(systemGroup).FirstIndex(); first <= tailFrom+1 {
 		t.Fatalf("the leader's log starts at %d: not compacted past the tail's start %d, the test lost its point", first, tailFrom+1)
 	}
 	c.stop(old.id)

@@ -282,7 +282,7 @@ func (n *Node) mergedHolders(s *partition.Store, group uint64, sp partition.Span
 // hosted here otherwise holds nothing live (a retired member's).
 func (n *Node) liveHolders(s *partition.Store, group uint64, sp partition.Span) ([]partition.GroupSpanOf, error) {
 	holders, err := s.SpanHolders(group, sp)
-	return slices.DeleteFunc(holders, func(h partition.GroupSpanOf) bool { return !h.Frozen && n.group(h.Group) == nil }), err
+	return slices.DeleteFunc(holders, func(h partition.GroupSpanOf) bool { return !h.Frozen && !n.hostsGroup(h.Group) }), err
 }
 
 // superseded says, on the loop, whether group, of span sp, is one
@@ -296,7 +296,8 @@ func (n *Node) liveHolders(s *partition.Store, group uint64, sp partition.Span) 
 // over the same keys (a leftover of a group merged away earlier, not
 // dropped yet).
 func (n *Node) superseded(group uint64, sp partition.Span) bool {
-	if r := n.replicas[group]; r != nil && r.install != nil || r == nil && !n.cfg.Log.Group(group).Empty() {
+	// An unloaded replica has no install under way.
+	if r := n.replicas[group]; r != nil && r.install != nil || r == nil && !n.hostsGroup(group) && !n.logEmpty(group) {
 		return false
 	}
 	s := n.st()

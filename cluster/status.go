@@ -54,6 +54,12 @@ func (n *Node) snapshotStatus() {
 			ns.Dormant++
 		}
 	}
+	n.replicasMu.RLock()
+	ns.Unloaded = len(n.unloaded)
+	n.replicasMu.RUnlock()
+	ns.RangeGroups += ns.Unloaded
+	ns.Quiesced += ns.Unloaded
+	ns.Dormant += ns.Unloaded
 	if st.RaftState == raft.StateLeader {
 		for id, pr := range st.Progress {
 			ns.progress[id] = progress{Match: pr.Match, Active: pr.RecentActive || id == n.cfg.ID || pr.State == tracker.StateReplicate}
@@ -72,6 +78,7 @@ func (n *Node) Status() nodeStatus {
 	st.Applied = n.applied.Load()
 	st.Ready = n.ready.Load()
 	st.DormantWakes = n.dormantWakes.Load()
+	st.ReplicaLoads = n.replicaLoads.Load()
 	if err := n.Err(); err != nil {
 		st.Failed = err.Error()
 	}
@@ -117,13 +124,18 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 		// One status per range group this node leads: its range, with
 		// the statistics of the range partitions that start in it.
 		for _, tg := range groups {
-			r := n.group(tg.Group.ID)
-			if r == nil || !r.holdsLease() {
+			rs := RangeStatus{Account: t.Account, Table: t.Name, Group: tg.Group.ID, Replicas: tg.Group.Voters, Leaseholder: n.cfg.ID}
+			if r := n.group(tg.Group.ID); r != nil && r.holdsLease() {
+				cs := r.confState()
+				rs.Members, rs.Learners = nodesOf(cs.GetVoters()), nodesOf(cs.GetLearners())
+			} else if u, ok := n.unloadedReplica(tg.Group.ID); ok && u.dormantLeader {
+				// Not loaded for this (the placement asks every few
+				// seconds): its members are its descriptor's, with no
+				// change of them under way.
+				rs.Members = tg.Group.Voters
+			} else {
 				continue
 			}
-			cs := r.confState()
-			rs := RangeStatus{Account: t.Account, Table: t.Name, Group: tg.Group.ID, Replicas: tg.Group.Voters,
-				Members: nodesOf(cs.GetVoters()), Learners: nodesOf(cs.GetLearners()), Leaseholder: n.cfg.ID}
 			rs.StartPartitionKey, rs.EndPartitionKey = tg.Group.Start, tg.End
 			for _, ri := range infos {
 				if tg.Span().Contains(ri.StartPartitionKey) {
@@ -150,6 +162,17 @@ func (n *Node) groupStatus() []GroupStatus {
 			out = append(out, GroupStatus{Group: id, Leader: r.leader.Load(), Applied: r.applied.Load(),
 				Voters: nodesOf(cs.GetVoters()), Learners: nodesOf(cs.GetLearners())})
 		}
+	}
+	for id, u := range n.unloaded {
+		// Read without loading it: the applied index from the store, the
+		// voters from the catalog (an unloaded replica has no change of
+		// them under way).
+		gs := GroupStatus{Group: id, Leader: u.leader, Unloaded: true}
+		gs.Applied, _ = n.st().AppliedIndex(id)
+		if tg, ok := n.st().GroupTable(id); ok {
+			gs.Voters = slices.Clone(tg.Group.Voters)
+		}
+		out = append(out, gs)
 	}
 	n.replicasMu.RUnlock()
 	slices.SortFunc(out, func(a, b GroupStatus) int { return cmp.Compare(a.Group, b.Group) })

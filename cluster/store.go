@@ -32,7 +32,7 @@ func (s *Store) writeIn(ctx context.Context, r *replica, c *command.Command, sta
 // writeEntities proposes an entity write to the group that holds its
 // PartitionKey.
 func (s *Store) writeEntities(ctx context.Context, c *command.Command, stamps int) (result, error) {
-	r, err := s.tableReplica(c.Account, c.Table, c.Ops[0].Entity.PartitionKey)
+	r, err := s.tableReplica(ctx, c.Account, c.Table, c.Ops[0].Entity.PartitionKey)
 	if err != nil {
 		return result{}, err
 	}
@@ -44,12 +44,12 @@ func (s *Store) writeEntities(ctx context.Context, c *command.Command, stamps in
 // for a table without range groups, or one this node does not know yet
 // (the system group's read round or apply settles that: see readTable
 // and replica.wrongGroup).
-func (s *Store) tableReplica(account, table, pk string) (*replica, error) {
+func (s *Store) tableReplica(ctx context.Context, account, table, pk string) (*replica, error) {
 	g, err := s.n.st().TableGroupFor(account, table, pk)
 	if err != nil || g.ID == 0 {
 		return s.n.replica, nil
 	}
-	if r := s.n.group(g.ID); r != nil {
+	if r := s.n.groupLoaded(ctx, g.ID); r != nil {
 		return r, nil
 	}
 	return nil, errMoved(fmt.Sprintf("this node hosts no replica of the table's range group %d", g.ID))
@@ -65,7 +65,7 @@ func (s *Store) read(ctx context.Context) (context.Context, context.CancelFunc, 
 // system group's round may turn out to have range groups once it is
 // applied: the round is then the group's.
 func (s *Store) readTable(ctx context.Context, account, table, pk string) (context.Context, *replica, context.CancelFunc, error) {
-	r, err := s.tableReplica(account, table, pk)
+	r, err := s.tableReplica(ctx, account, table, pk)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -73,7 +73,7 @@ func (s *Store) readTable(ctx context.Context, account, table, pk string) (conte
 	if err != nil || r != s.n.replica {
 		return rctx, r, cancel, err
 	}
-	if again, err := s.tableReplica(account, table, pk); err != nil || again != r {
+	if again, err := s.tableReplica(ctx, account, table, pk); err != nil || again != r {
 		cancel()
 		if err != nil {
 			return nil, nil, nil, err

@@ -2,6 +2,7 @@ package fuzz
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -133,7 +134,11 @@ var rlBase = sync.OnceValues(func() (*vfs.MemFS, error) {
 	if err := w.Commit(true); err != nil {
 		return nil, err
 	}
-	if err := l.Group(2).Compact(2); err != nil {
+	g2, err := l.Group(2)
+	if err != nil {
+		return nil, err
+	}
+	if err := g2.Compact(2); err != nil {
 		return nil, err
 	}
 	if err := l.Close(); err != nil {
@@ -175,11 +180,21 @@ func FuzzRaftLog(f *testing.F) {
 			t.Fatalf("Groups after a successful Open: %v", err)
 		}
 		for _, id := range append(ids, 3) {
-			rlExercise(t, l.Group(id))
+			if g := rlGroup(t, l, id); g != nil {
+				rlExercise(t, g)
+			}
+			// Unloaded, a group is read from the damaged engine again.
+			l.Unload(id)
+			if g := rlGroup(t, l, id); g != nil {
+				rlExercise(t, g)
+			}
 		}
 		// Writes: they may be refused, and the Log then stops writing.
 		for _, id := range append(ids, 3) {
-			g := l.Group(id)
+			g := rlGroup(t, l, id)
+			if g == nil {
+				continue
+			}
 			li, _ := g.LastIndex()
 			fi, _ := g.FirstIndex()
 			hs, _, _ := g.InitialState()
@@ -204,11 +219,24 @@ func FuzzRaftLog(f *testing.F) {
 		// Whatever was written reopens or is refused.
 		if l, err := raftlog.Open(rlDir, rlOptions(fs)); err == nil {
 			for _, id := range append(ids, 3) {
-				rlExercise(t, l.Group(id))
+				if g := rlGroup(t, l, id); g != nil {
+					rlExercise(t, g)
+				}
 			}
 			l.Close()
 		}
 	})
+}
+
+// rlGroup returns group id's Storage, or nil if loading it failed as
+// documented (rlReadErr).
+func rlGroup(t *testing.T, l *raftlog.Log, id uint64) *raftlog.Storage {
+	g, err := l.Group(id)
+	if err != nil {
+		rlReadErr(t, fmt.Sprintf("Group(%d)", id), err)
+		return nil
+	}
+	return g
 }
 
 // rlReadErr checks that a read failed as documented.

@@ -87,7 +87,7 @@ func TestCrashClones(t *testing.T) {
 		for step := range 80 {
 			sync := false
 			if rng.IntN(6) == 0 {
-				g := l.Group(groups[rng.IntN(len(groups))])
+				g := l.mustGroup(groups[rng.IntN(len(groups))])
 				fi, _ := g.FirstIndex()
 				li, _ := g.LastIndex()
 				hs, _, _ := g.InitialState()
@@ -103,7 +103,7 @@ func TestCrashClones(t *testing.T) {
 					if k == skip {
 						continue
 					}
-					g := l.Group(id)
+					g := l.mustGroup(id)
 					fi, _ := g.FirstIndex()
 					li, _ := g.LastIndex()
 					hs, _, _ := g.InitialState()
@@ -191,7 +191,7 @@ func dumpAll(t testing.TB, l *Log, groups []uint64) string {
 	t.Helper()
 	var b strings.Builder
 	for _, g := range groups {
-		d, err := dump(l.Group(g))
+		d, err := dump(l.mustGroup(g))
 		if err != nil {
 			t.Fatalf("group %d: %v", g, err)
 		}

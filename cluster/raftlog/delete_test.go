@@ -35,11 +35,11 @@ func TestDeleteGroup(t *testing.T) {
 	if ids, err := l.Groups(); err != nil || !slices.Equal(ids, []uint64{4, 6}) {
 		t.Fatalf("Groups after deleting 5 = %v, %v", ids, err)
 	}
-	if hs, cs, err := l.Group(5).InitialState(); err != nil || hs.GetCommit() != 0 || len(cs.GetVoters()) != 0 {
+	if hs, cs, err := l.mustGroup(5).InitialState(); err != nil || hs.GetCommit() != 0 || len(cs.GetVoters()) != 0 {
 		t.Fatalf("deleted group's state: %v %v %v", hs, cs, err)
 	}
 	for _, g := range []uint64{4, 6} {
-		ents, err := l.Group(g).Entries(1, 3, 1<<20)
+		ents, err := l.mustGroup(g).Entries(1, 3, 1<<20)
 		if err != nil || len(ents) != 2 || string(ents[1].GetData()) != "b" {
 			t.Fatalf("group %d after its neighbour's deletion: %v, %v", g, ents, err)
 		}

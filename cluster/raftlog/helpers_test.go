@@ -71,3 +71,12 @@ func (g *gen) entries(first, last, commit uint64) []*pb.Entry {
 func (g *gen) hardState(last uint64) *pb.HardState {
 	return &pb.HardState{Term: proto.Uint64(g.term), Vote: proto.Uint64(g.rng.Uint64N(4)), Commit: proto.Uint64(g.rng.Uint64N(last + 1))}
 }
+
+// mustGroup is Group for tests, whose logs load every group they hold.
+func (l *Log) mustGroup(id uint64) *Storage {
+	s, err := l.Group(id)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

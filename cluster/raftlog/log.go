@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -65,6 +66,9 @@ type Log struct {
 
 	mu     sync.Mutex
 	groups map[uint64]*Storage
+	// groupsPeak is the most groups held since groups was last made
+	// again (Unload).
+	groupsPeak int
 	// version is the format version on disk.
 	version uint64
 	// err is the sticky error of a failed write: once a write failed, no
@@ -186,17 +190,46 @@ func (l *Log) Groups() ([]uint64, error) {
 	return ids, nil
 }
 
-// Group returns the storage of group id, created empty (and not written)
-// if the Log has no state for it.
-func (l *Log) Group(id uint64) *Storage {
+// Group returns the storage of group id: the one in memory, or one
+// loaded from the engine (the group's state was never loaded, or was
+// unloaded), empty (and not written) if the engine has none.
+func (l *Log) Group(id uint64) (*Storage, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.groups[id]
-	if s == nil {
-		s = &Storage{log: l, id: id}
-		l.groups[id] = s
+	if s := l.groups[id]; s != nil {
+		return s, nil
 	}
-	return s
+	s := &Storage{log: l, id: id}
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	l.groups[id] = s
+	return s, nil
+}
+
+// LoadedGroups returns how many groups' states the Log holds in memory.
+func (l *Log) LoadedGroups() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.groups)
+}
+
+// Unload drops group id's state from memory; the next Group loads it from
+// the engine again. A node with many idle groups keeps only the ones at
+// work in memory. The caller must not use the group's old Storage again,
+// nor have a Write of the group under way.
+func (l *Log) Unload(id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.groupsPeak = max(l.groupsPeak, len(l.groups))
+	delete(l.groups, id)
+	if l.groupsPeak > 1024 && len(l.groups) < l.groupsPeak/4 {
+		// Go's maps do not shrink: a Log that held many groups at once
+		// (every group is loaded at Open) would keep their table.
+		groups := make(map[uint64]*Storage, len(l.groups))
+		maps.Copy(groups, l.groups)
+		l.groups, l.groupsPeak = groups, len(groups)
+	}
 }
 
 // writable returns the error that forbids writing, if any.
@@ -260,7 +293,10 @@ func (l *Log) DeleteGroup(id uint64) error {
 	if err := l.writable(); err != nil {
 		return err
 	}
-	s := l.Group(id)
+	s, err := l.Group(id)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var b lsm.Batch

@@ -44,7 +44,7 @@ func TestModel(t *testing.T) {
 		}
 		// Group 7 starts from a bootstrapped conf state.
 		cs := &pb.ConfState{Voters: []uint64{1, 2, 3}}
-		if err := l.Group(7).Bootstrap(cs); err != nil {
+		if err := l.mustGroup(7).Bootstrap(cs); err != nil {
 			t.Fatal(err)
 		}
 		if err := models[7].ApplySnapshot(&pb.Snapshot{Metadata: &pb.SnapshotMetadata{ConfState: cs, Index: proto.Uint64(0), Term: proto.Uint64(0)}}); err != nil {
@@ -85,7 +85,7 @@ func TestModel(t *testing.T) {
 			case op < 14: // the group goes idle
 				g := groups[rng.IntN(len(groups))]
 				touched = []uint64{g}
-				l.Group(g).DropCache()
+				l.mustGroup(g).DropCache()
 			case op < 18: // Compact
 				g := groups[rng.IntN(len(groups))]
 				touched = []uint64{g}
@@ -93,7 +93,7 @@ func TestModel(t *testing.T) {
 				fi, _ := ms.FirstIndex()
 				li, _ := ms.LastIndex()
 				i := fi - 1 + rng.Uint64N(li-fi+3)
-				err := l.Group(g).Compact(i)
+				err := l.mustGroup(g).Compact(i)
 				if i > li {
 					if err == nil {
 						t.Fatalf("seed %d step %d: Compact(%d) past the last index %d succeeded", seed, step, i, li)
@@ -110,7 +110,7 @@ func TestModel(t *testing.T) {
 				l = mustOpen(t, opts)
 			}
 			for _, g := range touched {
-				compareStorage(t, rng, l.Group(g), models[g])
+				compareStorage(t, rng, l.mustGroup(g), models[g])
 			}
 		}
 		if err := l.Close(); err != nil {
@@ -122,7 +122,7 @@ func TestModel(t *testing.T) {
 			t.Fatalf("Groups() = %v, %v; want %v", ids, err, groups)
 		}
 		for _, g := range groups {
-			compareStorage(t, rng, l.Group(g), models[g])
+			compareStorage(t, rng, l.mustGroup(g), models[g])
 		}
 		l.Close()
 	}

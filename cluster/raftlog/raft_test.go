@@ -37,7 +37,7 @@ func (n *raftNode) start(t *testing.T) {
 		ID:              n.id,
 		ElectionTick:    10,
 		HeartbeatTick:   1,
-		Storage:         n.log.Group(raftGroup),
+		Storage:         n.log.mustGroup(raftGroup),
 		Applied:         n.index,
 		MaxSizePerMsg:   1 << 10,
 		MaxInflightMsgs: 16,
@@ -145,7 +145,7 @@ func TestRaftGroup(t *testing.T) {
 	for _, id := range []uint64{1, 2, 3} {
 		n := &raftNode{id: id, fs: vfs.NewMem()}
 		l := mustOpen(t, testOptions(n.fs, 16))
-		if err := l.Group(raftGroup).Bootstrap(&pb.ConfState{Voters: []uint64{1, 2, 3}}); err != nil {
+		if err := l.mustGroup(raftGroup).Bootstrap(&pb.ConfState{Voters: []uint64{1, 2, 3}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := l.Close(); err != nil {
@@ -171,14 +171,14 @@ func TestRaftGroup(t *testing.T) {
 	// Node 3 goes down; its Log must hold what raft told it to persist.
 	n3 := c.nodes[3]
 	c.down[3] = true
-	hs, _, err := n3.log.Group(raftGroup).InitialState()
+	hs, _, err := n3.log.mustGroup(raftGroup).InitialState()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st := n3.rn.BasicStatus(); hs.GetTerm() != st.GetTerm() || hs.GetVote() != st.GetVote() || hs.GetCommit() != st.GetCommit() {
 		t.Fatalf("node 3 persisted hard state %v, raft has %v", hs, st.HardState)
 	}
-	before, err := dump(n3.log.Group(raftGroup))
+	before, err := dump(n3.log.mustGroup(raftGroup))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,21 +188,21 @@ func TestRaftGroup(t *testing.T) {
 	c.propose(t, 100, 120)
 	// Compact every log below what node 3 has, as the applied index allows.
 	for _, id := range []uint64{1, 2} {
-		if err := c.nodes[id].log.Group(raftGroup).Compact(90); err != nil {
+		if err := c.nodes[id].log.mustGroup(raftGroup).Compact(90); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// Node 3 restarts from its Log.
 	n3.start(t)
-	after, err := dump(n3.log.Group(raftGroup))
+	after, err := dump(n3.log.mustGroup(raftGroup))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after != before {
 		t.Fatalf("node 3 reopened its log as\n%s\nwant\n%s", after, before)
 	}
-	if err := n3.log.Group(raftGroup).Compact(50); err != nil {
+	if err := n3.log.mustGroup(raftGroup).Compact(50); err != nil {
 		t.Fatal(err)
 	}
 	delete(c.down, 3)
@@ -225,9 +225,9 @@ func TestRaftGroup(t *testing.T) {
 			t.Fatalf("command %d is %q", i, cmd)
 		}
 	}
-	lfirst, _ := leader.log.Group(raftGroup).FirstIndex()
-	llast, _ := leader.log.Group(raftGroup).LastIndex()
-	lents, err := leader.log.Group(raftGroup).Entries(lfirst, llast+1, ^uint64(0))
+	lfirst, _ := leader.log.mustGroup(raftGroup).FirstIndex()
+	llast, _ := leader.log.mustGroup(raftGroup).LastIndex()
+	lents, err := leader.log.mustGroup(raftGroup).Entries(lfirst, llast+1, ^uint64(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestRaftGroup(t *testing.T) {
 		if !slices.EqualFunc(n.applied, want, func(a, b []byte) bool { return string(a) == string(b) }) {
 			t.Fatalf("node %d applied %d commands, unlike the leader", n.id, len(n.applied))
 		}
-		g := n.log.Group(raftGroup)
+		g := n.log.mustGroup(raftGroup)
 		if last, _ := g.LastIndex(); last != llast {
 			t.Fatalf("node %d: last index %d, the leader's %d", n.id, last, llast)
 		}

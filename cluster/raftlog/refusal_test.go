@@ -34,40 +34,40 @@ func TestBootstrap(t *testing.T) {
 	fs := vfs.NewMem()
 	l := mustOpen(t, testOptions(fs, 0))
 	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}
-	if err := l.Group(1).Bootstrap(cs); err != nil {
+	if err := l.mustGroup(1).Bootstrap(cs); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Group(1).Bootstrap(cs); err == nil {
+	if err := l.mustGroup(1).Bootstrap(cs); err == nil {
 		t.Fatal("a second Bootstrap succeeded")
 	}
 	commit(t, l, true, func(w *Write) { w.Append(2, []*pb.Entry{ent(1, 1, nil)}) })
 	commit(t, l, true, func(w *Write) { w.SetHardState(3, hardState(1, 1, 0)) })
 	for _, g := range []uint64{2, 3} {
-		if err := l.Group(g).Bootstrap(cs); err == nil || !strings.Contains(err.Error(), "already has state") {
+		if err := l.mustGroup(g).Bootstrap(cs); err == nil || !strings.Contains(err.Error(), "already has state") {
 			t.Fatalf("Bootstrap of group %d with state: %v", g, err)
 		}
 	}
 	// A crash right after: the synced bootstrap survives.
 	c := mustOpen(t, testOptions(fs.CrashClone(nil), 0))
-	hs, gotCS, err := c.Group(1).InitialState()
+	hs, gotCS, err := c.mustGroup(1).InitialState()
 	if err != nil || hs != nil || !proto.Equal(gotCS, pb.EnsureConfState(proto.Clone(cs).(*pb.ConfState))) {
 		t.Fatalf("bootstrapped group after a crash: %v, %v, %v", hs, gotCS, err)
 	}
-	if fi, _ := c.Group(1).FirstIndex(); fi != 1 {
+	if fi, _ := c.mustGroup(1).FirstIndex(); fi != 1 {
 		t.Fatalf("FirstIndex %d", fi)
 	}
-	if li, _ := c.Group(1).LastIndex(); li != 0 {
+	if li, _ := c.mustGroup(1).LastIndex(); li != 0 {
 		t.Fatalf("LastIndex %d", li)
 	}
-	if _, err := c.Group(1).Entries(1, 1, 100); err != raft.ErrUnavailable {
+	if _, err := c.mustGroup(1).Entries(1, 1, 100); err != raft.ErrUnavailable {
 		t.Fatalf("Entries of an empty log: %v", err)
 	}
-	snap, err := c.Group(1).Snapshot()
+	snap, err := c.mustGroup(1).Snapshot()
 	if err != nil || !proto.Equal(snap.GetMetadata().GetConfState(), gotCS) || snap.GetMetadata().GetIndex() != 0 {
 		t.Fatalf("Snapshot() = %v, %v", snap, err)
 	}
 	for _, g := range []uint64{1, 2, 3} {
-		if err := c.Group(g).Bootstrap(cs); err == nil {
+		if err := c.mustGroup(g).Bootstrap(cs); err == nil {
 			t.Fatalf("Bootstrap of group %d with state on disk succeeded", g)
 		}
 	}
@@ -82,7 +82,7 @@ func TestBootstrap(t *testing.T) {
 func TestCompactRefusals(t *testing.T) {
 	l := mustOpen(t, testOptions(vfs.NewMem(), 2))
 	defer l.Close()
-	g := l.Group(1)
+	g := l.mustGroup(1)
 	if err := g.Compact(1); err == nil {
 		t.Fatal("Compact(1) of an empty log succeeded")
 	}
@@ -157,7 +157,7 @@ func TestWriteRefusals(t *testing.T) {
 			if after := dumpAll(t, l, []uint64{1, 2}); after != before {
 				t.Fatalf("a refused Write changed the state:\n%s\nwas\n%s", after, before)
 			}
-			if err := l.Group(3).Bootstrap(&pb.ConfState{Voters: []uint64{1}}); err == nil {
+			if err := l.mustGroup(3).Bootstrap(&pb.ConfState{Voters: []uint64{1}}); err == nil {
 				t.Fatal("a write after a failed Commit succeeded")
 			}
 		})
@@ -189,7 +189,7 @@ func TestWriteRefusals(t *testing.T) {
 	if err := w.Commit(true); err == nil || !strings.Contains(err.Error(), "earlier failure") {
 		t.Fatalf("Commit after a failed fsync: %v", err)
 	}
-	if err := l.Group(1).Compact(1); err == nil {
+	if err := l.mustGroup(1).Compact(1); err == nil {
 		t.Fatal("Compact after a failed fsync succeeded")
 	}
 }
@@ -207,7 +207,7 @@ func corruptLog(t *testing.T, damage func(db *lsm.DB)) (*Log, error) {
 			w.SetConfState(g, 0, &pb.ConfState{Voters: []uint64{1}})
 		}
 	})
-	if err := l.Group(2).Compact(1); err != nil {
+	if err := l.mustGroup(2).Compact(1); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
@@ -287,7 +287,7 @@ func TestCorruption(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			g := l.Group(1)
+			g := l.mustGroup(1)
 			if _, err := g.Term(tc.index); !errors.Is(err, lsm.ErrCorruption) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("Term(%d): %v; want a corruption error containing %q", tc.index, err, tc.msg)
 			}
@@ -308,7 +308,7 @@ func TestCorruption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := l.Group(1)
+	g := l.mustGroup(1)
 	if li, _ := g.LastIndex(); li != far {
 		t.Fatalf("LastIndex() = %d", li)
 	}
@@ -357,7 +357,7 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 func TestEntriesOwnership(t *testing.T) {
 	for _, cache := range []int{-1, 0} {
 		l := mustOpen(t, testOptions(vfs.NewMem(), cache))
-		g := l.Group(1)
+		g := l.mustGroup(1)
 		commit(t, l, true, func(w *Write) {
 			w.Append(1, []*pb.Entry{ent(1, 1, []byte("a")), ent(2, 1, []byte("b")), ent(3, 1, []byte("c"))})
 		})
@@ -385,7 +385,7 @@ func TestEntriesOwnership(t *testing.T) {
 func TestEntriesArguments(t *testing.T) {
 	l := mustOpen(t, testOptions(vfs.NewMem(), 2))
 	defer l.Close()
-	g := l.Group(1)
+	g := l.mustGroup(1)
 	commit(t, l, true, func(w *Write) {
 		w.Append(1, []*pb.Entry{ent(1, 1, make([]byte, 10)), ent(2, 1, make([]byte, 10)), ent(3, 1, make([]byte, 10)), ent(4, 1, make([]byte, 10))})
 	})
@@ -413,7 +413,7 @@ func TestEntriesArguments(t *testing.T) {
 func TestConcurrentReaders(t *testing.T) {
 	l := mustOpen(t, testOptions(vfs.NewMem(), 8))
 	defer l.Close()
-	g := l.Group(1)
+	g := l.mustGroup(1)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 2 {

@@ -91,7 +91,10 @@ func (l *Log) resetGroup(group uint64, rec Replica) error {
 	if err := l.writable(); err != nil {
 		return err
 	}
-	s := l.Group(group)
+	s, err := l.Group(group)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var b lsm.Batch

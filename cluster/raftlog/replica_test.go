@@ -30,7 +30,7 @@ func TestReplicaRecord(t *testing.T) {
 	}
 	defer func() { l.Close() }()
 	const g, id = 7, 3 | 41<<32
-	if got := l.Group(g).Replica(); got != (Replica{}) {
+	if got := l.mustGroup(g).Replica(); got != (Replica{}) {
 		t.Fatalf("a new group's record: %+v", got)
 	}
 	commit(t, l, true, func(w *Write) {
@@ -40,13 +40,13 @@ func TestReplicaRecord(t *testing.T) {
 		w.SetHardState(g, hardState(1, 0, 3))
 	})
 	reopen()
-	if got, want := l.Group(g).Replica(), (Replica{ID: id, ConfIndex: 2}); got != want {
+	if got, want := l.mustGroup(g).Replica(), (Replica{ID: id, ConfIndex: 2}); got != want {
 		t.Fatalf("record after a reopen: %+v, want %+v", got, want)
 	}
 	snap := &pb.SnapshotMetadata{Index: proto.Uint64(9), Term: proto.Uint64(2), ConfState: &pb.ConfState{Voters: []uint64{1, 2, id}}}
 	commit(t, l, true, func(w *Write) { w.ApplySnapshot(g, snap) })
 	reopen()
-	if got, want := l.Group(g).Replica(), (Replica{ID: id, ConfIndex: 9}); got != want {
+	if got, want := l.mustGroup(g).Replica(), (Replica{ID: id, ConfIndex: 9}); got != want {
 		t.Fatalf("record after a snapshot: %+v, want %+v", got, want)
 	}
 
@@ -54,7 +54,7 @@ func TestReplicaRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	reopen()
-	s := l.Group(g)
+	s := l.mustGroup(g)
 	if got, want := s.Replica(), (Replica{ID: id, Removed: true}); got != want {
 		t.Fatalf("record after the removal: %+v, want %+v", got, want)
 	}
@@ -74,7 +74,7 @@ func TestReplicaRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	reopen()
-	if got := l.Group(g).Replica(); got != (Replica{}) {
+	if got := l.mustGroup(g).Replica(); got != (Replica{}) {
 		t.Fatalf("record after DeleteGroup: %+v", got)
 	}
 
@@ -135,7 +135,7 @@ func TestFormatVersionOneIsUpgradedByARecord(t *testing.T) {
 	}
 	setVersion(1)
 	l = mustOpen(t, testOptions(fs, 0))
-	if ents, err := l.Group(1).Entries(1, 2, 1<<20); err != nil || len(ents) != 1 {
+	if ents, err := l.mustGroup(1).Entries(1, 2, 1<<20); err != nil || len(ents) != 1 {
 		t.Fatalf("a version-1 log's entries: %v, %v", ents, err)
 	}
 	// A conf state with no index writes no record, so no upgrade.
@@ -151,7 +151,7 @@ func TestFormatVersionOneIsUpgradedByARecord(t *testing.T) {
 		t.Fatalf("version after a record: %d", v)
 	}
 	l = mustOpen(t, testOptions(fs, 0))
-	if got := l.Group(1).Replica(); got.ConfIndex != 1 {
+	if got := l.mustGroup(1).Replica(); got.ConfIndex != 1 {
 		t.Fatalf("record: %+v", got)
 	}
 	l.Close()
@@ -213,13 +213,13 @@ func TestBootstrapMember(t *testing.T) {
 	fs := vfs.NewMem()
 	l := mustOpen(t, testOptions(fs, 0))
 	cs := &pb.ConfState{Voters: []uint64{1, 2 | 9<<32}}
-	if err := l.Group(4).BootstrapMember(cs, 2|9<<32, 5, 2); err != nil {
+	if err := l.mustGroup(4).BootstrapMember(cs, 2|9<<32, 5, 2); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
 	l = mustOpen(t, testOptions(fs, 0))
 	defer l.Close()
-	g := l.Group(4)
+	g := l.mustGroup(4)
 	if rec := g.Replica(); rec.ID != 2|9<<32 || rec.ConfIndex != 5 {
 		t.Fatalf("record after a reopen: %+v", rec)
 	}
@@ -237,10 +237,10 @@ func TestBootstrapMember(t *testing.T) {
 	if hs, _, _ := g.InitialState(); hs.GetCommit() != 5 || hs.GetTerm() != 2 {
 		t.Fatalf("hard state %v", hs)
 	}
-	if _, got, err := l.Group(4).InitialState(); err != nil || !slices.Equal(got.GetVoters(), cs.GetVoters()) {
+	if _, got, err := l.mustGroup(4).InitialState(); err != nil || !slices.Equal(got.GetVoters(), cs.GetVoters()) {
 		t.Fatalf("conf state: %v, %v", got, err)
 	}
-	if err := l.Group(4).BootstrapMember(cs, 2|9<<32, 5, 2); err == nil {
+	if err := l.mustGroup(4).BootstrapMember(cs, 2|9<<32, 5, 2); err == nil {
 		t.Fatal("a second bootstrap succeeded")
 	}
 }

@@ -37,7 +37,7 @@ func TestApplySnapshot(t *testing.T) {
 	})
 	check := func(l *Log, when string) {
 		t.Helper()
-		s := l.Group(1)
+		s := l.mustGroup(1)
 		first, _ := s.FirstIndex()
 		last, _ := s.LastIndex()
 		if first != 21 || last != 22 {
@@ -57,7 +57,7 @@ func TestApplySnapshot(t *testing.T) {
 		if len(cs.GetVoters()) != 3 || len(cs.GetLearners()) != 1 {
 			t.Fatalf("%s: conf state %v", when, cs)
 		}
-		if last, _ := l.Group(2).LastIndex(); last != 1 {
+		if last, _ := l.mustGroup(2).LastIndex(); last != 1 {
 			t.Fatalf("%s: group 2 lost its entry", when)
 		}
 	}

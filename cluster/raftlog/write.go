@@ -115,8 +115,12 @@ func (w *Write) Commit(sync bool) error {
 	ids := sortedIDs(w.groups)
 	stores := make([]*Storage, len(ids))
 	for i, id := range ids {
-		stores[i] = w.log.Group(id)
-		stores[i].mu.Lock()
+		s, err := w.log.Group(id)
+		if err != nil {
+			return err // nothing written
+		}
+		stores[i] = s
+		s.mu.Lock()
 		defer stores[i].mu.Unlock()
 	}
 	var b lsm.Batch

@@ -104,7 +104,7 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "node\taddr\tstate\tleader\tterm\tcommit\tapplied\tmatch\tlive\tgroups\tquiet\tdormant\tnote")
+	fmt.Fprintln(tw, "node\taddr\tstate\tleader\tterm\tcommit\tapplied\tmatch\tlive\tgroups\tquiet\tdormant\tunloaded\tnote")
 	for _, p := range first.Peers {
 		others := asked
 		if _, ok := statuses[p.Node]; ok {
@@ -121,15 +121,15 @@ func clusterCommand(args []string, stdout, stderr io.Writer) int {
 		st, ok := statuses[p.Node]
 		if !ok {
 			notes = append(notes, fmt.Sprint(errs[p.Node]))
-			fmt.Fprintf(tw, "%d\t%s\tunreachable\t\t\t\t\t%d\t%s\t\t\t\t%s\n", p.Node, p.Addr, match[p.Node], live, strings.Join(notes, "; "))
+			fmt.Fprintf(tw, "%d\t%s\tunreachable\t\t\t\t\t%d\t%s\t\t\t\t\t%s\n", p.Node, p.Addr, match[p.Node], live, strings.Join(notes, "; "))
 			continue
 		}
 		if st.Failed != "" {
 			notes = append(notes, st.Failed)
 		}
 		note := strings.Join(notes, "; ")
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", st.Node, p.Addr, strings.TrimPrefix(st.State, "State"),
-			st.Leader, st.Term, st.Commit, st.Applied, match[p.Node], live, st.RangeGroups, st.Quiesced, st.Dormant, note)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", st.Node, p.Addr, strings.TrimPrefix(st.State, "State"),
+			st.Leader, st.Term, st.Commit, st.Applied, match[p.Node], live, st.RangeGroups, st.Quiesced, st.Dormant, st.Unloaded, note)
 	}
 	tw.Flush()
 	if len(ranges) > 0 {

@@ -1,0 +1,341 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Unloaded replicas: a replica dormant long enough leaves memory.
+//
+// A dormant replica (dormant.go) has dropped its raft state machine but
+// still holds its replica struct, its raft log's in-memory state and its
+// configuration: about a kilobyte and a half per group, so a node's
+// memory grew with the number of ranges it hosts, idle or not. One
+// dormant for unloadElections election timeouts more, with nothing of it
+// held anywhere but its raft log and the store, is unloaded: the node
+// keeps an unloadedReplica of it, a few dozen bytes, and its raft log
+// forgets the group's state (raftlog.Log.Unload).
+//
+// Anything that needs the replica loads it again (replicaOf on the loop,
+// groupLoaded on other goroutines): a message of its group, a request, a
+// host change, a wake by liveness, a lease to move. Loaded, it is the
+// dormant replica it was: started from its raft log and the store's
+// applied index as a restart starts one, with what the record kept of
+// what a restart loses: its own applied index (past the store's by the
+// entries that write nothing), the leader it knew (routing, and the
+// follower's guard of votes when it wakes: see rawNode), whether it was
+// that leader (a dormant leader stands again when woken), and its stamp
+// clock (the entities it stamped stay below the next stamps without a
+// read of them).
+//
+// A group in the middle of anything (a proposal, a read, an install, a
+// hand-over, a membership change, a split or merge the node waits on, a
+// frozen span of its own) is not unloaded: only the plain state a
+// restart rebuilds is dropped.
+
+// unloadElections is how many election timeouts a replica stays dormant
+// before it is unloaded: a group used now and then keeps its replica.
+const unloadElections = 10
+
+// unloadedReplica is what a node keeps of a replica it unloaded.
+type unloadedReplica struct {
+	leader uint64 // the group's leader's node, as it knew it
+	// applied is the replica's applied index: the store's may be behind
+	// it by entries that write nothing (a new leader's empty entry).
+	applied              uint64
+	lastStamp, appliedTS int64
+	dormantLeader        bool
+	tableless            bool // see replica.tableless
+}
+
+// unloadWait is how many ticks a replica stays quiet before it is
+// unloaded, or -1 if replicas are never unloaded.
+func (n *Node) unloadWait() int {
+	if n.unloadTicks != 0 {
+		return n.unloadTicks
+	}
+	return (dozeElections + unloadElections) * n.cfg.ElectionTicks
+}
+
+// readyToUnload counts a tick of a dormant replica and says whether it
+// has been quiet for unloadWait and can be unloaded. It runs on the loop.
+func (r *replica) readyToUnload() bool {
+	if !r.dormant() {
+		return false
+	}
+	wait := r.n.unloadWait()
+	if wait < 0 {
+		return false
+	}
+	if r.quietTicks++; r.quietTicks < wait {
+		return false
+	}
+	return r.unloadBlocker() == ""
+}
+
+// unloadBlocker names what keeps the replica from being unloaded: what
+// it holds beyond its raft log, the store and an unloadedReplica ("" if
+// nothing). A catch-up question answered is not kept: one asked again
+// costs a round trip.
+func (r *replica) unloadBlocker() string {
+	n := r.n
+	switch {
+	case r.group == systemGroup:
+		return "the system group"
+	case !r.dormant():
+		return "awake"
+	case r.install != nil:
+		return "a span install"
+	case r.handover.to != 0 || r.handingOver.Load():
+		return "a lease hand-over"
+	case len(r.readsByCtx) > 0:
+		return "reads"
+	case r.campaignLeft != 0:
+		return "a campaign"
+	case r.catchUp != nil && !r.catchUp.answered:
+		return "a catch-up question"
+	case r.members.proposed != (confMark{}) || r.members.mergeSince != 0:
+		return "a membership change or merge it proposed"
+	case len(r.notices.held) > 0 || r.notices.listed:
+		return "commit notices"
+	case !r.waiters.empty() || r.waiters.hasOrphans.Load():
+		return "proposals"
+	case hasKey(n.touched, r):
+		return "work this turn"
+	case hasKey(n.splitWaits, r.group) || hasKey(n.orphanWaits, r.group) || hasKey(n.catalogWaits, r.group):
+		return "a wait of the node's"
+	case hasKey(n.live.mergeHints, r.group):
+		return "a merge hint"
+	}
+	r.appliedMu.Lock()
+	watched := r.appliedCh != nil
+	r.appliedMu.Unlock()
+	if watched {
+		return "a wait for its applied index"
+	}
+	r.spans.mu.Lock()
+	staging := len(r.spans.staged) > 0 || r.spans.fetching
+	r.spans.mu.Unlock()
+	if staging {
+		return "a span snapshot fetch"
+	}
+	if frozen, err := n.st().GroupFrozen(r.group); err != nil || frozen {
+		return "a frozen span"
+	}
+	return ""
+}
+
+// hasKey says whether m has key k.
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// unload takes the replicas, each readyToUnload, out of the node's
+// memory, keeping an unloadedReplica of each. Their raft logs forget
+// them on the apply goroutine, after the work queued there for them.
+func (n *Node) unload(rs []*replica) {
+	if len(rs) == 0 {
+		return
+	}
+	gone := make(map[*replica]bool, len(rs))
+	n.replicasMu.Lock()
+	n.replicasPeak = max(n.replicasPeak, len(n.replicas))
+	for _, r := range rs {
+		gone[r] = true
+		delete(n.replicas, r.group)
+		n.unloaded[r.group] = unloadedReplica{leader: r.leader.Load(), applied: r.applied.Load(), lastStamp: r.lastStamp, appliedTS: r.appliedTS.Load(),
+			dormantLeader: r.dormantLeader.Load(), tableless: r.tableless}
+		if r.dormantLeader.Load() {
+			n.unloadedLeaders++
+		}
+	}
+	n.replicaList = slices.DeleteFunc(n.replicaList, func(r *replica) bool { return gone[r] })
+	n.replicas = shrunk(n.replicas, &n.replicasPeak)
+	if cap(n.replicaList) > shrinkFrom && len(n.replicaList) < cap(n.replicaList)/4 {
+		n.replicaList = slices.Clone(n.replicaList)
+	}
+	n.replicasMu.Unlock()
+	n.replicaUnloads.Add(uint64(len(rs)))
+	groups := make([]uint64, len(rs))
+	for i, r := range rs {
+		groups[i] = r.group
+	}
+	// The raft log's state of a group loaded again before this runs is
+	// the loaded replica's, and stays.
+	n.applyCh <- applyItem{fn: func() error {
+		n.replicasMu.RLock()
+		defer n.replicasMu.RUnlock()
+		for _, g := range groups {
+			if _, ok := n.unloaded[g]; ok {
+				n.cfg.Log.Unload(g)
+			}
+		}
+		return nil
+	}}
+}
+
+// shrinkFrom is the size past which a map or slice that fell to a quarter
+// of it is made again at its new size: Go's maps do not shrink, and a
+// node that hosted many replicas at once (a start) would otherwise keep
+// their table after unloading them.
+const shrinkFrom = 1024
+
+// shrunk returns m, or a copy of it made at its size if it fell to a
+// quarter of its peak, which it records in *peak.
+func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	*peak = max(*peak, len(m))
+	if *peak <= shrinkFrom || len(m) >= *peak/4 {
+		return m
+	}
+	*peak = len(m)
+	out := make(map[K]V, len(m)) // maps.Clone keeps m's table size
+	maps.Copy(out, m)
+	return out
+}
+
+// hostsGroup says whether the node hosts a replica of group id, loaded or not.
+func (n *Node) hostsGroup(id uint64) bool {
+	n.replicasMu.RLock()
+	defer n.replicasMu.RUnlock()
+	_, unloaded := n.unloaded[id]
+	return unloaded || n.replicas[id] != nil
+}
+
+// replicaOf returns the node's replica of group id, loading it again if
+// it was unloaded, or nil if the node hosts none. It runs on the loop.
+func (n *Node) replicaOf(id uint64) *replica {
+	if r := n.replicas[id]; r != nil {
+		return r
+	}
+	u, ok := n.unloaded[id]
+	if !ok {
+		return nil
+	}
+	// Out of unloaded first: the apply goroutine's unload of its raft log
+	// state, if still to come, then leaves the state loaded here alone.
+	n.replicasMu.Lock()
+	delete(n.unloaded, id)
+	n.replicasMu.Unlock()
+	if u.dormantLeader {
+		n.unloadedLeaders--
+	}
+	r, err := n.startReplica(id, nil, true)
+	if err != nil {
+		n.fail(fmt.Errorf("cluster: load the replica of range group %d again: %w", id, err))
+		return nil
+	}
+	if r == nil {
+		return nil // its raft log says it was removed meanwhile (it cannot be)
+	}
+	if u.applied > r.applied.Load() {
+		// Raft, started from it when the replica wakes, hands nothing
+		// applied over again.
+		r.applied.Store(u.applied)
+		r.members.seen = max(r.members.seen, u.applied)
+	}
+	r.leader.Store(u.leader)
+	r.dormantLeader.Store(u.dormantLeader)
+	r.tableless = u.tableless
+	r.lastStamp = u.lastStamp
+	r.appliedTS.Store(u.appliedTS)
+	r.quiesced.Store(true)
+	n.replicaLoads.Add(1)
+	return r
+}
+
+// loadWhere loads again the unloaded replicas whose records match keep.
+// It runs on the loop.
+func (n *Node) loadWhere(keep func(group uint64, u unloadedReplica) bool) {
+	var ids []uint64
+	for id, u := range n.unloaded {
+		if keep(id, u) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		n.replicaOf(id)
+	}
+}
+
+// loadLeaderToMove loads one unloaded dormant leader again and returns
+// it, if any is and a live peer holds few enough leases to take one
+// (leaseTarget), so that balanceLeases can hand its lease over. Which one is left to the
+// map's order: balanceLeases moves one lease per look anyway.
+func (n *Node) loadLeaderToMove() *replica {
+	if n.unloadedLeaders == 0 {
+		return nil
+	}
+	takes := false
+	for node := range n.live.heard {
+		takes = takes || node != n.cfg.ID && n.isLive(node) && n.live.leases[node]+2 <= n.live.held
+	}
+	if !takes {
+		return nil
+	}
+	for id, u := range n.unloaded {
+		if u.dormantLeader {
+			return n.replicaOf(id)
+		}
+	}
+	return nil
+}
+
+// groupLoaded is group for a request's goroutine: a replica unloaded is
+// loaded again by the loop. It returns nil if the node hosts none, or if
+// ctx ends or the node stops first.
+func (n *Node) groupLoaded(ctx context.Context, id uint64) *replica {
+	n.replicasMu.RLock()
+	r := n.replicas[id]
+	_, unloaded := n.unloaded[id]
+	n.replicasMu.RUnlock()
+	if r != nil || !unloaded {
+		return r
+	}
+	loaded := make(chan *replica, 1)
+	select {
+	case n.calls <- func() { loaded <- n.replicaOf(id) }:
+	case <-ctx.Done():
+		return nil
+	case <-n.stopped:
+		return nil
+	}
+	select {
+	case r = <-loaded:
+		return r
+	case <-ctx.Done():
+		return nil
+	case <-n.stopped:
+		return nil
+	}
+}
+
+// unloadedReplica returns the node's record of its replica of group id,
+// if it was unloaded.
+func (n *Node) unloadedReplica(id uint64) (unloadedReplica, bool) {
+	n.replicasMu.RLock()
+	defer n.replicasMu.RUnlock()
+	u, ok := n.unloaded[id]
+	return u, ok
+}
+
+// knownLeader returns the leader of range group id as this node's
+// replica knew it, loaded or not (0 when it hosts none or knows none).
+func (n *Node) knownLeader(id uint64) uint64 {
+	n.replicasMu.RLock()
+	defer n.replicasMu.RUnlock()
+	if r := n.replicas[id]; r != nil {
+		return r.leader.Load()
+	}
+	return n.unloaded[id].leader
+}
+
+// logEmpty says whether the node's raft log holds no state of group (a
+// log it cannot read is not empty).
+func (n *Node) logEmpty(group uint64) bool {
+	st, err := n.cfg.Log.Group(group)
+	return err == nil && st.Empty()
+}
