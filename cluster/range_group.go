@@ -42,15 +42,16 @@ func (n *Node) hostGroup(id uint64, boot *groupBoot) error {
 	if n.hostsGroup(id) {
 		return fmt.Errorf("cluster: group %d is hosted already", id)
 	}
-	_, err := n.startReplica(id, boot, false)
+	_, err := n.startReplica(id, boot, nil)
 	return err
 }
 
 // startReplica starts this node's replica of range group id from its
 // raft log and the store, as hostGroup says, and returns it (nil when the
-// group is not to be hosted). A dormant one starts without its raft state
-// machine (dormant.go): a replica loaded again (unload.go).
-func (n *Node) startReplica(id uint64, boot *groupBoot, dormant bool) (*replica, error) {
+// group is not to be hosted). A replica loaded again (unload.go) starts
+// dormant, without its raft state machine (dormant.go), with what its
+// record kept, and takes the record's place.
+func (n *Node) startReplica(id uint64, boot *groupBoot, from *unloadedReplica) (*replica, error) {
 	st, err := n.cfg.Log.Group(id)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: group %d: %w", id, err)
@@ -110,13 +111,17 @@ func (n *Node) startReplica(id uint64, boot *groupBoot, dormant bool) (*replica,
 		}
 	}
 	gs := &groupStorage{Storage: st}
-	r, err := newReplica(n, id, member, st, gs, applied, fresh, dormant)
+	r, err := newReplica(n, id, member, st, gs, applied, fresh, from != nil)
 	if err != nil {
 		return nil, err
 	}
 	gs.snapshot = r.leaderSpanSnapshot
 	r.members.seen = max(applied, st.Replica().ConfIndex)
+	if from != nil {
+		r.restore(from)
+	}
 	n.replicasMu.Lock()
+	delete(n.unloaded, id)
 	n.replicas[id] = r
 	n.replicaList = append(n.replicaList, r)
 	n.replicasMu.Unlock()

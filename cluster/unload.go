@@ -48,6 +48,8 @@ type unloadedReplica struct {
 	lastStamp, appliedTS int64
 	dormantLeader        bool
 	tableless            bool // see replica.tableless
+	// loading is set while replicaOf loads the replica again.
+	loading bool
 }
 
 // unloadWait is how many ticks a replica stays quiet before it is
@@ -90,6 +92,8 @@ func (r *replica) unloadBlocker() string {
 		return "a span install"
 	case r.handover.to != 0 || r.handingOver.Load():
 		return "a lease hand-over"
+	case r.wakeAsked.Load():
+		return "a wake asked" // by a request, which waits for it
 	case len(r.readsByCtx) > 0:
 		return "reads"
 	case r.campaignLeft != 0:
@@ -169,7 +173,7 @@ func (n *Node) unload(rs []*replica) {
 		n.replicasMu.RLock()
 		defer n.replicasMu.RUnlock()
 		for _, g := range groups {
-			if _, ok := n.unloaded[g]; ok {
+			if u, ok := n.unloaded[g]; ok && !u.loading {
 				n.cfg.Log.Unload(g)
 			}
 		}
@@ -214,22 +218,36 @@ func (n *Node) replicaOf(id uint64) *replica {
 	if !ok {
 		return nil
 	}
-	// Out of unloaded first: the apply goroutine's unload of its raft log
-	// state, if still to come, then leaves the state loaded here alone.
+	// Marked first: the apply goroutine's unload of its raft log state,
+	// if still to come, then leaves the state loaded here alone. The
+	// record stays until the replica takes its place (startReplica), so
+	// other goroutines see the group hosted throughout.
+	u.loading = true
 	n.replicasMu.Lock()
-	delete(n.unloaded, id)
+	n.unloaded[id] = u
 	n.replicasMu.Unlock()
 	if u.dormantLeader {
 		n.unloadedLeaders--
 	}
-	r, err := n.startReplica(id, nil, true)
+	r, err := n.startReplica(id, nil, &u)
 	if err != nil {
 		n.fail(fmt.Errorf("cluster: load the replica of range group %d again: %w", id, err))
 		return nil
 	}
 	if r == nil {
-		return nil // its raft log says it was removed meanwhile (it cannot be)
+		// Its raft log says it was removed meanwhile (it cannot be).
+		n.replicasMu.Lock()
+		delete(n.unloaded, id)
+		n.replicasMu.Unlock()
+		return nil
 	}
+	n.replicaLoads.Add(1)
+	return r
+}
+
+// restore gives a replica just loaded again what its record kept, before
+// the node publishes it.
+func (r *replica) restore(u *unloadedReplica) {
 	if u.applied > r.applied.Load() {
 		// Raft, started from it when the replica wakes, hands nothing
 		// applied over again.
@@ -242,8 +260,6 @@ func (n *Node) replicaOf(id uint64) *replica {
 	r.lastStamp = u.lastStamp
 	r.appliedTS.Store(u.appliedTS)
 	r.quiesced.Store(true)
-	n.replicaLoads.Add(1)
-	return r
 }
 
 // loadWhere loads again the unloaded replicas whose records match keep.
