@@ -91,9 +91,8 @@ type Node struct {
 	// lease did not answer, and the lease's renewals).
 	readRounds atomic.Uint64
 	// dormantWakes counts the replicas woken from dormancy (dormant.go),
-	// replicaLoads and replicaUnloads the replicas loaded again and
-	// unloaded (unload.go).
-	dormantWakes, replicaLoads, replicaUnloads atomic.Uint64
+	// replicaLoads the unloaded ones loaded again (unload.go).
+	dormantWakes, replicaLoads atomic.Uint64
 
 	// catchUpSeq numbers the replicas' catch-up questions (catch_up.go);
 	// splitWaits are the split children that wait on one to be hosted

@@ -164,11 +164,9 @@ func (n *Node) groupStatus() []GroupStatus {
 		}
 	}
 	for id, u := range n.unloaded {
-		// Read without loading it: the applied index from the store, the
-		// voters from the catalog (an unloaded replica has no change of
-		// them under way).
-		gs := GroupStatus{Group: id, Leader: u.leader, Unloaded: true}
-		gs.Applied, _ = n.st().AppliedIndex(id)
+		// Read without loading it: the voters from the catalog (an
+		// unloaded replica has no change of them under way).
+		gs := GroupStatus{Group: id, Leader: u.leader, Applied: u.applied, Unloaded: true}
 		if tg, ok := n.st().GroupTable(id); ok {
 			gs.Voters = slices.Clone(tg.Group.Voters)
 		}

@@ -162,7 +162,6 @@ func (n *Node) unload(rs []*replica) {
 		n.replicaList = slices.Clone(n.replicaList)
 	}
 	n.replicasMu.Unlock()
-	n.replicaUnloads.Add(uint64(len(rs)))
 	groups := make([]uint64, len(rs))
 	for i, r := range rs {
 		groups[i] = r.group
@@ -279,8 +278,8 @@ func (n *Node) loadWhere(keep func(group uint64, u unloadedReplica) bool) {
 
 // loadLeaderToMove loads one unloaded dormant leader again and returns
 // it, if any is and a live peer holds few enough leases to take one
-// (leaseTarget), so that balanceLeases can hand its lease over. Which one is left to the
-// map's order: balanceLeases moves one lease per look anyway.
+// (leaseTarget), so that balanceLeases can hand its lease over. Which
+// one is left to the map's order: balanceLeases moves one lease a look.
 func (n *Node) loadLeaderToMove() *replica {
 	if n.unloadedLeaders == 0 {
 		return nil

@@ -56,6 +56,22 @@ func TestUnloadedReplicasLoad(t *testing.T) {
 	}
 	c.waitStores(want, 10*time.Second)
 	c.waitUnloaded(0, 20*time.Second)
+	for _, tn := range c.nodes {
+		// The status reads the records, and loads nothing. (These
+		// groups have no table, so no descriptor names their voters.)
+		gs := tn.node.groupStatus()
+		if len(gs) != len(c.groups) {
+			t.Fatalf("node %d lists %d groups, want %d", tn.id, len(gs), len(c.groups))
+		}
+		for _, g := range gs {
+			if !g.Unloaded || g.Leader == 0 || g.Applied == 0 {
+				t.Fatalf("node %d lists an unloaded group as %+v", tn.id, g)
+			}
+		}
+		if st := tn.node.Status(); st.Unloaded != len(c.groups) {
+			t.Fatalf("node %d: %d replicas unloaded after its status, want %d", tn.id, st.Unloaded, len(c.groups))
+		}
+	}
 	var loads uint64
 	for _, tn := range c.nodes {
 		loads += tn.node.Status().ReplicaLoads
