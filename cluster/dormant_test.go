@@ -207,12 +207,27 @@ func TestWokenFollowerVotesForItsLeader(t *testing.T) {
 }
 
 // BenchmarkDormantLeaderWake: the first write to a group whose replicas
-// are all dormant waits for its leader to be woken and elected again; the
-// next write finds it awake. It reports both, per write, in the same run
-// (wake-ms, awake-ms). The client here repeats a refused write every
-// 10 ms (inGroup), the front end after 5, 10, 20 ms and on.
+// are all dormant (or unloaded too: unload.go) waits for its leader to be
+// woken (loaded first) and elected again; the next write finds it awake.
+// It reports both, per write, in the same run (wake-ms, awake-ms). The
+// client here repeats a refused write every 10 ms (inGroup), the front
+// end after 5, 10, 20 ms and on.
 func BenchmarkDormantLeaderWake(b *testing.B) {
-	c := newRangeCluster(b, 3, 18, 1)
+	for _, unload := range []bool{false, true} {
+		name := "dormant"
+		if unload {
+			name = "unloaded"
+		}
+		b.Run(name, func(b *testing.B) { benchmarkDormantLeaderWake(b, unload) })
+	}
+}
+
+func benchmarkDormantLeaderWake(b *testing.B, unload bool) {
+	c := &testCluster{t: b, net: newSimNet(18), nodes: map[uint64]*testNode{}, groups: []uint64{2}}
+	if !unload {
+		c.prepare = func(tn *testNode) { tn.node.unloadTicks = -1 }
+	}
+	c.startAll(3)
 	c.createRangesTable()
 	g := c.groups[0]
 	c.writeInGroup(g, "p", "r", 0)
@@ -220,6 +235,9 @@ func BenchmarkDormantLeaderWake(b *testing.B) {
 	for i := range b.N {
 		b.StopTimer()
 		c.waitDormant(10 * time.Second)
+		if unload {
+			c.waitUnloaded(0, 10*time.Second)
+		}
 		b.StartTimer()
 		start := time.Now()
 		c.writeInGroup(g, "p", "r", i)
