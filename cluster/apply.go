@@ -210,6 +210,7 @@ func (r *replica) applyEntry(e *raftpb.Entry) (reply, error) {
 		if res.err == nil {
 			// The group's leader here has members to move; a member here
 			// that is to go ticks again, to learn it went.
+			n.markMoving(c.Group)
 			n.hosts.add(hostChange{group: c.Group, wake: true})
 		}
 	case command.KindSetACL:

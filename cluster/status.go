@@ -131,8 +131,11 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 			} else if u, ok := n.unloadedReplica(tg.Group.ID); ok && u.dormantLeader {
 				// Not loaded for this (the placement asks every few
 				// seconds): its members are its descriptor's, with no
-				// change of them under way.
-				rs.Members = tg.Group.Voters
+				// change of them under way; none known while one is to
+				// start (so the range is not settled).
+				if !u.moving {
+					rs.Members = tg.Group.Voters
+				}
 			} else {
 				continue
 			}

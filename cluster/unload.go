@@ -48,8 +48,10 @@ type unloadedReplica struct {
 	lastStamp, appliedTS int64
 	dormantLeader        bool
 	tableless            bool // see replica.tableless
-	// loading is set while replicaOf loads the replica again.
-	loading bool
+	// loading is set while replicaOf loads the replica again; moving
+	// once its descriptor names other voters, until the loop loads it to
+	// move its members (markMoving).
+	loading, moving bool
 }
 
 // unloadWait is how many ticks a replica stays quiet before it is
@@ -325,6 +327,19 @@ func (n *Node) groupLoaded(ctx context.Context, id uint64) *replica {
 		return nil
 	case <-n.stopped:
 		return nil
+	}
+}
+
+// markMoving notes, on the apply goroutine, that the descriptor of group
+// id names new voters: an unloaded replica's record no longer tells its
+// members (the range reports take them from the descriptor), until the
+// loop loads it for the host change that follows.
+func (n *Node) markMoving(id uint64) {
+	n.replicasMu.Lock()
+	defer n.replicasMu.Unlock()
+	if u, ok := n.unloaded[id]; ok {
+		u.moving = true
+		n.unloaded[id] = u
 	}
 }
 
