@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/cluster/transport"
+	"github.com/tabuladb/tabula/internal/shrink"
 	"github.com/tabuladb/tabula/partition"
 )
 
@@ -62,7 +63,7 @@ type Node struct {
 	// unloaded (unload.go): the loop changes it, under replicasMu.
 	unloaded map[uint64]unloadedReplica
 	// replicasPeak is the most replicas the node held since the map was
-	// last made again (see shrunk; under replicasMu).
+	// last made again (shrink.Map; under replicasMu).
 	replicasPeak int
 	// unloadedLeaders counts the dormant leaders among them (loop-owned).
 	unloadedLeaders int
@@ -479,7 +480,7 @@ func (n *Node) handleTouched() error {
 			ready = append(ready, r)
 		}
 	}
-	if len(n.touched) > shrinkFrom {
+	if len(n.touched) > shrink.From {
 		// A turn that touched many (a start, a liveness change) leaves no
 		// map of their size behind: Go's maps do not shrink.
 		n.touched = make(map[*replica]struct{})

@@ -3,8 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
+
+	"github.com/tabuladb/tabula/internal/shrink"
 )
 
 // Unloaded replicas: a replica dormant long enough leaves memory.
@@ -159,8 +160,8 @@ func (n *Node) unload(rs []*replica) {
 		}
 	}
 	n.replicaList = slices.DeleteFunc(n.replicaList, func(r *replica) bool { return gone[r] })
-	n.replicas = shrunk(n.replicas, &n.replicasPeak)
-	if cap(n.replicaList) > shrinkFrom && len(n.replicaList) < cap(n.replicaList)/4 {
+	n.replicas = shrink.Map(n.replicas, &n.replicasPeak)
+	if cap(n.replicaList) > shrink.From && len(n.replicaList) < cap(n.replicaList)/4 {
 		n.replicaList = slices.Clone(n.replicaList)
 	}
 	n.replicasMu.Unlock()
@@ -180,25 +181,6 @@ func (n *Node) unload(rs []*replica) {
 		}
 		return nil
 	}}
-}
-
-// shrinkFrom is the size past which a map or slice that fell to a quarter
-// of it is made again at its new size: Go's maps do not shrink, and a
-// node that hosted many replicas at once (a start) would otherwise keep
-// their table after unloading them.
-const shrinkFrom = 1024
-
-// shrunk returns m, or a copy of it made at its size if it fell to a
-// quarter of its peak, which it records in *peak.
-func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
-	*peak = max(*peak, len(m))
-	if *peak <= shrinkFrom || len(m) >= *peak/4 {
-		return m
-	}
-	*peak = len(m)
-	out := make(map[K]V, len(m)) // maps.Clone keeps m's table size
-	maps.Copy(out, m)
-	return out
 }
 
 // hostsGroup says whether the node hosts a replica of group id, loaded or not.

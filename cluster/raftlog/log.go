@@ -18,10 +18,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 
+	"github.com/tabuladb/tabula/internal/shrink"
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/vfs"
 )
@@ -67,7 +67,7 @@ type Log struct {
 	mu     sync.Mutex
 	groups map[uint64]*Storage
 	// groupsPeak is the most groups held since groups was last made
-	// again (Unload).
+	// again (shrink.Map, in Unload).
 	groupsPeak int
 	// version is the format version on disk.
 	version uint64
@@ -223,13 +223,9 @@ func (l *Log) Unload(id uint64) {
 	defer l.mu.Unlock()
 	l.groupsPeak = max(l.groupsPeak, len(l.groups))
 	delete(l.groups, id)
-	if l.groupsPeak > 1024 && len(l.groups) < l.groupsPeak/4 {
-		// Go's maps do not shrink: a Log that held many groups at once
-		// (every group is loaded at Open) would keep their table.
-		groups := make(map[uint64]*Storage, len(l.groups))
-		maps.Copy(groups, l.groups)
-		l.groups, l.groupsPeak = groups, len(groups)
-	}
+	// A Log loads every group at Open: their table goes once most are
+	// unloaded.
+	l.groups = shrink.Map(l.groups, &l.groupsPeak)
 }
 
 // writable returns the error that forbids writing, if any.
