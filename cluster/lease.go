@@ -130,8 +130,7 @@ func (n *Node) balanceLeases() {
 func (n *Node) leaseTarget(r *replica, idle bool, rate float64) (to, toNode uint64) {
 	for _, id := range r.conf.GetVoters() {
 		node := transport.NodeOf(id)
-		if node == n.cfg.ID || !n.isLive(node) || n.live.leases[node]+2 > n.live.held ||
-			!idle && rate > float64(n.live.load)-float64(n.live.loads[node]) {
+		if !n.canTakeLease(node) || !idle && rate > float64(n.live.load)-float64(n.live.loads[node]) {
 			continue
 		}
 		if to == 0 || n.live.leases[node] < n.live.leases[toNode] {
@@ -139,6 +138,12 @@ func (n *Node) leaseTarget(r *replica, idle bool, rate float64) (to, toNode uint
 		}
 	}
 	return to, toNode
+}
+
+// canTakeLease says whether node, another live one, holds few enough
+// leases to take one of this node's and leave the two counts more even.
+func (n *Node) canTakeLease(node uint64) bool {
+	return node != n.cfg.ID && n.isLive(node) && n.live.leases[node]+2 <= n.live.held
 }
 
 // busyHandedOver notes the hand-over of a busy group's lease: the next
@@ -300,8 +305,16 @@ func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to 
 }
 
 // groupLeader returns the leader of range group id as this node knows it
-// (0 when it hosts no replica of it or knows no leader).
-func (n *Node) groupLeader(id uint64) uint64 { return n.knownLeader(id) }
+// (0 when it hosts no replica of it or knows no leader); an unloaded
+// replica's record names it (unload.go).
+func (n *Node) groupLeader(id uint64) uint64 {
+	n.replicasMu.RLock()
+	defer n.replicasMu.RUnlock()
+	if r := n.replicas[id]; r != nil {
+		return r.leader.Load()
+	}
+	return n.unloaded[id].leader
+}
 
 // A lease hand-over drains first: the leader takes no new write or read
 // (refused as moved: the node the client reached repeats it, and it

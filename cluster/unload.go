@@ -148,10 +148,11 @@ func (n *Node) unload(rs []*replica) {
 		return
 	}
 	gone := make(map[*replica]bool, len(rs))
+	groups := make([]uint64, len(rs))
 	n.replicasMu.Lock()
 	n.replicasPeak = max(n.replicasPeak, len(n.replicas))
-	for _, r := range rs {
-		gone[r] = true
+	for i, r := range rs {
+		gone[r], groups[i] = true, r.group
 		delete(n.replicas, r.group)
 		n.unloaded[r.group] = unloadedReplica{leader: r.leader.Load(), applied: r.applied.Load(), lastStamp: r.lastStamp, appliedTS: r.appliedTS.Load(),
 			dormantLeader: r.dormantLeader.Load(), tableless: r.tableless}
@@ -165,10 +166,6 @@ func (n *Node) unload(rs []*replica) {
 		n.replicaList = slices.Clone(n.replicaList)
 	}
 	n.replicasMu.Unlock()
-	groups := make([]uint64, len(rs))
-	for i, r := range rs {
-		groups[i] = r.group
-	}
 	// The raft log's state of a group loaded again before this runs is
 	// the loaded replica's, and stays.
 	n.applyCh <- applyItem{fn: func() error {
@@ -270,7 +267,7 @@ func (n *Node) loadLeaderToMove() *replica {
 	}
 	takes := false
 	for node := range n.live.heard {
-		takes = takes || node != n.cfg.ID && n.isLive(node) && n.live.leases[node]+2 <= n.live.held
+		takes = takes || n.canTakeLease(node)
 	}
 	if !takes {
 		return nil
@@ -289,9 +286,9 @@ func (n *Node) loadLeaderToMove() *replica {
 func (n *Node) groupLoaded(ctx context.Context, id uint64) *replica {
 	n.replicasMu.RLock()
 	r := n.replicas[id]
-	_, unloaded := n.unloaded[id]
+	unloaded := r == nil && hasKey(n.unloaded, id)
 	n.replicasMu.RUnlock()
-	if r != nil || !unloaded {
+	if !unloaded {
 		return r
 	}
 	loaded := make(chan *replica, 1)
@@ -332,17 +329,6 @@ func (n *Node) unloadedReplica(id uint64) (unloadedReplica, bool) {
 	defer n.replicasMu.RUnlock()
 	u, ok := n.unloaded[id]
 	return u, ok
-}
-
-// knownLeader returns the leader of range group id as this node's
-// replica knew it, loaded or not (0 when it hosts none or knows none).
-func (n *Node) knownLeader(id uint64) uint64 {
-	n.replicasMu.RLock()
-	defer n.replicasMu.RUnlock()
-	if r := n.replicas[id]; r != nil {
-		return r.leader.Load()
-	}
-	return n.unloaded[id].leader
 }
 
 // logEmpty says whether the node's raft log holds no state of group (a
