@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/tabuladb/tabula/cluster"
 )
 
 // TestClusterIdleRangesUnload: three real nodes, four tables each in a
@@ -32,16 +35,31 @@ func TestClusterIdleRangesUnload(t *testing.T) {
 		acked[tb+"/"+rk] = i
 	}
 
-	// Unloaded after dozing (two election timeouts) and ten more: about
-	// 12 s at the default 100 ms tick.
-	loads := uint64(0)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		done := true
+	// statuses returns every node's status.
+	statuses := func() []cluster.Status {
+		t.Helper()
+		var out []cluster.Status
 		for i, a := range c.nodeAddrs {
 			st, err := fetchStatus(a, uint64(i+1), []byte(testSecret))
 			if err != nil {
 				t.Fatalf("status of node %d: %v", i+1, err)
 			}
+			out = append(out, st)
+		}
+		return out
+	}
+	loads := func() (sum uint64) {
+		for _, st := range statuses() {
+			sum += st.ReplicaLoads
+		}
+		return sum
+	}
+
+	// Unloaded after dozing (two election timeouts) and ten more: about
+	// 12 s at the default 100 ms tick.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		done := true
+		for i, st := range statuses() {
 			done = done && st.Unloaded == len(tables) && st.RangeGroups == len(tables)
 			if time.Now().After(deadline) {
 				t.Fatalf("node %d: %d of %d range groups unloaded after 60 s", i+1, st.Unloaded, st.RangeGroups)
@@ -51,15 +69,12 @@ func TestClusterIdleRangesUnload(t *testing.T) {
 			break
 		}
 	}
-	for i, a := range c.nodeAddrs {
-		st, _ := fetchStatus(a, uint64(i+1), []byte(testSecret))
-		loads += st.ReplicaLoads
-	}
+	before := loads()
 
 	for node := range 3 {
 		for k, n := range acked {
-			tb, rk, _ := bytes.Cut([]byte(k), []byte("/"))
-			resp, err := c.client(node, string(tb)).GetEntity(ctx, "p", string(rk), nil)
+			tb, rk, _ := strings.Cut(k, "/")
+			resp, err := c.client(node, tb).GetEntity(ctx, "p", rk, nil)
 			if err != nil {
 				t.Fatalf("read %s through node %d after the ranges unloaded: %v", k, node+1, err)
 			}
@@ -73,15 +88,8 @@ func TestClusterIdleRangesUnload(t *testing.T) {
 			}
 		}
 	}
-	after := uint64(0)
-	for i, a := range c.nodeAddrs {
-		st, err := fetchStatus(a, uint64(i+1), []byte(testSecret))
-		if err != nil {
-			t.Fatal(err)
-		}
-		after += st.ReplicaLoads
-	}
-	if after < loads+uint64(len(tables)) {
-		t.Fatalf("replica loads %d before the requests, %d after: want one a table at least", loads, after)
+	after := loads()
+	if after < before+uint64(len(tables)) {
+		t.Fatalf("replica loads %d before the requests, %d after: want one a table at least", before, after)
 	}
 }
