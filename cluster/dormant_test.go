@@ -223,11 +223,11 @@ func BenchmarkDormantLeaderWake(b *testing.B) {
 }
 
 func benchmarkDormantLeaderWake(b *testing.B, unload bool) {
-	c := &testCluster{t: b, net: newSimNet(18), nodes: map[uint64]*testNode{}, groups: []uint64{2}}
+	var prepare func(*testNode)
 	if !unload {
-		c.prepare = func(tn *testNode) { tn.node.unloadTicks = -1 }
+		prepare = func(tn *testNode) { tn.node.unloadTicks = -1 }
 	}
-	c.startAll(3)
+	c := prepareRangeCluster(b, 3, 18, 1, 0, prepare)
 	c.createRangesTable()
 	g := c.groups[0]
 	c.writeInGroup(g, "p", "r", 0)

@@ -311,7 +311,14 @@ func newRangeCluster(t testing.TB, size int, seed uint64, groups int) *testClust
 // startRangeCluster is newRangeCluster with the nodes' raft tick.
 func startRangeCluster(t testing.TB, size int, seed uint64, groups int, tick time.Duration) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, tick: tick}
+	return prepareRangeCluster(t, size, seed, groups, tick, nil)
+}
+
+// prepareRangeCluster is startRangeCluster with prepare called on each
+// node before it runs (testCluster.prepare).
+func prepareRangeCluster(t testing.TB, size int, seed uint64, groups int, tick time.Duration, prepare func(*testNode)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, tick: tick, prepare: prepare}
 	for g := range groups {
 		c.groups = append(c.groups, uint64(g+2))
 	}

@@ -137,14 +137,11 @@ func benchmarkIdleRangeGroups(b *testing.B, groups int, unload bool) {
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	c := &testCluster{t: b, net: newSimNet(1), nodes: map[uint64]*testNode{}, tick: 100 * time.Millisecond}
-	for g := range groups {
-		c.groups = append(c.groups, uint64(g+2))
-	}
+	var prepare func(*testNode)
 	if !unload {
-		c.prepare = func(tn *testNode) { tn.node.unloadTicks = -1 }
+		prepare = func(tn *testNode) { tn.node.unloadTicks = -1 }
 	}
-	c.startAll(3)
+	c := prepareRangeCluster(b, 3, 1, groups, 100*time.Millisecond, prepare)
 	for _, g := range c.groups {
 		c.groupLeader(g, 5*time.Minute)
 	}

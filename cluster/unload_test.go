@@ -40,12 +40,7 @@ func (c *testCluster) waitUnloaded(slack int, timeout time.Duration) {
 // before and stamps above it; a node whose unloaded leaders die has its
 // groups elect others, and a restarted node's replicas unload again.
 func TestUnloadedReplicasLoad(t *testing.T) {
-	c := &testCluster{t: t, net: newSimNet(21), nodes: map[uint64]*testNode{}}
-	c.prepare = func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }
-	for g := range 6 {
-		c.groups = append(c.groups, uint64(g+2))
-	}
-	c.startAll(3)
+	c := prepareRangeCluster(t, 3, 21, 6, 0, func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks })
 	c.createRangesTable()
 	want := map[string]int{}
 	first := map[uint64]int64{}
