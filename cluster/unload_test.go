@@ -165,3 +165,162 @@ func (n *Node) unloadBlockers() map[string]int {
 	}
 	return <-out
 }
+
+// TestRestartLeavesReplicasUnloaded: a node starts the replicas of groups
+// at rest unloaded, raft log states and all, and nothing loads them while
+// the cluster stands idle, even with no leader known in any group after
+// a restart of the whole cluster, nor when a node dies and comes back;
+// a read or a write loads them and
+// elects a leader, and sees what was written before the restart.
+func TestRestartLeavesReplicasUnloaded(t *testing.T) {
+	c, tables := unloadingTablesCluster(t, 23, 0)
+	unloaded := func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) }
+	c.waitAll("every replica unloaded", unloaded)
+	c.restartAll()
+	for _, tn := range c.nodes {
+		if !unloaded(tn) {
+			t.Fatalf("node %d started with %d of %d replicas unloaded, %d raft log states loaded", tn.id, tn.node.unloadedNow(), len(tables), tn.rlog.LoadedGroups())
+		}
+	}
+	// The system group elects, the nodes hear each other, the balancer
+	// and the placement controller look: none of it loads a replica.
+	idle := 5 * time.Duration(c.nodes[1].node.cfg.ElectionTicks) * c.tickInterval()
+	c.leader(10 * time.Second)
+	time.Sleep(idle)
+	for _, tn := range c.nodes {
+		if loads := tn.node.replicaLoads.Load(); !unloaded(tn) || loads != 0 {
+			t.Fatalf("node %d, idle since its start: %d of %d replicas unloaded, %d loaded again, %d raft log states loaded",
+				tn.id, tn.node.unloadedNow(), len(tables), loads, tn.rlog.LoadedGroups())
+		}
+		for _, g := range tn.node.groupStatus() {
+			if !g.Unloaded || g.Leader != 0 || g.Applied == 0 || len(g.Voters) != 3 {
+				t.Fatalf("node %d lists a group unloaded since its start as %+v", tn.id, g)
+			}
+		}
+	}
+	// A node dies and comes back: its peers, which know no leader of
+	// these groups to lose, load nothing; it starts them unloaded too.
+	disk := c.crash(3, nil)
+	time.Sleep(idle)
+	c.start(3, disk)
+	time.Sleep(idle)
+	for _, tn := range c.nodes {
+		if loads := tn.node.replicaLoads.Load(); !unloaded(tn) || loads != 0 {
+			t.Fatalf("node %d, after node 3's restart: %d of %d replicas unloaded, %d loaded again, %d raft log states loaded",
+				tn.id, tn.node.unloadedNow(), len(tables), loads, tn.rlog.LoadedGroups())
+		}
+	}
+	for i, tb := range tables {
+		if i%2 == 0 {
+			upsertVia(c, tb, "p", "after", 10+i)
+		}
+		e, err := readVia(c, tb, "p", "before")
+		if err != nil || entityN(t, e) != i {
+			t.Fatalf("%s/before after the restart: %+v, %v; want N=%d", tb, e, err, i)
+		}
+	}
+	for i, tb := range tables {
+		if i%2 == 0 {
+			if e, err := readVia(c, tb, "p", "after"); err != nil || entityN(t, e) != 10+i {
+				t.Fatalf("%s/after: %+v, %v; want N=%d", tb, e, err, 10+i)
+			}
+		}
+	}
+	var loads uint64
+	for _, tn := range c.nodes {
+		loads += tn.node.replicaLoads.Load()
+	}
+	if loads < uint64(len(tables)) {
+		t.Fatalf("%d replica loads after a request to each of %d groups", loads, len(tables))
+	}
+	c.waitAll("every replica unloaded again", unloaded)
+}
+
+// TestIdleVoterRestartLoadsNothing: a node that leads no group dies and
+// comes back while the groups stand idle, each voter with its whole log:
+// no node loads a replica, for its death (its peers still hear a quorum
+// of every group) or for its return (it lacks no entry), and it starts
+// its own unloaded.
+func TestIdleVoterRestartLoadsNothing(t *testing.T) {
+	// No lease balancing: every lease stays with the tables' creator.
+	c, tables := unloadingTablesCluster(t, 24, -1)
+	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) })
+	victim := c.follower(c.leader(time.Second))
+	for _, g := range c.nodes[victim].node.groupStatus() {
+		if g.Leader == victim || g.Leader == 0 {
+			t.Fatalf("node %d records group %d led by node %d, want another", victim, g.Group, g.Leader)
+		}
+	}
+	loads := func(tn *testNode) uint64 { return tn.node.replicaLoads.Load() }
+	before := map[uint64]uint64{}
+	for id, tn := range c.nodes {
+		before[id] = loads(tn)
+	}
+	idle := 5 * time.Duration(c.nodes[victim].node.cfg.ElectionTicks) * c.tickInterval()
+	disk := c.crash(victim, nil)
+	time.Sleep(idle)
+	c.start(victim, disk)
+	before[victim] = 0
+	time.Sleep(idle)
+	for id, tn := range c.nodes {
+		if !tn.node.allUnloaded(len(tables)) || loads(tn) != before[id] {
+			t.Fatalf("node %d, after node %d's restart: %d of %d replicas unloaded, %d raft log states loaded, %d loads (%d before)",
+				id, victim, tn.node.unloadedNow(), len(tables), tn.rlog.LoadedGroups(), loads(tn), before[id])
+		}
+	}
+	for i, tb := range tables {
+		if e, err := readVia(c, tb, "p", "before"); err != nil || entityN(t, e) != i {
+			t.Fatalf("%s/before after node %d's restart: %+v, %v; want N=%d", tb, victim, e, err, i)
+		}
+	}
+}
+
+// unloadingTablesCluster starts three nodes that unload replicas after
+// three election timeouts, with four tables of range groups of their
+// own, one entity each ("p"/"before", N the table's index), and returns
+// the tables.
+func unloadingTablesCluster(t *testing.T, seed uint64, placementInterval time.Duration) (*testCluster, []string) {
+	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: placementInterval,
+		prepare: func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }}
+	c.startAll(3)
+	tables := []string{"alpha", "beta", "gamma", "delta"}
+	for i, tb := range tables {
+		createVia(c, tb)
+		upsertVia(c, tb, "p", "before", i)
+	}
+	return c, tables
+}
+
+// waitAll waits until cond holds of every running node.
+func (c *testCluster) waitAll(what string, cond func(*testNode) bool) {
+	c.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		done := true
+		for _, tn := range c.nodes {
+			done = done && cond(tn)
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, tn := range c.nodes {
+				c.t.Logf("node %d: %+v, %d raft log states loaded; kept by %v", tn.id, tn.node.Status(), tn.rlog.LoadedGroups(), tn.node.unloadBlockers())
+			}
+			c.t.Fatalf("not %s after 20s", what)
+		}
+	}
+}
+
+// allUnloaded says whether the node has its want range replicas
+// unloaded, and raft log state in memory of the system group only.
+func (n *Node) allUnloaded(want int) bool {
+	return n.unloadedNow() == want && n.cfg.Log.LoadedGroups() == 1
+}
+
+// unloadedNow counts the node's unloaded replicas (Status counts them as
+// of its last tick).
+func (n *Node) unloadedNow() int {
+	n.replicasMu.RLock()
+	defer n.replicasMu.RUnlock()
+	return len(n.unloaded)
+}
