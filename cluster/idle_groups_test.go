@@ -246,3 +246,51 @@ func benchmarkRestartIdleTables(b *testing.B, tables int, cold bool) {
 	}
 	b.ReportMetric(perGroup, "B/group")
 }
+
+// BenchmarkRestartWarming measures warming (warm.go) after a restart of
+// the whole cluster: three nodes in one process, each a voter of every
+// one of 1,000 tables' groups, all unloaded, stopped and started again
+// with warming on. It reports the time until every node's records know
+// every group's leader (warm-s), and the most range replicas any node
+// held loaded at once meanwhile (peak-loaded), which warming bounds by
+// its rate and the unload wait (three election timeouts here), not by
+// the number of groups.
+func BenchmarkRestartWarming(b *testing.B) {
+	b.Run("1000", func(b *testing.B) { benchmarkRestartWarming(b, 1_000) })
+}
+
+func benchmarkRestartWarming(b *testing.B, tables int) {
+	unloading := func(tn *testNode) { tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true }
+	c := &testCluster{t: b, net: newSimNet(1), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1, prepare: unloading}
+	c.startAll(3)
+	for i := range tables {
+		createVia(c, fmt.Sprintf("t%04d", i))
+	}
+	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(tables) })
+	c.prepare = func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }
+	var took time.Duration
+	peak := 0
+	for range b.N {
+		c.restartAll()
+		start := time.Now()
+		for {
+			warm := true
+			for _, tn := range c.nodes {
+				peak = max(peak, tn.node.rangeReplicasLoaded())
+				for _, g := range tn.node.groupStatus() {
+					warm = warm && g.Leader != 0
+				}
+			}
+			if warm {
+				break
+			}
+			if time.Since(start) > 5*time.Minute {
+				b.Fatal("not every group warmed in 5 minutes")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		took = time.Since(start)
+	}
+	b.ReportMetric(took.Seconds(), "warm-s")
+	b.ReportMetric(float64(peak), "peak-loaded")
+}
