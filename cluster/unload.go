@@ -178,13 +178,9 @@ func (n *Node) unload(rs []*replica) {
 	// synced first: a node that crashes then starts the groups unloaded
 	// (startsUnloaded), not to apply again what they had.
 	n.applyCh <- applyItem{fn: func() error {
-		// Under the lock, so that no group is loaded again (and so
-		// dropped, its applied index reset, on the loop) meanwhile.
-		n.replicasMu.RLock()
-		defer n.replicasMu.RUnlock()
 		unsynced := map[uint64]uint64{}
 		for _, r := range rs {
-			if u, ok := n.unloaded[r.group]; ok && !u.loading && r.sinceSync > 0 {
+			if r.sinceSync > 0 {
 				unsynced[r.group] = r.applied.Load()
 			}
 		}
@@ -194,6 +190,8 @@ func (n *Node) unload(rs []*replica) {
 				return err
 			}
 		}
+		n.replicasMu.RLock()
+		defer n.replicasMu.RUnlock()
 		for _, g := range groups {
 			if u, ok := n.unloaded[g]; ok && !u.loading {
 				n.cfg.Log.Unload(g)
