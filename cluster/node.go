@@ -68,10 +68,9 @@ type Node struct {
 	replicasPeak int
 	// unloadedLeaders counts the dormant leaders among them (loop-owned).
 	unloadedLeaders int
-	// toWarm are the cold records this node is to warm, in turn, and
-	// warm where it is in that (warmCold; loop-owned).
+	// toWarm are the cold records this node is to warm, in turn
+	// (warmCold; loop-owned).
 	toWarm []uint64
-	warm   warmState
 
 	// dir is the node's data directory; storePtr names the live store in
 	// it (owned by the apply goroutine, which installs snapshots).

@@ -239,13 +239,11 @@ func TestRestartLeavesReplicasUnloaded(t *testing.T) {
 // TestIdleVoterRestartLoadsNothing: a node that leads no group dies and
 // comes back while the groups stand idle, each voter with its whole log:
 // no node loads a replica, for its death (its peers still hear a quorum
-// of every group) or for its return (it lacks no entry); it starts its
-// own unloaded, and warms none (their leaders report their ranges).
+// of every group) or for its return (it lacks no entry), and it starts
+// its own unloaded.
 func TestIdleVoterRestartLoadsNothing(t *testing.T) {
 	// No lease balancing: every lease stays with the tables' creator.
-	// Warming on: the node's groups' leaders report their ranges.
 	c, tables := unloadingTablesCluster(t, 3, 24, -1)
-	c.prepare = func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }
 	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) })
 	var victim uint64
 	for id, tn := range c.nodes {
@@ -414,7 +412,7 @@ func TestRestartWarmsIdleGroups(t *testing.T) {
 
 // unloadingTablesCluster starts size nodes that unload replicas after
 // three election timeouts and warm no cold record (warmCold has its own
-// tests), with four tables of range groups of their own, one entity each
+// test), with four tables of range groups of their own, one entity each
 // ("p"/"before", N the table's index), and returns the tables.
 func unloadingTablesCluster(t *testing.T, size int, seed uint64, placementInterval time.Duration) (*testCluster, []string) {
 	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: placementInterval,
