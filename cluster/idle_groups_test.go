@@ -201,8 +201,7 @@ func BenchmarkIdleRangeGroupsAfterWrites(b *testing.B) {
 // nodes' disks (in memory) subtracted: with the replicas started
 // unloaded (cold), and as every replica was started before that
 // (loaded: the test's knob that turns unloading off loads them at the
-// start). Warming is off: it loads a few replicas a tick from the first
-// election timeout on.
+// start).
 func BenchmarkRestartIdleTables(b *testing.B) {
 	for _, tables := range []int{1_000, 3_000} {
 		for _, cold := range []bool{true, false} {
@@ -216,7 +215,7 @@ func BenchmarkRestartIdleTables(b *testing.B) {
 }
 
 func benchmarkRestartIdleTables(b *testing.B, tables int, cold bool) {
-	unloading := func(tn *testNode) { tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true }
+	unloading := func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }
 	c := &testCluster{t: b, net: newSimNet(1), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1, prepare: unloading}
 	c.startAll(3)
 	for i := range tables {

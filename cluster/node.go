@@ -68,9 +68,6 @@ type Node struct {
 	replicasPeak int
 	// unloadedLeaders counts the dormant leaders among them (loop-owned).
 	unloadedLeaders int
-	// toWarm are the cold records this node is to warm, in turn
-	// (warmCold; loop-owned).
-	toWarm []uint64
 
 	// dir is the node's data directory; storePtr names the live store in
 	// it (owned by the apply goroutine, which installs snapshots).
@@ -146,10 +143,7 @@ type Node struct {
 	// unloadTicks, set by tests before Run, replaces the ticks a dormant
 	// replica waits before it is unloaded (unload.go; 0: the default, -1:
 	// never).
-	unloadTicks int
-	// noWarming, set by tests before Run, keeps the node from warming
-	// cold records (warmCold).
-	noWarming      bool
+	unloadTicks    int
 	onBusyHandOver func(group uint64)
 }
 

@@ -228,7 +228,6 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 		// The unloaded replicas mustWake may wake.
 		n.loadWhere(func(id uint64, u unloadedReplica) bool { return n.mustLoad(id, u, fell, back) })
 	}
-	n.warmCold()
 	var unload []*replica
 	for _, r := range n.replicaList {
 		if r.quiesced.Load() {

@@ -260,9 +260,6 @@ func (n *Node) hostTableGroups() error {
 			if rest {
 				n.unloaded[id] = unloadedReplica{applied: applied, cold: true}
 				n.cfg.Log.Unload(id)
-				if voters := tg.Group.Voters; voters[id%uint64(len(voters))] == n.cfg.ID {
-					n.toWarm = append(n.toWarm, id)
-				}
 				continue
 			}
 		}

@@ -21,10 +21,8 @@ import (
 //
 // Anything that needs the replica loads it again (replicaOf on the loop,
 // groupLoaded on other goroutines): a message of its group, a request, a
-// host change, a wake by liveness, a lease to move, a warming (below).
-// A node also starts its idle groups' replicas unloaded, as cold records
-// (startsUnloaded). Loaded, a replica unloaded is the dormant replica it
-// was: started from its raft log and the store's
+// host change, a wake by liveness, a lease to move. Loaded, it is the
+// dormant replica it was: started from its raft log and the store's
 // applied index as a restart starts one, with what the record kept of
 // what a restart loses: its own applied index (past the store's by the
 // entries that write nothing), the leader it knew (routing, and the
@@ -380,45 +378,4 @@ func (n *Node) unloadedReplica(id uint64) (unloadedReplica, bool) {
 func (n *Node) logEmpty(group uint64) bool {
 	st, err := n.cfg.Log.Group(group)
 	return err == nil && st.Empty()
-}
-
-// Warming. A group that no node has loaded since a restart of the whole
-// cluster has no leader, and so no leaseholder reports its range: the
-// status, and the placement controller's splits and merges, do not see
-// it. So each node warms the cold records of the groups whose
-// descriptor names it at the group's id modulo the number of voters: one
-// a tick, loaded and standing for election at once. Elected, and idle
-// again, the group quiesces, dozes and unloads as any other, with its
-// leader known. The replicas loaded for it at once are bounded by that
-// rate and the unload wait, and by warmLimit, not by the number of
-// ranges. A group whose warming node is down stays cold until it is
-// used.
-
-// warmLimit is the most range replicas a node holds loaded and still
-// warms another.
-const warmLimit = 256
-
-// warmCold warms the next cold record this node is to warm, if it has
-// been up for an election timeout (the vote guard of a replica started
-// with it: voteAfter) and holds few replicas loaded. It runs on the loop,
-// every tick.
-func (n *Node) warmCold() {
-	if n.noWarming || n.live.ticks < uint64(n.cfg.ElectionTicks) || len(n.replicaList) > warmLimit {
-		return
-	}
-	for len(n.toWarm) > 0 {
-		id := n.toWarm[0]
-		n.toWarm = n.toWarm[1:]
-		if u, ok := n.unloadedReplica(id); !ok || !u.cold {
-			continue // loaded already, by a message or a request
-		}
-		if r := n.replicaOf(id); r != nil {
-			r.campaignLeft = campaignTicks
-			r.campaign()
-		}
-		break
-	}
-	if len(n.toWarm) == 0 {
-		n.toWarm = nil
-	}
 }

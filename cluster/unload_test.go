@@ -167,8 +167,8 @@ func (n *Node) unloadBlockers() map[string]int {
 }
 
 // TestRestartLeavesReplicasUnloaded: a node starts the replicas of groups
-// at rest unloaded, raft log states and all, and nothing but warming
-// (off here) loads them while the cluster stands idle, with no leader known in any group after a
+// at rest unloaded, raft log states and all, and nothing loads them while
+// the cluster stands idle, with no leader known in any group after a
 // restart of the whole cluster, nor when a node dies and comes back; a
 // read or a write loads them, elects a leader, and sees what was written
 // before the restart.
@@ -374,49 +374,13 @@ func TestRemovedWhileDownRetiresAfterASystemSnapshot(t *testing.T) {
 	}
 }
 
-// TestRestartWarmsIdleGroups: after a restart of the whole cluster, the
-// nodes warm the groups no request reaches: every group elects a leader,
-// whose leaseholder reports its range, and unloads again, its leader
-// known.
-func TestRestartWarmsIdleGroups(t *testing.T) {
-	c, tables := unloadingTablesCluster(t, 3, 27, -1)
-	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) })
-	c.prepare = func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }
-	c.restartAll()
-	c.waitAll("every group warmed and unloaded again", func(tn *testNode) bool {
-		if !tn.node.allUnloaded(len(tables)) || tn.node.replicaLoads.Load() == 0 {
-			return false
-		}
-		for _, g := range tn.node.groupStatus() {
-			if g.Leader == 0 {
-				return false
-			}
-		}
-		return true
-	})
-	reported := map[uint64]bool{}
-	for _, rs := range c.net.rangeStats(context.Background()) {
-		if rs.Group != systemGroup {
-			reported[rs.Group] = true
-		}
-	}
-	if len(reported) != len(tables) {
-		t.Fatalf("the leaseholders report the ranges of groups %v, want %d groups", reported, len(tables))
-	}
-	for i, tb := range tables {
-		if e, err := readVia(c, tb, "p", "before"); err != nil || entityN(t, e) != i {
-			t.Fatalf("%s/before after the restart: %+v, %v; want N=%d", tb, e, err, i)
-		}
-	}
-}
-
 // unloadingTablesCluster starts size nodes that unload replicas after
-// three election timeouts and warm no cold record (warmCold has its own
-// test), with four tables of range groups of their own, one entity each
-// ("p"/"before", N the table's index), and returns the tables.
+// three election timeouts, with four tables of range groups of their
+// own, one entity each ("p"/"before", N the table's index), and returns
+// the tables.
 func unloadingTablesCluster(t *testing.T, size int, seed uint64, placementInterval time.Duration) (*testCluster, []string) {
 	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: placementInterval,
-		prepare: func(tn *testNode) { tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true }}
+		prepare: func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }}
 	c.startAll(size)
 	tables := []string{"alpha", "beta", "gamma", "delta"}
 	for i, tb := range tables {
