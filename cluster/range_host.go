@@ -253,7 +253,7 @@ func (n *Node) hostTableGroups() error {
 			return fmt.Errorf("cluster: group %d: %w", id, err)
 		}
 		if i < inCatalog {
-			applied, rest, err := n.startsUnloaded(tg, st)
+			applied, rest, err := n.startsUnloaded(tg.Group, st)
 			if err != nil {
 				return err
 			}
@@ -285,40 +285,33 @@ func (n *Node) hostTableGroups() error {
 	return nil
 }
 
-// startsUnloaded says whether the node's replica of the range group of
-// tg, whose raft log is st, is at rest as the node starts, and so is
-// recorded unloaded rather than started; applied is the store's applied
-// index of it. At rest is: everything in its log applied, this node's
-// member among its voters, its configuration the descriptor's voters and
-// no other member, its span the catalog's range, and no span of the
-// store frozen. A replica with anything to finish (entries to apply, a
-// membership change, its own retirement, a split or a merge) starts.
-func (n *Node) startsUnloaded(tg partition.TableGroup, st *raftlog.Storage) (applied uint64, rest bool, err error) {
-	id := tg.Group.ID
+// startsUnloaded says whether the node's replica of range group g, whose
+// raft log is st, is at rest as the node starts, and so is recorded
+// unloaded rather than started; applied is the store's applied index of
+// it. At rest is: everything in its log applied, its configuration the
+// descriptor's voters and no other member, and no span of it frozen. A
+// replica with anything to finish (entries to apply, a membership change,
+// a merge) starts.
+func (n *Node) startsUnloaded(g partition.RangeGroup, st *raftlog.Storage) (applied uint64, rest bool, err error) {
 	if st.Empty() || st.Replica().Removed {
 		return 0, false, nil
 	}
-	if applied, err = n.st().AppliedIndex(id); err != nil {
+	if applied, err = n.st().AppliedIndex(g.ID); err != nil {
 		return 0, false, err
 	}
 	last, err := st.LastIndex()
 	if err != nil {
-		return 0, false, fmt.Errorf("cluster: group %d: read raft log: %w", id, err)
-	}
-	member := st.Replica().ID
-	if member == 0 {
-		member = n.cfg.ID // a founder's
+		return 0, false, fmt.Errorf("cluster: group %d: read raft log: %w", g.ID, err)
 	}
 	cs := st.ConfState()
 	voters := nodesOf(cs.GetVoters())
 	slices.Sort(voters)
-	if applied == 0 || applied != last || !slices.Contains(cs.GetVoters(), member) ||
-		len(cs.GetLearners())+len(cs.GetVotersOutgoing())+len(cs.GetLearnersNext()) > 0 ||
-		!slices.Equal(voters, slices.Sorted(slices.Values(tg.Group.Voters))) {
+	if applied == 0 || applied != last || len(cs.GetLearners())+len(cs.GetVotersOutgoing())+len(cs.GetLearnersNext()) > 0 ||
+		!slices.Equal(voters, slices.Sorted(slices.Values(g.Voters))) {
 		return 0, false, nil
 	}
-	sp, ok, err := n.st().GroupSpan(id)
-	if err != nil || !ok || sp.HighPartitionKey != tg.End || n.st().HasFrozen() {
+	frozen, err := n.st().GroupFrozen(g.ID)
+	if err != nil || frozen {
 		return 0, false, err
 	}
 	return applied, true, nil

@@ -173,7 +173,7 @@ func (n *Node) unloadBlockers() map[string]int {
 // read or a write loads them, elects a leader, and sees what was written
 // before the restart.
 func TestRestartLeavesReplicasUnloaded(t *testing.T) {
-	c, tables := unloadingTablesCluster(t, 3, 23, 0)
+	c, tables := unloadingTablesCluster(t, 23, 0)
 	unloaded := func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) }
 	c.waitAll("every replica unloaded", unloaded)
 	c.restartAll()
@@ -243,7 +243,7 @@ func TestRestartLeavesReplicasUnloaded(t *testing.T) {
 // its own unloaded.
 func TestIdleVoterRestartLoadsNothing(t *testing.T) {
 	// No lease balancing: every lease stays with the tables' creator.
-	c, tables := unloadingTablesCluster(t, 3, 24, -1)
+	c, tables := unloadingTablesCluster(t, 24, -1)
 	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) })
 	var victim uint64
 	for id, tn := range c.nodes {
@@ -282,106 +282,14 @@ func TestIdleVoterRestartLoadsNothing(t *testing.T) {
 	}
 }
 
-// TestRestartWithASplitToMake: the catalog splits a range whose group
-// has not split its span yet (every node's raft clock is stopped, so its
-// leader has not looked), and the whole cluster restarts. The group is
-// not started unloaded, for it has a split to make: it makes it, and
-// every entity is read back from the two ranges.
-func TestRestartWithASplitToMake(t *testing.T) {
-	c, tables := unloadingTablesCluster(t, 3, 25, -1)
-	tb := tables[0]
-	for i := range 10 {
-		upsertVia(c, tb, fmt.Sprintf("k%02d", i), "r", 100+i)
-	}
-	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) })
-	for _, tn := range c.nodes {
-		tn.paused.Store(true)
-	}
-	c.splitVia(tb, "k05")
-	if rs := c.agreedRanges(tb, 10*time.Second); len(rs) != 2 {
-		t.Fatalf("the catalog records ranges %+v, want two", rs)
-	}
-	parent := c.tableGroup(tb).ID
-	c.restartAll()
-	// Read from the stores only: a look at the group (testGroup) would
-	// load it.
-	c.waitAll("the parent's span split", func(tn *testNode) bool {
-		sp, ok, err := tn.node.st().GroupSpan(parent)
-		return err == nil && ok && sp.HighPartitionKey == "k05"
-	})
-	c.waitSplit(tb, []string{"", "k05"}, 20*time.Second)
-	for i := range 10 {
-		if e, err := readVia(c, tb, fmt.Sprintf("k%02d", i), "r"); err != nil || entityN(t, e) != 100+i {
-			t.Fatalf("k%02d after the split: %+v, %v; want N=%d", i, e, err, 100+i)
-		}
-	}
-}
-
-// TestRemovedWhileDownRetiresAfterASystemSnapshot: a node is down while
-// its member of an idle group is moved away, and so long that it catches
-// up by a snapshot of the system group, which brings it the group's new
-// descriptor with no entry to apply. It started the group unloaded, by
-// its old catalog; the snapshot wakes it, and it learns it was removed
-// and retires.
-func TestRemovedWhileDownRetiresAfterASystemSnapshot(t *testing.T) {
-	c, tables := unloadingTablesCluster(t, 4, 26, -1)
-	g := c.tableGroup(tables[0])
-	sys := c.leader(time.Second).id
-	var down, outside uint64
-	for _, id := range c.peers {
-		switch {
-		case !g.Has(id):
-			outside = id
-		case id != sys && down == 0:
-			down = id
-		}
-	}
-	idle := func(tn *testNode) bool { return tn.node.rangeReplicasLoaded() == 0 }
-	c.waitAll("every replica unloaded", idle)
-	disk := c.nodes[down].fs
-	c.stop(down)
-	moved := []uint64{outside}
-	for _, v := range g.Voters {
-		if v != down {
-			moved = append(moved, v)
-		}
-	}
-	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
-		return struct{}{}, s.n.SetGroupVoters(context.Background(), g.ID, moved)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitMembers(g.ID, moved, 20*time.Second)
-	// Past the system group's log retention: the node comes back to a
-	// log that starts after its applied index.
-	for i := range 120 {
-		if _, err := retryAny(c, func(s *Store) (struct{}, error) {
-			return struct{}{}, s.SetServiceProperties(context.Background(), acct, []byte(fmt.Sprint(i)))
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tn := c.start(down, disk)
-	c.waitAll("the node caught up by a snapshot", func(tn *testNode) bool {
-		return tn.id != down || tn.node.Status().SnapshotsInstalled > 0
-	})
-	// Read without loading the replica (testGroup would).
-	for deadline := time.Now().Add(20 * time.Second); tn.node.hostsGroup(g.ID) || !tn.logGroup(g.ID).Replica().Removed; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			u, unloaded := tn.node.unloadedReplica(g.ID)
-			t.Fatalf("node %d still hosts group %d, removed from it while down (unloaded %v: %+v)", down, g.ID, unloaded, u)
-		}
-	}
-}
-
-// unloadingTablesCluster starts size nodes that unload replicas after
+// unloadingTablesCluster starts three nodes that unload replicas after
 // three election timeouts, with four tables of range groups of their
 // own, one entity each ("p"/"before", N the table's index), and returns
 // the tables.
-func unloadingTablesCluster(t *testing.T, size int, seed uint64, placementInterval time.Duration) (*testCluster, []string) {
+func unloadingTablesCluster(t *testing.T, seed uint64, placementInterval time.Duration) (*testCluster, []string) {
 	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: placementInterval,
 		prepare: func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }}
-	c.startAll(size)
+	c.startAll(3)
 	tables := []string{"alpha", "beta", "gamma", "delta"}
 	for i, tb := range tables {
 		createVia(c, tb)
@@ -422,11 +330,4 @@ func (n *Node) unloadedNow() int {
 	n.replicasMu.RLock()
 	defer n.replicasMu.RUnlock()
 	return len(n.unloaded)
-}
-
-// rangeReplicasLoaded counts the node's range replicas in memory.
-func (n *Node) rangeReplicasLoaded() int {
-	n.replicasMu.RLock()
-	defer n.replicasMu.RUnlock()
-	return len(n.replicas) - 1
 }
