@@ -225,7 +225,10 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 	n.sendLiveness(peers)
 	fell, back := n.livenessChanged()
 	if fell || len(back) > 0 {
-		// The unloaded replicas mustWake may wake.
+		// The unloaded replicas mustWake may wake: a dormant leader's
+		// voters are in its configuration, which it must load to read.
+		// One unloaded since the start knows no leader to wait for: its
+		// group's next message or request loads it.
 		n.loadWhere(func(id uint64, u unloadedReplica) bool { return n.mustLoad(id, u, fell, back) })
 	}
 	var unload []*replica
