@@ -368,14 +368,6 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.deleteMergedLogs(); err != nil {
 		return err
 	}
-	if n.unloadWait() < 0 {
-		// Replicas are never unloaded (a test's knob, set after NewNode):
-		// not even at the start.
-		n.loadWhere(func(_ uint64, u unloadedReplica) bool { return u.cold })
-		if err := n.Err(); err != nil {
-			return err
-		}
-	}
 	applyDone := make(chan struct{})
 	go func() {
 		defer close(applyDone)

@@ -49,11 +49,6 @@ type unloadedReplica struct {
 	lastStamp, appliedTS int64
 	dormantLeader        bool
 	tableless            bool // see replica.tableless
-	votersBehind         bool // see replica.votersBehind
-	// cold marks a replica the node started with unloaded
-	// (hostTableGroups) and has not loaded since: it knows no leader,
-	// and loads as a restart starts a replica, awake.
-	cold bool
 	// loading is set while replicaOf loads the replica again; moving
 	// once its descriptor names other voters, until the loop loads it to
 	// move its members (markMoving).
@@ -160,7 +155,7 @@ func (n *Node) unload(rs []*replica) {
 		gone[r], groups[i] = true, r.group
 		delete(n.replicas, r.group)
 		n.unloaded[r.group] = unloadedReplica{leader: r.leader.Load(), applied: r.applied.Load(), lastStamp: r.lastStamp, appliedTS: r.appliedTS.Load(),
-			dormantLeader: r.dormantLeader.Load(), tableless: r.tableless, votersBehind: r.votersBehind}
+			dormantLeader: r.dormantLeader.Load(), tableless: r.tableless}
 		if r.dormantLeader.Load() {
 			n.unloadedLeaders++
 		}
@@ -172,22 +167,8 @@ func (n *Node) unload(rs []*replica) {
 	}
 	n.replicasMu.Unlock()
 	// The raft log's state of a group loaded again before this runs is
-	// the loaded replica's, and stays. The store's applied indexes are
-	// synced first: a node that crashes then starts the groups unloaded
-	// (startsUnloaded), not to apply again what they had.
+	// the loaded replica's, and stays.
 	n.applyCh <- applyItem{fn: func() error {
-		unsynced := map[uint64]uint64{}
-		for _, r := range rs {
-			if r.sinceSync > 0 {
-				unsynced[r.group] = r.applied.Load()
-			}
-		}
-		if len(unsynced) > 0 {
-			if err := n.st().SyncAppliedIndexes(unsynced); err != nil {
-				n.fail(err)
-				return err
-			}
-		}
 		n.replicasMu.RLock()
 		defer n.replicasMu.RUnlock()
 		for _, g := range groups {
@@ -228,11 +209,7 @@ func (n *Node) replicaOf(id uint64) *replica {
 	if u.dormantLeader {
 		n.unloadedLeaders--
 	}
-	from := &u
-	if u.cold {
-		from = nil
-	}
-	r, err := n.startReplica(id, nil, from)
+	r, err := n.startReplica(id, nil, &u)
 	if err != nil {
 		n.fail(fmt.Errorf("cluster: load the replica of range group %d again: %w", id, err))
 		return nil
@@ -243,13 +220,6 @@ func (n *Node) replicaOf(id uint64) *replica {
 		delete(n.unloaded, id)
 		n.replicasMu.Unlock()
 		return nil
-	}
-	if u.cold {
-		// Started with its node, it would have stopped guarding its
-		// vote an election timeout after the start (voteAfter): no
-		// leader's lease counts on it since, for none of its group's
-		// messages came here before this load.
-		r.voteAfter = min(r.voteAfter, uint64(n.cfg.ElectionTicks))
 	}
 	n.replicaLoads.Add(1)
 	return r
@@ -267,7 +237,6 @@ func (r *replica) restore(u *unloadedReplica) {
 	r.leader.Store(u.leader)
 	r.dormantLeader.Store(u.dormantLeader)
 	r.tableless = u.tableless
-	r.votersBehind = u.votersBehind
 	r.lastStamp = u.lastStamp
 	r.appliedTS.Store(u.appliedTS)
 	r.quiesced.Store(true)
