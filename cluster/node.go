@@ -60,7 +60,8 @@ type Node struct {
 	replicaList []*replica // the same, to tick in a loop cheaper than a map's
 	touched     map[*replica]struct{}
 	// unloaded are the range groups hosted here whose replicas were
-	// unloaded (unload.go): the loop changes it, under replicasMu.
+	// unloaded (unload.go): the loop changes it, and the apply goroutine
+	// marks its records (markMoving), under replicasMu.
 	unloaded map[uint64]unloadedReplica
 	// replicasPeak is the most replicas the node held since the map was
 	// last made again (shrink.Map; under replicasMu).

@@ -320,6 +320,8 @@ func (n *Node) mergedHere(group uint64) uint64 {
 			return r.group
 		}
 	}
+	n.replicasMu.RLock()
+	defer n.replicasMu.RUnlock()
 	for id := range n.unloaded {
 		if id != group && slices.Contains(s.GroupMerged(id), group) {
 			return id

@@ -194,18 +194,20 @@ func (n *Node) replicaOf(id uint64) *replica {
 	if r := n.replicas[id]; r != nil {
 		return r
 	}
-	u, ok := n.unloaded[id]
-	if !ok {
-		return nil
-	}
 	// Marked first: the apply goroutine's unload of its raft log state,
 	// if still to come, then leaves the state loaded here alone. The
 	// record stays until the replica takes its place (startReplica), so
 	// other goroutines see the group hosted throughout.
-	u.loading = true
 	n.replicasMu.Lock()
-	n.unloaded[id] = u
+	u, ok := n.unloaded[id]
+	if ok {
+		u.loading = true
+		n.unloaded[id] = u
+	}
 	n.replicasMu.Unlock()
+	if !ok {
+		return nil
+	}
 	if u.dormantLeader {
 		n.unloadedLeaders--
 	}
@@ -246,11 +248,13 @@ func (r *replica) restore(u *unloadedReplica) {
 // It runs on the loop.
 func (n *Node) loadWhere(keep func(group uint64, u unloadedReplica) bool) {
 	var ids []uint64
+	n.replicasMu.RLock() // the apply goroutine marks records (markMoving)
 	for id, u := range n.unloaded {
 		if keep(id, u) {
 			ids = append(ids, id)
 		}
 	}
+	n.replicasMu.RUnlock()
 	slices.Sort(ids)
 	for _, id := range ids {
 		n.replicaOf(id)
@@ -272,12 +276,19 @@ func (n *Node) loadLeaderToMove() *replica {
 	if !takes {
 		return nil
 	}
+	var leader uint64
+	n.replicasMu.RLock()
 	for id, u := range n.unloaded {
 		if u.dormantLeader {
-			return n.replicaOf(id)
+			leader = id
+			break
 		}
 	}
-	return nil
+	n.replicasMu.RUnlock()
+	if leader == 0 {
+		return nil
+	}
+	return n.replicaOf(leader)
 }
 
 // groupLoaded is group for a request's goroutine: a replica unloaded is
