@@ -465,9 +465,16 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 	}
 	var changes []hostChange
 	for id, ok := range hosted {
-		if ok {
-			changes = append(changes, hostChange{group: id, drop: true})
+		if !ok {
+			continue
 		}
+		// The snapshot's records of the group are the leader's: its
+		// applied index may be past this node's log of it, which the
+		// replica loaded to be dropped would take for a lost log.
+		if err := next.ForgetGroup(id); err != nil {
+			return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
+		}
+		changes = append(changes, hostChange{group: id, drop: true})
 	}
 	return changes, nil
 }
