@@ -174,6 +174,13 @@ func (h *HTTP) route(r *http.Request, rest http.Handler) uint64 {
 			if g, ok := n.requestGroup(r, rest, account, table); ok {
 				if rep = n.group(g.ID); rep == nil {
 					if u, ok := n.unloadedReplica(g.ID); ok {
+						if lead := n.replica.leader.Load(); u.cold && slices.Contains(g.Voters, lead) {
+							// Unloaded since the start, so with no
+							// leader known: the system group's leader
+							// stands at once in a group it loads with
+							// none (tickReplicas).
+							return lead
+						}
 						// Its leader, as it knew it: the request, there,
 						// wakes the group (this node, if it led it).
 						return u.leader

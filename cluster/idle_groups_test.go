@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/internal/rusage"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // BenchmarkIdleGroupTick measures what one idle raft group costs when it
@@ -190,4 +191,106 @@ func BenchmarkIdleRangeGroupsAfterWrites(b *testing.B) {
 	for range b.N {
 	}
 	b.ReportMetric(float64(cached)/float64(3*groups), "cached-B/group")
+}
+
+// BenchmarkRestartIdleTables measures what a node holds as it starts
+// with idle range groups: three nodes in one process, each a voter of
+// every one of 1,000 or 3,000 tables' groups, all unloaded, stopped and started
+// again. It reports the heap per replica (B/group: over three times the
+// tables) once the restarted cluster's system group has a leader, the
+// nodes' disks (in memory) subtracted: with the replicas started
+// unloaded (cold), and as every replica was started before that
+// (loaded: the test's knob that turns unloading off loads them at the
+// start). Warming is off: it loads a few replicas a tick from the first
+// election timeout on.
+func BenchmarkRestartIdleTables(b *testing.B) {
+	for _, tables := range []int{1_000, 3_000} {
+		for _, cold := range []bool{true, false} {
+			name := fmt.Sprintf("%d/cold", tables)
+			if !cold {
+				name = fmt.Sprintf("%d/loaded", tables)
+			}
+			b.Run(name, func(b *testing.B) { benchmarkRestartIdleTables(b, tables, cold) })
+		}
+	}
+}
+
+func benchmarkRestartIdleTables(b *testing.B, tables int, cold bool) {
+	unloading := func(tn *testNode) { tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true }
+	c := &testCluster{t: b, net: newSimNet(1), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1, prepare: unloading}
+	c.startAll(3)
+	for i := range tables {
+		createVia(c, fmt.Sprintf("t%04d", i))
+	}
+	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(tables) })
+	if !cold {
+		c.prepare = func(tn *testNode) { tn.node.unloadTicks = -1 }
+	}
+	var perGroup float64
+	for range b.N {
+		disks := map[uint64]*vfs.MemFS{}
+		for id, tn := range c.nodes {
+			disks[id] = tn.fs
+			c.stop(id)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for id, fs := range disks {
+			c.start(id, fs)
+		}
+		c.leader(10 * time.Second)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perGroup = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(3*tables)
+	}
+	b.ReportMetric(perGroup, "B/group")
+}
+
+// BenchmarkRestartWarming measures warming (warm.go) after a restart of
+// the whole cluster: three nodes in one process, each a voter of every
+// one of 1,000 tables' groups, all unloaded, stopped and started again
+// with warming on. It reports the time until every node's records know
+// every group's leader (warm-s), and the most range replicas any node
+// held loaded at once meanwhile (peak-loaded), which warming bounds by
+// its rate and the unload wait (three election timeouts here), not by
+// the number of groups.
+func BenchmarkRestartWarming(b *testing.B) {
+	b.Run("1000", func(b *testing.B) { benchmarkRestartWarming(b, 1_000) })
+}
+
+func benchmarkRestartWarming(b *testing.B, tables int) {
+	unloading := func(tn *testNode) { tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true }
+	c := &testCluster{t: b, net: newSimNet(1), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1, prepare: unloading}
+	c.startAll(3)
+	for i := range tables {
+		createVia(c, fmt.Sprintf("t%04d", i))
+	}
+	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(tables) })
+	c.prepare = func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }
+	var took time.Duration
+	peak := 0
+	for range b.N {
+		c.restartAll()
+		start := time.Now()
+		for {
+			warm := true
+			for _, tn := range c.nodes {
+				peak = max(peak, tn.node.rangeReplicasLoaded())
+				for _, g := range tn.node.groupStatus() {
+					warm = warm && g.Leader != 0
+				}
+			}
+			if warm {
+				break
+			}
+			if time.Since(start) > 5*time.Minute {
+				b.Fatal("not every group warmed in 5 minutes")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		took = time.Since(start)
+	}
+	b.ReportMetric(took.Seconds(), "warm-s")
+	b.ReportMetric(float64(peak), "peak-loaded")
 }

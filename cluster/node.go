@@ -68,6 +68,10 @@ type Node struct {
 	replicasPeak int
 	// unloadedLeaders counts the dormant leaders among them (loop-owned).
 	unloadedLeaders int
+	// toWarm are the cold records this node is to warm, in turn, and
+	// warm where it is in that (warmCold; loop-owned).
+	toWarm []uint64
+	warm   warmState
 
 	// dir is the node's data directory; storePtr names the live store in
 	// it (owned by the apply goroutine, which installs snapshots).
@@ -143,7 +147,10 @@ type Node struct {
 	// unloadTicks, set by tests before Run, replaces the ticks a dormant
 	// replica waits before it is unloaded (unload.go; 0: the default, -1:
 	// never).
-	unloadTicks    int
+	unloadTicks int
+	// noWarming, set by tests before Run, keeps the node from warming
+	// cold records (warmCold).
+	noWarming      bool
 	onBusyHandOver func(group uint64)
 }
 
@@ -368,6 +375,14 @@ func (n *Node) Run(ctx context.Context) error {
 	// Here rather than at NewNode: every group hosted before Run is.
 	if err := n.deleteMergedLogs(); err != nil {
 		return err
+	}
+	if n.unloadWait() < 0 {
+		// Replicas are never unloaded (a test's knob, set after NewNode):
+		// not even at the start.
+		n.loadWhere(func(_ uint64, u unloadedReplica) bool { return u.cold })
+		if err := n.Err(); err != nil {
+			return err
+		}
 	}
 	applyDone := make(chan struct{})
 	go func() {

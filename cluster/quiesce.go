@@ -225,12 +225,10 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 	n.sendLiveness(peers)
 	fell, back := n.livenessChanged()
 	if fell || len(back) > 0 {
-		// The unloaded replicas mustWake may wake: a dormant leader's
-		// voters are in its configuration, which it must load to read.
-		n.loadWhere(func(_ uint64, u unloadedReplica) bool {
-			return u.dormantLeader || (fell && !n.isLive(u.leader)) || slices.Contains(back, u.leader)
-		})
+		// The unloaded replicas mustWake may wake.
+		n.loadWhere(func(id uint64, u unloadedReplica) bool { return n.mustLoad(id, u, fell, back) })
 	}
+	n.warmCold()
 	var unload []*replica
 	for _, r := range n.replicaList {
 		if r.quiesced.Load() {
@@ -287,8 +285,8 @@ func (n *Node) tickReplicas(unreachable []uint64) {
 // follower whose leader's node fell silent (to elect another) or came
 // back; a leader that no longer hears a quorum of its voters
 // (CheckQuorum then deposes it), or one of whose voters' nodes is heard
-// again after a silence or a restart (it may have missed entries, which
-// only the leader's ticks bring it).
+// again after a silence or a restart when the leader quiesced with that
+// voter lacking entries, which only the leader's ticks bring it.
 func (r *replica) mustWake(fell bool, back []uint64) bool {
 	if !r.dormantLeader.Load() && (r.dormant() || r.rn.BasicStatus().RaftState != raft.StateLeader) {
 		// Its leader's node went silent, or came back (it may have
@@ -296,9 +294,17 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 		lead := r.leader.Load()
 		return (fell && !r.n.isLive(lead)) || slices.Contains(back, lead)
 	}
-	voters := r.voterNodes()
+	return r.n.leaderMustWake(r.voterNodes(), r.votersBehind, fell, back)
+}
+
+// leaderMustWake is mustWake for a quiesced leader whose group's voters
+// are on nodes voters: one that no longer hears a quorum of them, or, if
+// it quiesced with votersBehind, one of whose voters is back. A voter
+// that had every entry misses nothing while the group is idle: a restart
+// leaves it all it acknowledged.
+func (n *Node) leaderMustWake(voters []uint64, votersBehind, fell bool, back []uint64) bool {
 	for _, id := range back {
-		if slices.Contains(voters, id) {
+		if votersBehind && slices.Contains(voters, id) {
 			return true
 		}
 	}
@@ -307,11 +313,32 @@ func (r *replica) mustWake(fell bool, back []uint64) bool {
 	}
 	live := 0
 	for _, id := range voters {
-		if r.n.isLive(id) {
+		if n.isLive(id) {
 			live++
 		}
 	}
 	return live*2 <= len(voters)
+}
+
+// mustLoad says whether the unloaded replica of group id is loaded again
+// for a liveness change: whether mustWake may wake it. A dormant
+// leader's voters are its descriptor's (an unloaded replica has no
+// change of them under way, unless moving); one without a descriptor
+// (tests' groups) loads to read its configuration. One unloaded since
+// the start knows no leader to lose: its group's next message or
+// request loads it.
+func (n *Node) mustLoad(id uint64, u unloadedReplica, fell bool, back []uint64) bool {
+	switch {
+	case u.cold:
+		return false
+	case !u.dormantLeader:
+		return (fell && !n.isLive(u.leader)) || slices.Contains(back, u.leader)
+	}
+	tg, ok := n.st().GroupTable(id)
+	if !ok || u.moving {
+		return true
+	}
+	return n.leaderMustWake(tg.Group.Voters, u.votersBehind, fell, back)
 }
 
 // standForLostLeader calls an election at once in a group whose leader's
@@ -379,13 +406,14 @@ func (r *replica) maybeQuiesce() bool {
 	if err != nil || last != commit || r.applied.Load() != commit {
 		return false
 	}
-	voters, caughtUp := 0, 0
+	voters, caughtUp, behind := 0, 0, false
 	for id, pr := range st.Progress {
 		if pr.IsLearner {
 			return false // a learner catching up needs the ticks
 		}
 		voters++
 		if !r.n.isLive(transport.NodeOf(id)) {
+			behind = behind || pr.Match != commit
 			continue
 		}
 		if pr.Match != commit {
@@ -417,6 +445,7 @@ func (r *replica) maybeQuiesce() bool {
 	}
 	n.sendGroup(r.group, out)
 	r.quiesced.Store(true)
+	r.votersBehind = behind
 	// Every live voter has every entry: none will be sent again soon.
 	r.rlog.DropCache()
 	return true

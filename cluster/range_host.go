@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
 )
@@ -225,8 +226,13 @@ func (r *replica) wrongGroup(s *partition.Store, account, table, pk string) (ref
 // comes (hostMember); one whose member here was retired keeps no data
 // here, which a crash in the middle of its retirement may have left,
 // unless it is frozen (its data is the merge's).
+//
+// A group at rest is not started but recorded unloaded (startsUnloaded),
+// so that a node's memory at its start does not grow with the number of
+// ranges it hosts; its raft log state is dropped again once checked.
 func (n *Node) hostTableGroups() error {
 	groups := n.st().TableGroups()
+	inCatalog := len(groups)
 	outside, err := n.st().OutsideCatalog()
 	if err != nil {
 		return err
@@ -240,11 +246,25 @@ func (n *Node) hostTableGroups() error {
 			groups = append(groups, partition.TableGroup{Account: g.Span.Account, Table: g.Span.Table, Group: partition.RangeGroup{ID: g.Group}})
 		}
 	}
-	for _, tg := range groups {
+	for i, tg := range groups {
 		id := tg.Group.ID
 		st, err := n.cfg.Log.Group(id)
 		if err != nil {
 			return fmt.Errorf("cluster: group %d: %w", id, err)
+		}
+		if i < inCatalog {
+			applied, rest, err := n.startsUnloaded(tg, st)
+			if err != nil {
+				return err
+			}
+			if rest {
+				n.unloaded[id] = unloadedReplica{applied: applied, cold: true}
+				n.cfg.Log.Unload(id)
+				if voters := tg.Group.Voters; voters[id%uint64(len(voters))] == n.cfg.ID {
+					n.toWarm = append(n.toWarm, id)
+				}
+				continue
+			}
 		}
 		switch {
 		case st.Empty():
@@ -266,6 +286,45 @@ func (n *Node) hostTableGroups() error {
 		}
 	}
 	return nil
+}
+
+// startsUnloaded says whether the node's replica of the range group of
+// tg, whose raft log is st, is at rest as the node starts, and so is
+// recorded unloaded rather than started; applied is the store's applied
+// index of it. At rest is: everything in its log applied, this node's
+// member among its voters, its configuration the descriptor's voters and
+// no other member, its span the catalog's range, and no span of the
+// store frozen. A replica with anything to finish (entries to apply, a
+// membership change, its own retirement, a split or a merge) starts.
+func (n *Node) startsUnloaded(tg partition.TableGroup, st *raftlog.Storage) (applied uint64, rest bool, err error) {
+	id := tg.Group.ID
+	if st.Empty() || st.Replica().Removed {
+		return 0, false, nil
+	}
+	if applied, err = n.st().AppliedIndex(id); err != nil {
+		return 0, false, err
+	}
+	last, err := st.LastIndex()
+	if err != nil {
+		return 0, false, fmt.Errorf("cluster: group %d: read raft log: %w", id, err)
+	}
+	member := st.Replica().ID
+	if member == 0 {
+		member = n.cfg.ID // a founder's
+	}
+	cs := st.ConfState()
+	voters := nodesOf(cs.GetVoters())
+	slices.Sort(voters)
+	if applied == 0 || applied != last || !slices.Contains(cs.GetVoters(), member) ||
+		len(cs.GetLearners())+len(cs.GetVotersOutgoing())+len(cs.GetLearnersNext()) > 0 ||
+		!slices.Equal(voters, slices.Sorted(slices.Values(tg.Group.Voters))) {
+		return 0, false, nil
+	}
+	sp, ok, err := n.st().GroupSpan(id)
+	if err != nil || !ok || sp.HighPartitionKey != tg.End || n.st().HasFrozen() {
+		return 0, false, err
+	}
+	return applied, true, nil
 }
 
 // deleteMergedLogs deletes, as the node starts to run, the raft logs of range

@@ -90,6 +90,10 @@ type replica struct {
 	// standForLostLeader last saw, while it stands.
 	campaignLeft int
 	lostLead     uint64
+	// votersBehind is set when the replica last quiesced as the leader
+	// with a voter lacking entries (one not live then): only such a
+	// voter's return wakes it (mustWake).
+	votersBehind bool
 	// spans is a range group's snapshot state (range_snapshot.go), and
 	// install the install of one under way (span_install.go; loop-owned).
 	spans   spanSnapshots

@@ -21,8 +21,10 @@ import (
 //
 // Anything that needs the replica loads it again (replicaOf on the loop,
 // groupLoaded on other goroutines): a message of its group, a request, a
-// host change, a wake by liveness, a lease to move. Loaded, it is the
-// dormant replica it was: started from its raft log and the store's
+// host change, a wake by liveness, a lease to move, a warming (warm.go).
+// A node also starts its idle groups' replicas unloaded, as cold records
+// (startsUnloaded). Loaded, a replica unloaded is the dormant replica it
+// was: started from its raft log and the store's
 // applied index as a restart starts one, with what the record kept of
 // what a restart loses: its own applied index (past the store's by the
 // entries that write nothing), the leader it knew (routing, and the
@@ -49,6 +51,11 @@ type unloadedReplica struct {
 	lastStamp, appliedTS int64
 	dormantLeader        bool
 	tableless            bool // see replica.tableless
+	votersBehind         bool // see replica.votersBehind
+	// cold marks a replica the node started with unloaded
+	// (hostTableGroups) and has not loaded since: it knows no leader,
+	// and loads as a restart starts a replica, awake.
+	cold bool
 	// loading is set while replicaOf loads the replica again; moving
 	// once its descriptor names other voters, until the loop loads it to
 	// move its members (markMoving).
@@ -155,7 +162,7 @@ func (n *Node) unload(rs []*replica) {
 		gone[r], groups[i] = true, r.group
 		delete(n.replicas, r.group)
 		n.unloaded[r.group] = unloadedReplica{leader: r.leader.Load(), applied: r.applied.Load(), lastStamp: r.lastStamp, appliedTS: r.appliedTS.Load(),
-			dormantLeader: r.dormantLeader.Load(), tableless: r.tableless}
+			dormantLeader: r.dormantLeader.Load(), tableless: r.tableless, votersBehind: r.votersBehind}
 		if r.dormantLeader.Load() {
 			n.unloadedLeaders++
 		}
@@ -167,10 +174,26 @@ func (n *Node) unload(rs []*replica) {
 	}
 	n.replicasMu.Unlock()
 	// The raft log's state of a group loaded again before this runs is
-	// the loaded replica's, and stays.
+	// the loaded replica's, and stays. The store's applied indexes are
+	// synced first: a node that crashes then starts the groups unloaded
+	// (startsUnloaded), not to apply again what they had.
 	n.applyCh <- applyItem{fn: func() error {
+		// Under the lock, so that no group is loaded again (and so
+		// dropped, its applied index reset, on the loop) meanwhile.
 		n.replicasMu.RLock()
 		defer n.replicasMu.RUnlock()
+		unsynced := map[uint64]uint64{}
+		for _, r := range rs {
+			if u, ok := n.unloaded[r.group]; ok && !u.loading && r.sinceSync > 0 {
+				unsynced[r.group] = r.applied.Load()
+			}
+		}
+		if len(unsynced) > 0 {
+			if err := n.st().SyncAppliedIndexes(unsynced); err != nil {
+				n.fail(err)
+				return err
+			}
+		}
 		for _, g := range groups {
 			if u, ok := n.unloaded[g]; ok && !u.loading {
 				n.cfg.Log.Unload(g)
@@ -211,7 +234,11 @@ func (n *Node) replicaOf(id uint64) *replica {
 	if u.dormantLeader {
 		n.unloadedLeaders--
 	}
-	r, err := n.startReplica(id, nil, &u)
+	from := &u
+	if u.cold {
+		from = nil
+	}
+	r, err := n.startReplica(id, nil, from)
 	if err != nil {
 		n.fail(fmt.Errorf("cluster: load the replica of range group %d again: %w", id, err))
 		return nil
@@ -222,6 +249,13 @@ func (n *Node) replicaOf(id uint64) *replica {
 		delete(n.unloaded, id)
 		n.replicasMu.Unlock()
 		return nil
+	}
+	if u.cold {
+		// Started with its node, it would have stopped guarding its
+		// vote an election timeout after the start (voteAfter): no
+		// leader's lease counts on it since, for none of its group's
+		// messages came here before this load.
+		r.voteAfter = min(r.voteAfter, uint64(n.cfg.ElectionTicks))
 	}
 	n.replicaLoads.Add(1)
 	return r
@@ -239,6 +273,7 @@ func (r *replica) restore(u *unloadedReplica) {
 	r.leader.Store(u.leader)
 	r.dormantLeader.Store(u.dormantLeader)
 	r.tableless = u.tableless
+	r.votersBehind = u.votersBehind
 	r.lastStamp = u.lastStamp
 	r.appliedTS.Store(u.appliedTS)
 	r.quiesced.Store(true)

@@ -165,3 +165,306 @@ func (n *Node) unloadBlockers() map[string]int {
 	}
 	return <-out
 }
+
+// TestRestartLeavesReplicasUnloaded: a node starts the replicas of groups
+// at rest unloaded, raft log states and all, and nothing but warming
+// (off here) loads them while the cluster stands idle, with no leader known in any group after a
+// restart of the whole cluster, nor when a node dies and comes back; a
+// read or a write loads them, elects a leader, and sees what was written
+// before the restart.
+func TestRestartLeavesReplicasUnloaded(t *testing.T) {
+	c, tables := unloadingTablesCluster(t, 3, 23, 0)
+	unloaded := func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) }
+	c.waitAll("every replica unloaded", unloaded)
+	c.restartAll()
+	for _, tn := range c.nodes {
+		if !unloaded(tn) {
+			t.Fatalf("node %d started with %d of %d replicas unloaded, %d raft log states loaded", tn.id, tn.node.unloadedNow(), len(tables), tn.rlog.LoadedGroups())
+		}
+	}
+	// The system group elects, the nodes hear each other, the balancer
+	// and the placement controller look: none of it loads a replica.
+	idle := 5 * time.Duration(c.nodes[1].node.cfg.ElectionTicks) * c.tickInterval()
+	c.leader(10 * time.Second)
+	time.Sleep(idle)
+	for _, tn := range c.nodes {
+		if loads := tn.node.replicaLoads.Load(); !unloaded(tn) || loads != 0 {
+			t.Fatalf("node %d, idle since its start: %d of %d replicas unloaded, %d loaded again, %d raft log states loaded",
+				tn.id, tn.node.unloadedNow(), len(tables), loads, tn.rlog.LoadedGroups())
+		}
+		for _, g := range tn.node.groupStatus() {
+			if !g.Unloaded || g.Leader != 0 || g.Applied == 0 || len(g.Voters) != 3 {
+				t.Fatalf("node %d lists a group unloaded since its start as %+v", tn.id, g)
+			}
+		}
+	}
+	// A node dies and comes back: its peers, which know no leader of
+	// these groups to lose, load nothing; it starts them unloaded too.
+	disk := c.crash(3, nil)
+	time.Sleep(idle)
+	c.start(3, disk)
+	time.Sleep(idle)
+	for _, tn := range c.nodes {
+		if loads := tn.node.replicaLoads.Load(); !unloaded(tn) || loads != 0 {
+			t.Fatalf("node %d, after node 3's restart: %d of %d replicas unloaded, %d loaded again, %d raft log states loaded",
+				tn.id, tn.node.unloadedNow(), len(tables), loads, tn.rlog.LoadedGroups())
+		}
+	}
+	for i, tb := range tables {
+		if i%2 == 0 {
+			upsertVia(c, tb, "p", "after", 10+i)
+		}
+		e, err := readVia(c, tb, "p", "before")
+		if err != nil || entityN(t, e) != i {
+			t.Fatalf("%s/before after the restart: %+v, %v; want N=%d", tb, e, err, i)
+		}
+	}
+	for i, tb := range tables {
+		if i%2 == 0 {
+			if e, err := readVia(c, tb, "p", "after"); err != nil || entityN(t, e) != 10+i {
+				t.Fatalf("%s/after: %+v, %v; want N=%d", tb, e, err, 10+i)
+			}
+		}
+	}
+	var loads uint64
+	for _, tn := range c.nodes {
+		loads += tn.node.replicaLoads.Load()
+	}
+	if loads < uint64(len(tables)) {
+		t.Fatalf("%d replica loads after a request to each of %d groups", loads, len(tables))
+	}
+	c.waitAll("every replica unloaded again", unloaded)
+}
+
+// TestIdleVoterRestartLoadsNothing: a node that leads no group dies and
+// comes back while the groups stand idle, each voter with its whole log:
+// no node loads a replica, for its death (its peers still hear a quorum
+// of every group) or for its return (it lacks no entry); it starts its
+// own unloaded, and warms none (their leaders report their ranges).
+func TestIdleVoterRestartLoadsNothing(t *testing.T) {
+	// No lease balancing: every lease stays with the tables' creator.
+	// Warming on: the node's groups' leaders report their ranges.
+	c, tables := unloadingTablesCluster(t, 3, 24, -1)
+	c.prepare = func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }
+	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) })
+	var victim uint64
+	for id, tn := range c.nodes {
+		leads := false
+		for _, g := range tn.node.groupStatus() {
+			leads = leads || g.Leader == id || g.Leader == 0
+		}
+		if !leads {
+			victim = id
+		}
+	}
+	if victim == 0 {
+		t.Fatal("every node leads a group, or knows no leader of one")
+	}
+	loads := func(tn *testNode) uint64 { return tn.node.replicaLoads.Load() }
+	before := map[uint64]uint64{}
+	for id, tn := range c.nodes {
+		before[id] = loads(tn)
+	}
+	idle := 5 * time.Duration(c.nodes[victim].node.cfg.ElectionTicks) * c.tickInterval()
+	disk := c.crash(victim, nil)
+	time.Sleep(idle)
+	c.start(victim, disk)
+	before[victim] = 0
+	time.Sleep(idle)
+	for id, tn := range c.nodes {
+		if !tn.node.allUnloaded(len(tables)) || loads(tn) != before[id] {
+			t.Fatalf("node %d, after node %d's restart: %d of %d replicas unloaded, %d raft log states loaded, %d loads (%d before)",
+				id, victim, tn.node.unloadedNow(), len(tables), tn.rlog.LoadedGroups(), loads(tn), before[id])
+		}
+	}
+	for i, tb := range tables {
+		if e, err := readVia(c, tb, "p", "before"); err != nil || entityN(t, e) != i {
+			t.Fatalf("%s/before after node %d's restart: %+v, %v; want N=%d", tb, victim, e, err, i)
+		}
+	}
+}
+
+// TestRestartWithASplitToMake: the catalog splits a range whose group
+// has not split its span yet (every node's raft clock is stopped, so its
+// leader has not looked), and the whole cluster restarts. The group is
+// not started unloaded, for it has a split to make: it makes it, and
+// every entity is read back from the two ranges.
+func TestRestartWithASplitToMake(t *testing.T) {
+	c, tables := unloadingTablesCluster(t, 3, 25, -1)
+	tb := tables[0]
+	for i := range 10 {
+		upsertVia(c, tb, fmt.Sprintf("k%02d", i), "r", 100+i)
+	}
+	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) })
+	for _, tn := range c.nodes {
+		tn.paused.Store(true)
+	}
+	c.splitVia(tb, "k05")
+	if rs := c.agreedRanges(tb, 10*time.Second); len(rs) != 2 {
+		t.Fatalf("the catalog records ranges %+v, want two", rs)
+	}
+	parent := c.tableGroup(tb).ID
+	c.restartAll()
+	// Read from the stores only: a look at the group (testGroup) would
+	// load it.
+	c.waitAll("the parent's span split", func(tn *testNode) bool {
+		sp, ok, err := tn.node.st().GroupSpan(parent)
+		return err == nil && ok && sp.HighPartitionKey == "k05"
+	})
+	c.waitSplit(tb, []string{"", "k05"}, 20*time.Second)
+	for i := range 10 {
+		if e, err := readVia(c, tb, fmt.Sprintf("k%02d", i), "r"); err != nil || entityN(t, e) != 100+i {
+			t.Fatalf("k%02d after the split: %+v, %v; want N=%d", i, e, err, 100+i)
+		}
+	}
+}
+
+// TestRemovedWhileDownRetiresAfterASystemSnapshot: a node is down while
+// its member of an idle group is moved away, and so long that it catches
+// up by a snapshot of the system group, which brings it the group's new
+// descriptor with no entry to apply. It started the group unloaded, by
+// its old catalog; the snapshot wakes it, and it learns it was removed
+// and retires.
+func TestRemovedWhileDownRetiresAfterASystemSnapshot(t *testing.T) {
+	c, tables := unloadingTablesCluster(t, 4, 26, -1)
+	g := c.tableGroup(tables[0])
+	sys := c.leader(time.Second).id
+	var down, outside uint64
+	for _, id := range c.peers {
+		switch {
+		case !g.Has(id):
+			outside = id
+		case id != sys && down == 0:
+			down = id
+		}
+	}
+	idle := func(tn *testNode) bool { return tn.node.rangeReplicasLoaded() == 0 }
+	c.waitAll("every replica unloaded", idle)
+	disk := c.nodes[down].fs
+	c.stop(down)
+	moved := []uint64{outside}
+	for _, v := range g.Voters {
+		if v != down {
+			moved = append(moved, v)
+		}
+	}
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.n.SetGroupVoters(context.Background(), g.ID, moved)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitMembers(g.ID, moved, 20*time.Second)
+	// Past the system group's log retention: the node comes back to a
+	// log that starts after its applied index.
+	for i := range 120 {
+		if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+			return struct{}{}, s.SetServiceProperties(context.Background(), acct, []byte(fmt.Sprint(i)))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tn := c.start(down, disk)
+	c.waitAll("the node caught up by a snapshot", func(tn *testNode) bool {
+		return tn.id != down || tn.node.Status().SnapshotsInstalled > 0
+	})
+	// Read without loading the replica (testGroup would).
+	for deadline := time.Now().Add(20 * time.Second); tn.node.hostsGroup(g.ID) || !tn.logGroup(g.ID).Replica().Removed; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			u, unloaded := tn.node.unloadedReplica(g.ID)
+			t.Fatalf("node %d still hosts group %d, removed from it while down (unloaded %v: %+v)", down, g.ID, unloaded, u)
+		}
+	}
+}
+
+// TestRestartWarmsIdleGroups: after a restart of the whole cluster, the
+// nodes warm the groups no request reaches: every group elects a leader,
+// whose leaseholder reports its range, and unloads again, its leader
+// known.
+func TestRestartWarmsIdleGroups(t *testing.T) {
+	c, tables := unloadingTablesCluster(t, 3, 27, -1)
+	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(len(tables)) })
+	c.prepare = func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }
+	c.restartAll()
+	c.waitAll("every group warmed and unloaded again", func(tn *testNode) bool {
+		if !tn.node.allUnloaded(len(tables)) || tn.node.replicaLoads.Load() == 0 {
+			return false
+		}
+		for _, g := range tn.node.groupStatus() {
+			if g.Leader == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	reported := map[uint64]bool{}
+	for _, rs := range c.net.rangeStats(context.Background()) {
+		if rs.Group != systemGroup {
+			reported[rs.Group] = true
+		}
+	}
+	if len(reported) != len(tables) {
+		t.Fatalf("the leaseholders report the ranges of groups %v, want %d groups", reported, len(tables))
+	}
+	for i, tb := range tables {
+		if e, err := readVia(c, tb, "p", "before"); err != nil || entityN(t, e) != i {
+			t.Fatalf("%s/before after the restart: %+v, %v; want N=%d", tb, e, err, i)
+		}
+	}
+}
+
+// unloadingTablesCluster starts size nodes that unload replicas after
+// three election timeouts and warm no cold record (warmCold has its own
+// tests), with four tables of range groups of their own, one entity each
+// ("p"/"before", N the table's index), and returns the tables.
+func unloadingTablesCluster(t *testing.T, size int, seed uint64, placementInterval time.Duration) (*testCluster, []string) {
+	c := &testCluster{t: t, net: newSimNet(seed), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: placementInterval,
+		prepare: func(tn *testNode) { tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true }}
+	c.startAll(size)
+	tables := []string{"alpha", "beta", "gamma", "delta"}
+	for i, tb := range tables {
+		createVia(c, tb)
+		upsertVia(c, tb, "p", "before", i)
+	}
+	return c, tables
+}
+
+// waitAll waits until cond holds of every running node.
+func (c *testCluster) waitAll(what string, cond func(*testNode) bool) {
+	c.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		done := true
+		for _, tn := range c.nodes {
+			done = done && cond(tn)
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, tn := range c.nodes {
+				c.t.Logf("node %d: %+v, %d raft log states loaded; kept by %v", tn.id, tn.node.Status(), tn.rlog.LoadedGroups(), tn.node.unloadBlockers())
+			}
+			c.t.Fatalf("not %s after 20s", what)
+		}
+	}
+}
+
+// allUnloaded says whether the node has its want range replicas
+// unloaded, and raft log state in memory of the system group only.
+func (n *Node) allUnloaded(want int) bool {
+	return n.unloadedNow() == want && n.cfg.Log.LoadedGroups() == 1
+}
+
+// unloadedNow counts the node's unloaded replicas (Status counts them as
+// of its last tick).
+func (n *Node) unloadedNow() int {
+	n.replicasMu.RLock()
+	defer n.replicasMu.RUnlock()
+	return len(n.unloaded)
+}
+
+// rangeReplicasLoaded counts the node's range replicas in memory.
+func (n *Node) rangeReplicasLoaded() int {
+	n.replicasMu.RLock()
+	defer n.replicasMu.RUnlock()
+	return len(n.replicas) - 1
+}

@@ -75,6 +75,14 @@ func TestAppliedIndexPerGroup(t *testing.T) {
 	wantApplied(t, e.s, 1, 8)
 	wantApplied(t, e.s, 2, 60)
 	wantApplied(t, e.s, 3, 0)
+	// Several groups' indexes in one write.
+	if err := e.s.SyncAppliedIndexes(map[uint64]uint64{2: 61, 3: 4}); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	wantApplied(t, e.s, 1, 8)
+	wantApplied(t, e.s, 2, 61)
+	wantApplied(t, e.s, 3, 4)
 }
 
 // TestAppliedIndexLegacyKey: a store written before indexes were per group

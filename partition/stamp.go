@@ -125,6 +125,20 @@ func (s *Store) SyncApplied(group, index uint64) error {
 	return nil
 }
 
+// SyncAppliedIndexes is SyncApplied for several groups in one synced
+// write: applied maps each group to its index. It must be called from
+// the goroutine that applies their stamped writes.
+func (s *Store) SyncAppliedIndexes(applied map[uint64]uint64) error {
+	b := s.db.NewBatch()
+	for group, index := range applied {
+		setAppliedIndex(b, group, index)
+	}
+	if err := s.db.Apply(b, s.syncWO); err != nil {
+		return fmt.Errorf("partition: sync the applied indexes of %d groups: %w", len(applied), err)
+	}
+	return nil
+}
+
 // setAppliedIndex adds to b the write of group's applied index. Group 1's
 // also drops the legacy key, which its own key now supersedes, so that a
 // store migrates off it at the first synced index and no reader meets a

@@ -78,9 +78,10 @@ type Log struct {
 	closed bool
 }
 
-// Open opens (creating if needed) the log engine in dir and loads the
-// state of every group it holds. A directory written by a newer format
-// version is refused.
+// Open opens (creating if needed) the log engine in dir and checks the
+// state of every group it holds, so that a damaged log is refused at once;
+// Group loads a group's state when it is first asked for. A directory
+// written by a newer format version is refused.
 func Open(dir string, opts *Options) (*Log, error) {
 	var o Options
 	if opts != nil {
@@ -107,8 +108,9 @@ func Open(dir string, opts *Options) (*Log, error) {
 	return l, nil
 }
 
-// load checks the format version (writing it into a new engine) and loads
-// every group.
+// load checks the format version (writing it into a new engine) and the
+// state of every group. It keeps none in memory: a node hosting many idle
+// groups loads only those it starts (cluster's unloaded replicas).
 func (l *Log) load() error {
 	v, ok, err := l.get(formatVersionKey)
 	if err != nil {
@@ -146,7 +148,6 @@ func (l *Log) load() error {
 		if err := s.load(); err != nil {
 			return err
 		}
-		l.groups[id] = s
 	}
 	return nil
 }
@@ -223,8 +224,8 @@ func (l *Log) Unload(id uint64) {
 	defer l.mu.Unlock()
 	l.groupsPeak = max(l.groupsPeak, len(l.groups))
 	delete(l.groups, id)
-	// A Log loads every group at Open: their table goes once most are
-	// unloaded.
+	// Groups are loaded in bulk at times (a node's start, a peer's
+	// restart waking them): their table goes once most are unloaded.
 	l.groups = shrink.Map(l.groups, &l.groupsPeak)
 }
 

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +18,10 @@ import (
 // range group of its own. Once idle, every node unloads its replicas of
 // the groups (cluster status counts them); reads and writes through
 // every node then find them again, routed to the leaders the unloaded
-// records name and loaded back, and see every acknowledged write.
+// records name and loaded back, and see every acknowledged write. Once
+// idle again and every node killed with SIGKILL and started, the nodes
+// warm the groups (each elects a leader, which reports its range);
+// requests through every node then find every write.
 func TestClusterIdleRangesUnload(t *testing.T) {
 	c := startProcCluster(t, 3, "--placement-interval", "0")
 	ctx := context.Background()
@@ -57,39 +63,81 @@ func TestClusterIdleRangesUnload(t *testing.T) {
 
 	// Unloaded after dozing (two election timeouts) and ten more: about
 	// 12 s at the default 100 ms tick.
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		done := true
-		for i, st := range statuses() {
-			done = done && st.Unloaded == len(tables) && st.RangeGroups == len(tables)
-			if time.Now().After(deadline) {
-				t.Fatalf("node %d: %d of %d range groups unloaded after 60 s", i+1, st.Unloaded, st.RangeGroups)
+	waitUnloaded := func() {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			done := true
+			for i, st := range statuses() {
+				done = done && st.Unloaded == len(tables) && st.RangeGroups == len(tables)
+				if time.Now().After(deadline) {
+					t.Fatalf("node %d: %d of %d range groups unloaded after 60 s", i+1, st.Unloaded, st.RangeGroups)
+				}
+			}
+			if done {
+				return
 			}
 		}
-		if done {
-			break
+	}
+	// readWrite reads every acknowledged write through every node, and
+	// writes to every table through every node.
+	readWrite := func(when string) {
+		t.Helper()
+		for node := range 3 {
+			for k, n := range acked {
+				tb, rk, _ := strings.Cut(k, "/")
+				resp, err := c.client(node, tb).GetEntity(ctx, "p", rk, nil)
+				if err != nil {
+					t.Fatalf("read %s through node %d %s: %v", k, node+1, when, err)
+				}
+				if !bytes.Contains(resp.Value, []byte(fmt.Sprintf(`"N":%d`, n))) {
+					t.Fatalf("read %s through node %d %s: %s, want N=%d", k, node+1, when, resp.Value, n)
+				}
+			}
+			for _, tb := range tables {
+				if _, err := c.client(node, tb).UpsertEntity(ctx, entityJSON("p", fmt.Sprintf("q%d", node), node), nil); err != nil {
+					t.Fatalf("write to %s through node %d %s: %v", tb, node+1, when, err)
+				}
+				acked[tb+"/"+fmt.Sprintf("q%d", node)] = node
+			}
 		}
 	}
+	waitUnloaded()
 	before := loads()
-
-	for node := range 3 {
-		for k, n := range acked {
-			tb, rk, _ := strings.Cut(k, "/")
-			resp, err := c.client(node, tb).GetEntity(ctx, "p", rk, nil)
-			if err != nil {
-				t.Fatalf("read %s through node %d after the ranges unloaded: %v", k, node+1, err)
-			}
-			if !bytes.Contains(resp.Value, []byte(fmt.Sprintf(`"N":%d`, n))) {
-				t.Fatalf("read %s through node %d: %s, want N=%d", k, node+1, resp.Value, n)
-			}
-		}
-		for _, tb := range tables {
-			if _, err := c.client(node, tb).UpsertEntity(ctx, entityJSON("q", fmt.Sprint(node), node), nil); err != nil {
-				t.Fatalf("write to %s through node %d after the ranges unloaded: %v", tb, node+1, err)
-			}
-		}
-	}
+	readWrite("after the ranges unloaded")
 	after := loads()
 	if after < before+uint64(len(tables)) {
 		t.Fatalf("replica loads %d before the requests, %d after: want one a table at least", before, after)
 	}
+
+	// Every node killed at once and started again: the nodes start the
+	// groups unloaded, with no leader, and warm them: each elects a
+	// leader, whose status reports its range.
+	waitUnloaded()
+	for i, p := range c.procs {
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		p.wait(t)
+		c.procs[i] = nil
+	}
+	for i := range c.procs {
+		c.start(i, testSecret)
+	}
+	c.leader()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		led := map[string]bool{}
+		for _, st := range statuses() {
+			for _, r := range st.Ranges {
+				led[r.Table] = led[r.Table] || r.Leaseholder != 0
+			}
+		}
+		if len(led) == len(tables) && !slices.Contains(slices.Collect(maps.Values(led)), false) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a restart of the whole cluster, the leaseholders report the ranges of %v, want %d tables", led, len(tables))
+		}
+	}
+	if loads() < uint64(len(tables)) {
+		t.Fatalf("replica loads %d after the restart: want the warming of one a table at least", loads())
+	}
+	readWrite("after a restart of the whole cluster")
 }
