@@ -182,9 +182,11 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 	from := m.GetFrom()
 	n.live.leases[from], n.live.loads[from] = m.GetIndex(), m.GetLogTerm()
 	if run := m.GetCommit(); run != 0 {
-		if last, ok := n.live.runs[from]; ok && last != run {
-			// Restarted: the next tick finds it back, and wakes the
-			// quiesced leaders it is a voter of.
+		if last, ok := n.live.runs[from]; !ok || last != run {
+			// Restarted, or heard for the first time (a leader here may
+			// have quiesced before, without it): the next tick finds it
+			// back, and wakes the quiesced leaders of its groups that
+			// quiesced with a voter behind (votersBehind).
 			n.live.silent[from] = true
 		}
 		n.live.runs[from] = run

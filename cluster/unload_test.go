@@ -412,6 +412,43 @@ func TestRestartWarmsIdleGroups(t *testing.T) {
 	}
 }
 
+// TestVoterFirstHeardCatchesUp: a node is down while the others restart
+// and a group takes a write without it, so the group's leader quiesces
+// with that voter behind. The node's first word to the restarted nodes
+// counts as a return: the leader wakes and sends it the write, with no
+// other request to the group.
+func TestVoterFirstHeardCatchesUp(t *testing.T) {
+	c, tables := unloadingTablesCluster(t, 3, 28, -1)
+	g := c.tableGroup(tables[0]).ID
+	c.convergeGroup(g, 20*time.Second)
+	const victim = 3
+	victimFS := c.nodes[victim].fs
+	c.stop(victim)
+	c.restartAll()
+	upsertVia(c, tables[0], "p", "during", 100)
+	c.waitAll("the group quiesced", func(tn *testNode) bool { return tn.node.quiescedHere(g) })
+	applied := func(tn *testNode) uint64 {
+		i, err := tn.node.st().AppliedIndex(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	var want uint64
+	for _, tn := range c.nodes {
+		want = max(want, applied(tn))
+	}
+	back := c.start(victim, victimFS)
+	for deadline := time.Now().Add(20 * time.Second); applied(back) < want; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d applied entry %d of group %d, the others %d, 20s after its return", victim, applied(back), g, want)
+		}
+	}
+	if e, err := back.node.st().GetEntity(context.Background(), acct, tables[0], "p", "during"); err != nil || entityN(t, e) != 100 {
+		t.Fatalf("the write made while node %d was down, on it: %+v, %v", victim, e, err)
+	}
+}
+
 // unloadingTablesCluster starts size nodes that unload replicas after
 // three election timeouts and warm no cold record (warmCold has its own
 // tests), with four tables of range groups of their own, one entity each
