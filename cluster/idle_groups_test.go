@@ -216,13 +216,7 @@ func BenchmarkRestartIdleTables(b *testing.B) {
 }
 
 func benchmarkRestartIdleTables(b *testing.B, tables int, cold bool) {
-	unloading := func(tn *testNode) { tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true }
-	c := &testCluster{t: b, net: newSimNet(1), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1, prepare: unloading}
-	c.startAll(3)
-	for i := range tables {
-		createVia(c, fmt.Sprintf("t%04d", i))
-	}
-	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(tables) })
+	c := idleTablesCluster(b, tables)
 	if !cold {
 		c.prepare = func(tn *testNode) { tn.node.unloadTicks = -1 }
 	}
@@ -247,19 +241,10 @@ func benchmarkRestartIdleTables(b *testing.B, tables int, cold bool) {
 	b.ReportMetric(perGroup, "B/group")
 }
 
-// BenchmarkRestartWarming measures warming (warm.go) after a restart of
-// the whole cluster: three nodes in one process, each a voter of every
-// one of 1,000 tables' groups, all unloaded, stopped and started again
-// with warming on. It reports the time until every node's records know
-// every group's leader (warm-s), and the most range replicas any node
-// held loaded at once meanwhile (peak-loaded), which warming bounds by
-// its rate and the unload wait (three election timeouts here), not by
-// the number of groups.
-func BenchmarkRestartWarming(b *testing.B) {
-	b.Run("1000", func(b *testing.B) { benchmarkRestartWarming(b, 1_000) })
-}
-
-func benchmarkRestartWarming(b *testing.B, tables int) {
+// idleTablesCluster starts three nodes with tables tables, each of a
+// group of its own that every node is a voter of, and waits until every
+// node has unloaded every replica. The nodes warm no cold record.
+func idleTablesCluster(b *testing.B, tables int) *testCluster {
 	unloading := func(tn *testNode) { tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true }
 	c := &testCluster{t: b, net: newSimNet(1), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: -1, prepare: unloading}
 	c.startAll(3)
@@ -267,6 +252,25 @@ func benchmarkRestartWarming(b *testing.B, tables int) {
 		createVia(c, fmt.Sprintf("t%04d", i))
 	}
 	c.waitAll("every replica unloaded", func(tn *testNode) bool { return tn.node.allUnloaded(tables) })
+	return c
+}
+
+// BenchmarkRestartWarming measures warming (warm.go) after a restart of
+// the whole cluster: three nodes in one process, each a voter of every
+// one of 1,000 (and 3,000) tables' groups, all unloaded, stopped and started again
+// with warming on. It reports the time until every node's records know
+// every group's leader (warm-s), and the most range replicas any node
+// held loaded at once meanwhile (peak-loaded), which warming bounds by
+// its rate and the unload wait (three election timeouts here), not by
+// the number of groups.
+func BenchmarkRestartWarming(b *testing.B) {
+	for _, tables := range []int{1_000, 3_000} {
+		b.Run(fmt.Sprint(tables), func(b *testing.B) { benchmarkRestartWarming(b, tables) })
+	}
+}
+
+func benchmarkRestartWarming(b *testing.B, tables int) {
+	c := idleTablesCluster(b, tables)
 	c.prepare = func(tn *testNode) { tn.node.unloadTicks = 3 * tn.node.cfg.ElectionTicks }
 	var took time.Duration
 	peak := 0
