@@ -178,22 +178,29 @@ func (n *Node) unload(rs []*replica) {
 	// synced first: a node that crashes then starts the groups unloaded
 	// (startsUnloaded), not to apply again what they had.
 	n.applyCh <- applyItem{fn: func() error {
-		// Under the lock, so that no group is loaded again (and so
-		// dropped, its applied index reset, on the loop) meanwhile.
-		n.replicasMu.RLock()
-		defer n.replicasMu.RUnlock()
+		// Of every group still hosted, loaded again or not: a replica
+		// loaded again starts counting its unsynced applies from none,
+		// and whatever it or the loop does to the store (its applies, a
+		// drop, a retirement) is queued here behind this. A group gone
+		// (dropped) is left alone.
 		unsynced := map[uint64]uint64{}
+		n.replicasMu.RLock()
 		for _, r := range rs {
-			if u, ok := n.unloaded[r.group]; ok && !u.loading && r.sinceSync > 0 {
+			if _, unloaded := n.unloaded[r.group]; r.sinceSync > 0 && (unloaded || n.replicas[r.group] != nil) {
 				unsynced[r.group] = r.applied.Load()
 			}
 		}
+		n.replicasMu.RUnlock()
 		if len(unsynced) > 0 {
+			// Not under the lock: the loop and the request goroutines
+			// need it meanwhile, and the fsync may be slow.
 			if err := n.st().SyncAppliedIndexes(unsynced); err != nil {
 				n.fail(err)
 				return err
 			}
 		}
+		n.replicasMu.RLock()
+		defer n.replicasMu.RUnlock()
 		for _, g := range groups {
 			if u, ok := n.unloaded[g]; ok && !u.loading {
 				n.cfg.Log.Unload(g)
