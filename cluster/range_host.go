@@ -436,7 +436,11 @@ func (n *Node) awaitTableGroup(ctx context.Context, account, table string) {
 // its leader's first message comes, which brings it a span snapshot. It
 // returns the host changes to make once the store is switched: the
 // groups hosted whose table the snapshot no longer has (dropped while
-// the node was behind). Groups the snapshot's catalog merged away are
+// the node was behind) are dropped, and the unloaded replicas whose
+// descriptor the snapshot changed (a split, a merge, new voters: the
+// entries that would have woken them, not applied here) are woken, to
+// learn where they stand from their groups; the others stay unloaded.
+// Groups the snapshot's catalog merged away are
 // carried too if hosted here, or frozen here (their data is the merge's);
 // the leader's own records of such groups are dropped.
 // It runs on the apply goroutine, so no range group applies meanwhile,
@@ -450,8 +454,10 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		// and no table of its own whose drop would end it.
 		hosted[id] = id != systemGroup && !r.tableless
 	}
+	unloaded := make([]uint64, 0, len(n.unloaded))
 	for id, u := range n.unloaded {
 		hosted[id] = !u.tableless
+		unloaded = append(unloaded, id)
 	}
 	n.replicasMu.RUnlock()
 	// The spans of the groups not hosted are emptied first: one may
@@ -531,11 +537,26 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		// applied index may be past this node's log of it, which the
 		// replica loaded to be dropped would take for a lost log.
 		if err := next.ForgetGroup(id); err != nil {
-			return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
+			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", id, err)
 		}
 		changes = append(changes, hostChange{group: id, drop: true})
 	}
+	slices.Sort(unloaded)
+	for _, id := range unloaded {
+		if !hosted[id] && !sameDescriptor(old, next, id) { // hosted[id]: dropped above
+			changes = append(changes, hostChange{group: id, wake: true})
+		}
+	}
 	return changes, nil
+}
+
+// sameDescriptor says whether stores a and b describe range group id
+// alike: both not at all, or as the same range with the same voters.
+func sameDescriptor(a, b *partition.Store, id uint64) bool {
+	ta, inA := a.GroupTable(id)
+	tb, inB := b.GroupTable(id)
+	return inA == inB && ta.Span() == tb.Span() &&
+		slices.Equal(slices.Sorted(slices.Values(ta.Group.Voters)), slices.Sorted(slices.Values(tb.Group.Voters)))
 }
 
 // carrySpan makes store to hold group's span as store from does: its

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -462,16 +460,6 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata) error {
 	n.advanceApplied(meta.GetIndex())
 	for _, c := range changes {
 		n.hosts.add(c)
-	}
-	// The snapshot may have changed any group's descriptor with no entry
-	// applied here to say so (markMoving): the unloaded replicas wake, to
-	// learn where they stand from their groups, as started ones do.
-	n.replicasMu.RLock()
-	unloaded := slices.Collect(maps.Keys(n.unloaded))
-	n.replicasMu.RUnlock()
-	slices.Sort(unloaded)
-	for _, id := range unloaded {
-		n.hosts.add(hostChange{group: id, wake: true})
 	}
 	n.log.Info("cluster: snapshot installed", "node", n.cfg.ID, "index", meta.GetIndex())
 	return nil

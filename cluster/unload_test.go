@@ -324,7 +324,8 @@ func TestRestartWithASplitToMake(t *testing.T) {
 // up by a snapshot of the system group, which brings it the group's new
 // descriptor with no entry to apply. It started the group unloaded, by
 // its old catalog; the snapshot wakes it, and it learns it was removed
-// and retires.
+// and retires. The node's other groups, which the snapshot did not
+// change, stay unloaded.
 func TestRemovedWhileDownRetiresAfterASystemSnapshot(t *testing.T) {
 	c, tables := unloadingTablesCluster(t, 4, 26, -1)
 	g := c.tableGroup(tables[0])
@@ -373,6 +374,11 @@ func TestRemovedWhileDownRetiresAfterASystemSnapshot(t *testing.T) {
 			u, unloaded := tn.node.unloadedReplica(g.ID)
 			t.Fatalf("node %d still hosts group %d, removed from it while down (unloaded %v: %+v)", down, g.ID, unloaded, u)
 		}
+	}
+	// The groups whose descriptors the snapshot left as they were stay
+	// unloaded: only the one it moved was loaded, to retire.
+	if loads := tn.node.replicaLoads.Load(); loads != 1 {
+		t.Fatalf("node %d loaded %d replicas after the snapshot, want only group %d's", down, loads, g.ID)
 	}
 }
 
