@@ -138,10 +138,16 @@ func (n *Node) startHosting(c hostChange) error {
 	// election, so the first writes need not wait for an election
 	// timeout.
 	if r := n.replicaOf(c.group); r != nil && c.campaign {
-		r.campaignLeft = campaignTicks
-		r.campaign()
+		r.standNow()
 	}
 	return nil
+}
+
+// standNow starts an election of the replica's group at once, and keeps
+// standing for campaignTicks ticks while the group has no leader.
+func (r *replica) standNow() {
+	r.campaignLeft = campaignTicks
+	r.campaign()
 }
 
 // campaign starts an election of the replica's group, while it is still

@@ -55,8 +55,7 @@ func (n *Node) warmCold() {
 			continue // loaded already, by a message or a request
 		}
 		if r := n.replicaOf(id); r != nil {
-			r.campaignLeft = campaignTicks
-			r.campaign()
+			r.standNow()
 		}
 		break
 	}
