@@ -421,6 +421,7 @@ func (n *Node) loop(ctx context.Context) error {
 		ticks = ticker.C
 	}
 	var pendingReads []*readWaiter
+	var proposals []*proposal
 	for {
 		select {
 		case <-ctx.Done():
@@ -449,8 +450,7 @@ func (n *Node) loop(ctx context.Context) error {
 				return err
 			}
 		case p := <-n.proposes:
-			p.r.stampAndPropose(p)
-			n.touch(p.r)
+			proposals = append(proposals, p)
 		case r := <-n.reads:
 			pendingReads = append(pendingReads, r)
 		}
@@ -459,18 +459,19 @@ func (n *Node) loop(ctx context.Context) error {
 		for more := true; more; {
 			select {
 			case msgs := <-n.inbox:
+				proposals = n.proposeAll(proposals) // in the order they came
 				if err := n.route(msgs); err != nil {
 					return err
 				}
 			case p := <-n.proposes:
-				p.r.stampAndPropose(p)
-				n.touch(p.r)
+				proposals = append(proposals, p)
 			case r := <-n.reads:
 				pendingReads = append(pendingReads, r)
 			default:
 				more = false
 			}
 		}
+		proposals = n.proposeAll(proposals)
 		if len(pendingReads) > 0 {
 			n.requestReads(pendingReads)
 			pendingReads = nil

@@ -239,34 +239,66 @@ func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (
 	}
 }
 
-// stampAndPropose is the loop's part of a proposal: stamp its commit
-// timestamps, in log order, above every timestamp stamped or applied, and
-// hand it to raft.
-func (r *replica) stampAndPropose(p *proposal) {
-	if !r.waiters.waiting(p.w) {
-		// Answered already (its caller gave up, or a loss of leadership
-		// told it nothing was written while it was still queued): it must
-		// not be written now, even if this node leads again.
-		return
+// proposeAll hands queued proposals to raft, each run of consecutive
+// proposals to one replica as one raft proposal of several entries: the
+// leader then sends each follower one append for the run, not one per
+// entry. It returns ps emptied, for reuse.
+func (n *Node) proposeAll(ps []*proposal) []*proposal {
+	for start := 0; start < len(ps); {
+		r, end := ps[start].r, start+1
+		for end < len(ps) && ps[end].r == r {
+			end++
+		}
+		r.stampAndPropose(ps[start:end])
+		n.touch(r)
+		start = end
 	}
-	if err := r.refuseRequest(); err != nil {
-		r.waiters.done(p.w.id, result{err: err})
-		return
+	clear(ps)
+	return ps[:0]
+}
+
+// stampAndPropose is the loop's part of proposals to r: stamp their
+// commit timestamps, in log order, above every timestamp stamped or
+// applied, and hand them to raft.
+func (r *replica) stampAndPropose(ps []*proposal) {
+	ents := make([]*raftpb.Entry, 0, len(ps))
+	taken := make([]*waiter, 0, len(ps))
+	for _, p := range ps {
+		if !r.waiters.waiting(p.w) {
+			// Answered already (its caller gave up, or a loss of
+			// leadership told it nothing was written while it was still
+			// queued): it must not be written now, even if this node
+			// leads again.
+			continue
+		}
+		if err := r.refuseRequest(); err != nil {
+			r.waiters.done(p.w.id, result{err: err})
+			continue
+		}
+		if p.stamps > 0 {
+			ts := int64(odata.DateTimeFromTime(r.n.cfg.Now()))
+			ts = max(ts, r.lastStamp+1, r.appliedTS.Load()+1)
+			r.lastStamp = ts + int64(p.stamps) - 1
+			command.SetTimestamp(p.data, odata.DateTime(ts))
+		}
+		ents = append(ents, &raftpb.Entry{Data: p.data})
+		taken = append(taken, p.w)
 	}
-	if p.stamps > 0 {
-		ts := int64(odata.DateTimeFromTime(r.n.cfg.Now()))
-		ts = max(ts, r.lastStamp+1, r.appliedTS.Load()+1)
-		r.lastStamp = ts + int64(p.stamps) - 1
-		command.SetTimestamp(p.data, odata.DateTime(ts))
+	if len(ents) == 0 {
+		return
 	}
 	r.quiesced.Store(false)
-	if err := r.rawNode().Propose(p.data); err != nil {
-		// Not the leader any more, or too much uncommitted already:
-		// not in the log, so nothing happened.
-		r.waiters.done(p.w.id, result{err: errMoved(err.Error())})
-		return
+	rn := r.rawNode()
+	err := rn.Step(&raftpb.Message{Type: raftpb.MessageType_MsgProp.Enum(), From: new(r.id), Entries: ents})
+	for _, w := range taken {
+		if err != nil {
+			// Not the leader any more, or too much uncommitted already:
+			// not in the log, so nothing happened.
+			r.waiters.done(w.id, result{err: errMoved(err.Error())})
+		} else {
+			r.waiters.proposed(w)
+		}
 	}
-	r.waiters.proposed(p.w)
 }
 
 // proposed records that raft took w's command (waiter.proposed).
