@@ -55,7 +55,15 @@ func stateKey(group uint64, kind byte) []byte {
 }
 
 func entryKey(group, index uint64) []byte {
-	return binary.BigEndian.AppendUint64(stateKey(group, kindEntry), index)
+	return appendEntryKey(make([]byte, 0, entryKeyLen), group, index)
+}
+
+// appendEntryKey appends the key of a group's entry to dst.
+func appendEntryKey(dst []byte, group, index uint64) []byte {
+	dst = append(dst, nsGroup)
+	dst = binary.BigEndian.AppendUint64(dst, group)
+	dst = append(dst, kindEntry)
+	return binary.BigEndian.AppendUint64(dst, index)
 }
 
 // groupUpperBound is the first key after every key of group, or the end

@@ -64,6 +64,9 @@ type Log struct {
 	cacheEntries int
 	cacheBytes   int64
 
+	// buffers holds *writeBuffers for Commit to reuse.
+	buffers sync.Pool
+
 	mu     sync.Mutex
 	groups map[uint64]*Storage
 	// groupsPeak is the most groups held since groups was last made

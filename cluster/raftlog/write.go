@@ -123,11 +123,13 @@ func (w *Write) Commit(sync bool) error {
 		s.mu.Lock()
 		defer stores[i].mu.Unlock()
 	}
-	var b lsm.Batch
+	wb := w.log.getBuffers()
+	defer w.log.putBuffers(wb)
+	b := &wb.batch
 	plans := make([]groupPlan, len(ids))
 	records := false
 	for i, s := range stores {
-		p, err := s.plan(&b, w.groups[ids[i]])
+		p, err := s.plan(wb, w.groups[ids[i]])
 		if err != nil {
 			return w.log.fail(err)
 		}
@@ -135,9 +137,9 @@ func (w *Write) Commit(sync bool) error {
 		records = records || p.rec != nil
 	}
 	if records {
-		w.log.upgradeForRecord(&b)
+		w.log.upgradeForRecord(b)
 	}
-	if err := w.log.apply(&b, sync); err != nil {
+	if err := w.log.apply(b, sync); err != nil {
 		return err
 	}
 	if records {
@@ -162,7 +164,8 @@ type groupPlan struct {
 
 // plan adds a group's part of a Write to b, against the group's current
 // state, and returns what to install once b is written.
-func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
+func (s *Storage) plan(wb *writeBuffers, g *groupWrite) (groupPlan, error) {
+	b := &wb.batch
 	p := groupPlan{last: s.last}
 	if s.rec.Removed {
 		return p, fmt.Errorf("raftlog: group %d: a write to a group whose replica (%d) was removed", s.id, s.rec.ID)
@@ -214,11 +217,9 @@ func (s *Storage) plan(b *lsm.Batch, g *groupWrite) (groupPlan, error) {
 			ents, first = ents[skip:], truncIndex+1
 		}
 		for _, e := range ents {
-			v, err := proto.Marshal(e)
-			if err != nil {
+			if err := wb.setEntry(s.id, e); err != nil {
 				return p, fmt.Errorf("raftlog: group %d: entry %d: %w", s.id, e.GetIndex(), err)
 			}
-			b.Set(entryKey(s.id, e.GetIndex()), v)
 		}
 		newLast := first + uint64(len(ents)) - 1
 		if newLast < p.last {
@@ -330,4 +331,45 @@ func (s *Storage) dropCached(k int) {
 	}
 	clear(s.cache[:k]) // let the dropped entries be collected
 	s.cache = s.cache[k:]
+}
+
+// writeBuffers are a Commit's batch and its scratch space for encoding
+// entries, kept between Commits (Log.getBuffers): the node loop commits
+// a Write every turn, and growing these from nothing each time was most
+// of what a follower allocated.
+type writeBuffers struct {
+	batch lsm.Batch
+	key   []byte
+	value []byte
+}
+
+// maxKeptBatch bounds the batch a Log keeps for reuse: one that grew
+// larger (a snapshot's deletions, a long catch-up) is left to the GC.
+const maxKeptBatch = 1 << 20
+
+func (l *Log) getBuffers() *writeBuffers {
+	if wb, ok := l.buffers.Get().(*writeBuffers); ok {
+		return wb
+	}
+	return &writeBuffers{}
+}
+
+func (l *Log) putBuffers(wb *writeBuffers) {
+	if wb.batch.Size() > maxKeptBatch || cap(wb.value) > maxKeptBatch {
+		return
+	}
+	wb.batch.Reset()
+	l.buffers.Put(wb)
+}
+
+// setEntry adds entry e of group to the batch. The batch copies key and
+// value, so both are encoded into the scratch buffers.
+func (wb *writeBuffers) setEntry(group uint64, e *pb.Entry) error {
+	var err error
+	if wb.value, err = (proto.MarshalOptions{}).MarshalAppend(wb.value[:0], e); err != nil {
+		return err
+	}
+	wb.key = appendEntryKey(wb.key[:0], group, e.GetIndex())
+	wb.batch.Set(wb.key, wb.value)
+	return nil
 }
