@@ -92,7 +92,11 @@ func bufferBody(r *http.Request, limit int64) (body []byte, ok bool) {
 	if r.ContentLength > limit {
 		return nil, false
 	}
-	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	// Sized by the length the request declares (and one byte to see the
+	// end), so that the common body is read into one allocation.
+	b := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	_, err := b.ReadFrom(io.LimitReader(r.Body, limit+1))
+	buf := b.Bytes()
 	if err != nil || int64(len(buf)) > limit {
 		// Too large, or the client's stream broke: served once, as it is.
 		r.Body = struct {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,6 +122,34 @@ func TestForwardedRefusalsAreLeftToTheFront(t *testing.T) {
 		}
 		if repeat := rec.Header().Get(retryHeader) != ""; repeat != (tc.reports == 0) {
 			t.Errorf("%s, forwarded: marked for repeating %v", tc.what, repeat)
+		}
+	}
+}
+
+// TestBufferBody checks that a body within the bound is read whole,
+// whether its length is declared or not, and that a larger one is left
+// to be read once, nothing of it lost.
+func TestBufferBody(t *testing.T) {
+	body := strings.Repeat("entity ", 300)
+	for _, declared := range []bool{true, false} {
+		r := httptest.NewRequest(http.MethodPost, "/t", strings.NewReader(body))
+		if !declared {
+			r.ContentLength = -1
+		}
+		got, ok := bufferBody(r, int64(len(body)))
+		if !ok || string(got) != body {
+			t.Fatalf("declared %v: bufferBody = %d bytes, %v; want the %d bytes, true", declared, len(got), ok, len(body))
+		}
+		r = httptest.NewRequest(http.MethodPost, "/t", strings.NewReader(body))
+		if !declared {
+			r.ContentLength = -1
+		}
+		if got, ok := bufferBody(r, int64(len(body))-1); ok || got != nil {
+			t.Fatalf("declared %v: a body over the bound: bufferBody = %d bytes, %v; want nil, false", declared, len(got), ok)
+		}
+		rest, err := io.ReadAll(r.Body)
+		if err != nil || string(rest) != body {
+			t.Fatalf("declared %v: the body left to read: %d bytes, %v; want the %d bytes", declared, len(rest), err, len(body))
 		}
 	}
 }

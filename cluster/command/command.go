@@ -140,8 +140,7 @@ func (c *Command) Append(dst []byte) []byte {
 			}
 			dst = appendString(dst, e.PartitionKey)
 			dst = appendString(dst, e.RowKey)
-			props := odata.AppendEncoded(nil, 0, e.Properties)
-			dst = appendBytes(dst, props)
+			dst = appendProperties(dst, e.Properties)
 		}
 	case KindSetACL:
 		dst = binary.AppendUvarint(dst, uint64(len(c.ACL)))
@@ -312,6 +311,22 @@ func (r *reader) voters() []uint64 {
 func appendString(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
 	return append(dst, s...)
+}
+
+// appendProperties appends the stored form of props (odata.AppendEncoded)
+// as appendBytes would, but encoded in place, with no buffer of its own:
+// the length, known only once encoded, is put in front by moving the
+// encoding along.
+func appendProperties(dst []byte, props []odata.Property) []byte {
+	start := len(dst)
+	dst = odata.AppendEncoded(dst, 0, props)
+	n := len(dst) - start
+	var length [binary.MaxVarintLen64]byte
+	h := binary.PutUvarint(length[:], uint64(n))
+	dst = append(dst, length[:h]...)
+	copy(dst[start+h:], dst[start:start+n])
+	copy(dst[start:], length[:h])
+	return dst
 }
 
 func appendBytes(dst, b []byte) []byte {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,9 @@ func examples() []Command {
 			{Kind: partition.OpInsert, Entity: &odata.Entity{PartitionKey: "p", RowKey: "1"}},
 			{Kind: partition.OpInsertOrReplace, Entity: rich},
 			{Kind: partition.OpUpdate, IfMatch: "*", Entity: &odata.Entity{PartitionKey: "p", RowKey: "3", Properties: []odata.Property{{Name: "X", Value: odata.StringValue("")}}}},
+			// Encodings whose lengths take two and three bytes.
+			{Kind: partition.OpInsert, Entity: &odata.Entity{PartitionKey: "p", RowKey: "4", Properties: []odata.Property{{Name: "L", Value: odata.StringValue(strings.Repeat("x", 200))}}}},
+			{Kind: partition.OpInsert, Entity: &odata.Entity{PartitionKey: "p", RowKey: "5", Properties: []odata.Property{{Name: "L", Value: odata.BinaryValue(make([]byte, 20_000))}}}},
 		}},
 		{Kind: KindCreateTable, ID: 9, Account: "a", Table: "MixedCase"},
 		{Kind: KindDeleteTable, Account: "a", Table: "mixedcase"},
