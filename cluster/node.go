@@ -527,7 +527,8 @@ func (r *replica) hasReady() bool {
 // persist the logs and hard states (synced when raft says so) before
 // sending any message that depends on them (a steady leader's appends
 // depend on nothing it writes), then hand the committed entries to the
-// apply goroutine, then note leadership changes.
+// apply goroutine (those already on disk before the write), then note
+// leadership changes.
 func (n *Node) handleReadys(all []*replica) error {
 	rs := make([]*replica, 0, len(all))
 	rds := make([]raft.Ready, 0, len(all))
@@ -544,6 +545,11 @@ func (n *Node) handleReadys(all []*replica) error {
 		rs, rds = append(rs, r), append(rds, rd)
 	}
 	early := make([]bool, len(rs))
+	// durable counts the committed entries handed to the apply goroutine
+	// before the write (applyDurable): none in a turn that installs a
+	// snapshot, which replaces the store those entries would meet.
+	durable := make([]int, len(rs))
+	installs := slices.ContainsFunc(rds, func(rd raft.Ready) bool { return !raft.IsEmptySnap(rd.Snapshot) })
 	w := n.cfg.Log.NewWrite()
 	write, sync := false, false
 	for i, r := range rs {
@@ -578,6 +584,9 @@ func (n *Node) handleReadys(all []*replica) error {
 		if early[i] {
 			r.send(rd.Messages)
 		}
+		if !installs {
+			durable[i] = n.applyDurable(r, rd)
+		}
 		if len(rd.Entries) > 0 {
 			w.Append(r.group, rd.Entries)
 			r.waiters.appended(rd.Entries)
@@ -598,7 +607,8 @@ func (n *Node) handleReadys(all []*replica) error {
 		if !early[i] {
 			r.send(rd.Messages)
 		}
-		for _, e := range rd.CommittedEntries {
+		committed := rd.CommittedEntries[durable[i]:]
+		for _, e := range committed {
 			if e.GetType() == raftpb.EntryType_EntryConfChange {
 				apply := n.applyConfChange
 				if r.group != systemGroup {
@@ -609,12 +619,7 @@ func (n *Node) handleReadys(all []*replica) error {
 				}
 			}
 		}
-		if k := len(rd.CommittedEntries); k > 0 {
-			r.members.seen = max(r.members.seen, rd.CommittedEntries[k-1].GetIndex())
-		}
-		if len(rd.CommittedEntries) > 0 {
-			n.applyCh <- applyItem{r: r, ents: rd.CommittedEntries}
-		}
+		n.toApply(r, committed)
 		for _, rs := range rd.ReadStates {
 			r.readDone(rs)
 		}
@@ -625,6 +630,51 @@ func (n *Node) handleReadys(all []*replica) error {
 		r.checkReady()
 	}
 	return nil
+}
+
+// applyDurable hands the apply goroutine, before the Ready's own write,
+// the committed entries at its head that this node's log already holds
+// on disk, and returns how many it handed. Applying them need not wait
+// for the write, which holds the entries appended since: a leader would
+// otherwise apply the commands its followers just acknowledged only after
+// the fsync of the commands proposed meanwhile. An entry the write holds
+// (new, or rewriting a conflicting tail) waits, lest the store apply an
+// entry its log would lose in a crash; so does a configuration change,
+// which the loop applies after the write, and every entry after one.
+func (n *Node) applyDurable(r *replica, rd raft.Ready) int {
+	last, err := r.rlog.LastIndex()
+	if err != nil {
+		return 0
+	}
+	k := durablePrefix(last, rd)
+	n.toApply(r, rd.CommittedEntries[:k])
+	return k
+}
+
+// durablePrefix is how many of rd's committed entries may be applied
+// before rd's write, for a log whose last durable index is last
+// (applyDurable).
+func durablePrefix(last uint64, rd raft.Ready) int {
+	if len(rd.Entries) > 0 {
+		last = min(last, rd.Entries[0].GetIndex()-1)
+	}
+	k := 0
+	for _, e := range rd.CommittedEntries {
+		if e.GetIndex() > last || e.GetType() != raftpb.EntryType_EntryNormal {
+			break
+		}
+		k++
+	}
+	return k
+}
+
+// toApply hands committed entries to the apply goroutine.
+func (n *Node) toApply(r *replica, ents []*raftpb.Entry) {
+	if len(ents) == 0 {
+		return
+	}
+	r.members.seen = max(r.members.seen, ents[len(ents)-1].GetIndex())
+	n.applyCh <- applyItem{r: r, ents: ents}
 }
 
 // sendGroup hands the transport a group's messages.
