@@ -288,8 +288,7 @@ func (r *replica) stampAndPropose(ps []*proposal) {
 		return
 	}
 	r.quiesced.Store(false)
-	rn := r.rawNode()
-	err := rn.Step(&raftpb.Message{Type: raftpb.MessageType_MsgProp.Enum(), From: new(r.id), Entries: ents})
+	err := r.rawNode().Step(&raftpb.Message{Type: raftpb.MessageType_MsgProp.Enum(), From: new(r.id), Entries: ents})
 	for _, w := range taken {
 		if err != nil {
 			// Not the leader any more, or too much uncommitted already:
