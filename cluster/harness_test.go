@@ -43,6 +43,8 @@ type simNet struct {
 	// those of the groups they were let hear again (hear).
 	deafRanges map[uint64]bool
 	heard      map[[2]uint64]bool
+	// observe, when set, sees every message sent, before any is lost.
+	observe func(from uint64, m transport.Message)
 }
 
 func newSimNet(seed uint64) *simNet {
@@ -70,6 +72,9 @@ func (t simTransport) Send(msgs []transport.Message) {
 		return
 	}
 	for _, m := range msgs {
+		if s.observe != nil {
+			s.observe(t.from, m)
+		}
 		to := transport.NodeOf(m.Raft.GetTo())
 		if s.cut[[2]uint64{t.from, to}] || s.isDeaf(t.from, m.Group) || s.isDeaf(to, m.Group) ||
 			(s.dropRate > 0 && s.rng.Float64() < s.dropRate) {

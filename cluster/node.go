@@ -459,7 +459,6 @@ func (n *Node) loop(ctx context.Context) error {
 		for more := true; more; {
 			select {
 			case msgs := <-n.inbox:
-				proposals = n.proposeAll(proposals) // in the order they came
 				if err := n.route(msgs); err != nil {
 					return err
 				}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -239,11 +240,14 @@ func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (
 	}
 }
 
-// proposeAll hands queued proposals to raft, each run of consecutive
-// proposals to one replica as one raft proposal of several entries: the
-// leader then sends each follower one append for the run, not one per
-// entry. It returns ps emptied, for reuse.
+// proposeAll hands a loop turn's proposals to raft, after the turn's
+// messages, each group's as one raft proposal of several entries, in the
+// order they came: the leader then sends each follower one append for
+// them, not one per entry. (A message that cost this node the leadership
+// gets the proposals refused at once, rather than put in a log that will
+// lose them.) It returns ps emptied, for reuse.
 func (n *Node) proposeAll(ps []*proposal) []*proposal {
+	slices.SortStableFunc(ps, func(a, b *proposal) int { return cmp.Compare(a.r.group, b.r.group) })
 	for start := 0; start < len(ps); {
 		r, end := ps[start].r, start+1
 		for end < len(ps) && ps[end].r == r {
