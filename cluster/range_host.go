@@ -490,6 +490,7 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 	if err != nil {
 		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
 	}
+	var forget []uint64
 	for _, g := range outside {
 		if hosted[g.Group] {
 			continue
@@ -497,9 +498,12 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		if err := next.EmptySpan(g.Group, g.Span); err != nil {
 			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", g.Group, err)
 		}
-		if err := next.ForgetGroup(g.Group); err != nil {
-			return nil, err
-		}
+		forget = append(forget, g.Group)
+	}
+	// Before the carries below, which may bring this node's own record of
+	// such a group back (a frozen one).
+	if err := next.ForgetGroups(forget); err != nil {
+		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
 	}
 	// The groups the snapshot's catalog no longer names whose span this
 	// node holds are carried too: those hosted, and the frozen ones
@@ -535,6 +539,7 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		}
 	}
 	var changes []hostChange
+	forget = forget[:0]
 	for id, ok := range hosted {
 		if !ok {
 			continue
@@ -542,10 +547,11 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		// The snapshot's records of the group are the leader's: its
 		// applied index may be past this node's log of it, which the
 		// replica loaded to be dropped would take for a lost log.
-		if err := next.ForgetGroup(id); err != nil {
-			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", id, err)
-		}
+		forget = append(forget, id)
 		changes = append(changes, hostChange{group: id, drop: true})
+	}
+	if err := next.ForgetGroups(forget); err != nil {
+		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
 	}
 	slices.Sort(unloaded)
 	for _, id := range unloaded {

@@ -134,13 +134,26 @@ func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at strin
 // group whose span another group of this store holds now (a snapshot of
 // it brought the merged span), keeping every entity.
 func (s *Store) ForgetGroup(group uint64) error {
-	b := s.db.NewBatch()
-	b.Delete(groupMetaKey(metaGroupSpan, group))
-	b.Delete(groupMetaKey(metaGroupApplied, group))
-	if err := s.db.Apply(b, s.syncWO); err != nil {
-		return fmt.Errorf("partition: forget group %d: %w", group, err)
+	return s.ForgetGroups([]uint64{group})
+}
+
+// ForgetGroups is ForgetGroup for several groups, in one synced write: a
+// system snapshot can leave a node many groups to forget at once.
+func (s *Store) ForgetGroups(groups []uint64) error {
+	if len(groups) == 0 {
+		return nil
 	}
-	s.spans.Delete(group)
+	b := s.db.NewBatch()
+	for _, g := range groups {
+		b.Delete(groupMetaKey(metaGroupSpan, g))
+		b.Delete(groupMetaKey(metaGroupApplied, g))
+	}
+	if err := s.db.Apply(b, s.syncWO); err != nil {
+		return fmt.Errorf("partition: forget groups %v: %w", groups, err)
+	}
+	for _, g := range groups {
+		s.spans.Delete(g)
+	}
 	s.countFrozen()
 	return nil
 }

@@ -329,3 +329,55 @@ func TestSpanHolders(t *testing.T) {
 		t.Errorf("the first group's own holders: %q", got)
 	}
 }
+
+// TestForgetGroups forgets two groups' records in one write: their spans
+// and applied indexes are gone, across a reopen, and a third group's
+// are kept, as are every entity.
+func TestForgetGroups(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	e.createTableInGroup("Halves", 5)
+	e.createTableInGroup("Other", 7)
+	for _, w := range []struct {
+		table string
+		group uint64
+		pk    string
+	}{{"Halves", 5, "a"}, {"Halves", 5, "z"}, {"Other", 7, "a"}} {
+		sctx := WithStamp(ctx, Stamp{Group: w.group, Index: 10, Timestamp: odata.DateTime(1000)})
+		if _, err := e.s.Apply(sctx, acct, w.table, Op{Kind: OpInsert, Entity: &odata.Entity{PartitionKey: w.pk, RowKey: "r"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.s.SplitTableRange(ctx, acct, "Halves", 5, "m", 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 11}), 5, 9, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if !e.s.SpanRecorded(5) || !e.s.SpanRecorded(9) {
+		t.Fatal("the split recorded no spans")
+	}
+	if err := e.s.ForgetGroups([]uint64{5, 9}); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	for _, g := range []uint64{5, 9} {
+		if e.s.SpanRecorded(g) {
+			t.Errorf("group %d's span is still recorded", g)
+		}
+		if a, err := e.s.AppliedIndex(g); err != nil || a != 0 {
+			t.Errorf("group %d's applied index = %d, %v; want none", g, a, err)
+		}
+	}
+	if a, err := e.s.AppliedIndex(7); err != nil || a != 10 {
+		t.Errorf("group 7's applied index = %d, %v; want 10", a, err)
+	}
+	for _, w := range [][2]string{{"Halves", "a"}, {"Halves", "z"}, {"Other", "a"}} {
+		if _, err := e.s.GetEntity(ctx, acct, w[0], w[1], "r"); err != nil {
+			t.Errorf("entity %s/%s: %v", w[0], w[1], err)
+		}
+	}
+	if err := e.s.ForgetGroups(nil); err != nil {
+		t.Errorf("forgetting no group: %v", err)
+	}
+}
