@@ -41,10 +41,12 @@ const formatVersionRecord = 2
 var formatVersionKey = []byte{nsMeta, metaFormatVersion}
 
 func groupPrefix(group uint64) []byte {
-	k := make([]byte, groupPrefixLen, entryKeyLen)
-	k[0] = nsGroup
-	binary.BigEndian.PutUint64(k[1:], group)
-	return k
+	return appendGroupPrefix(make([]byte, 0, entryKeyLen), group)
+}
+
+// appendGroupPrefix appends the prefix of every key of group to dst.
+func appendGroupPrefix(dst []byte, group uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, nsGroup), group)
 }
 
 // stateKey is the key of one of a group's single values (hard state, conf
@@ -60,10 +62,7 @@ func entryKey(group, index uint64) []byte {
 
 // appendEntryKey appends the key of a group's entry to dst.
 func appendEntryKey(dst []byte, group, index uint64) []byte {
-	dst = append(dst, nsGroup)
-	dst = binary.BigEndian.AppendUint64(dst, group)
-	dst = append(dst, kindEntry)
-	return binary.BigEndian.AppendUint64(dst, index)
+	return binary.BigEndian.AppendUint64(append(appendGroupPrefix(dst, group), kindEntry), index)
 }
 
 // groupUpperBound is the first key after every key of group, or the end

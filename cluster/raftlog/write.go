@@ -162,8 +162,8 @@ type groupPlan struct {
 	rec *Replica
 }
 
-// plan adds a group's part of a Write to b, against the group's current
-// state, and returns what to install once b is written.
+// plan adds a group's part of a Write to wb's batch, against the group's
+// current state, and returns what to install once the batch is written.
 func (s *Storage) plan(wb *writeBuffers, g *groupWrite) (groupPlan, error) {
 	b := &wb.batch
 	p := groupPlan{last: s.last}
