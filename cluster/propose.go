@@ -265,6 +265,7 @@ func (n *Node) proposeAll(ps []*proposal) []*proposal {
 // commit timestamps, in log order, above every timestamp stamped or
 // applied, and hand them to raft.
 func (r *replica) stampAndPropose(ps []*proposal) {
+	refused := r.refuseRequest()
 	ents := make([]*raftpb.Entry, 0, len(ps))
 	taken := make([]*waiter, 0, len(ps))
 	for _, p := range ps {
@@ -275,8 +276,8 @@ func (r *replica) stampAndPropose(ps []*proposal) {
 			// leads again.
 			continue
 		}
-		if err := r.refuseRequest(); err != nil {
-			r.waiters.done(p.w.id, result{err: err})
+		if refused != nil {
+			r.waiters.done(p.w.id, result{err: refused})
 			continue
 		}
 		if p.stamps > 0 {

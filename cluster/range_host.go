@@ -490,7 +490,7 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 	if err != nil {
 		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
 	}
-	var forget []uint64
+	var forgotten []uint64
 	for _, g := range outside {
 		if hosted[g.Group] {
 			continue
@@ -498,11 +498,11 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		if err := next.EmptySpan(g.Group, g.Span); err != nil {
 			return nil, fmt.Errorf("cluster: carry range group %d into the snapshot's store: %w", g.Group, err)
 		}
-		forget = append(forget, g.Group)
+		forgotten = append(forgotten, g.Group)
 	}
 	// Before the carries below, which may bring this node's own record of
 	// such a group back (a frozen one).
-	if err := next.ForgetGroups(forget); err != nil {
+	if err := next.ForgetGroups(forgotten); err != nil {
 		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
 	}
 	// The groups the snapshot's catalog no longer names whose span this
@@ -539,18 +539,18 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		}
 	}
 	var changes []hostChange
-	forget = forget[:0]
+	var dropped []uint64
 	for id, ok := range hosted {
 		if !ok {
 			continue
 		}
-		// The snapshot's records of the group are the leader's: its
-		// applied index may be past this node's log of it, which the
-		// replica loaded to be dropped would take for a lost log.
-		forget = append(forget, id)
+		dropped = append(dropped, id)
 		changes = append(changes, hostChange{group: id, drop: true})
 	}
-	if err := next.ForgetGroups(forget); err != nil {
+	// The snapshot's records of the dropped groups are the leader's: an
+	// applied index may be past this node's log of the group, which the
+	// replica loaded to be dropped would take for a lost log.
+	if err := next.ForgetGroups(dropped); err != nil {
 		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
 	}
 	slices.Sort(unloaded)
