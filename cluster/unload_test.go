@@ -418,6 +418,100 @@ func TestRestartWarmsIdleGroups(t *testing.T) {
 	}
 }
 
+// TestRestartDuringAMergeLoadsItsGroupOnly: a node holds the right
+// group of table pairs frozen, for a merge its replica of the left group
+// has not made yet (deaf to that group), beside idle tables whose
+// replicas it has unloaded, and restarts. The left group starts loaded,
+// for it has the merge to make: its span ends before its range does, or,
+// once the catalog split the table again where it merged it, where the
+// frozen span starts. The idle groups stay unloaded, as they do with no
+// merge under way (a start used to load every group while any span of
+// the store was frozen). Heard again, the left group merges (and splits),
+// and everything reads back.
+func TestRestartDuringAMergeLoadsItsGroupOnly(t *testing.T) {
+	for _, splitAgain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("splitAgain=%v", splitAgain), func(t *testing.T) {
+			c, want := newPairsClusterPrepared(t, 29, func(tn *testNode) {
+				tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true
+			})
+			tables := []string{"alpha", "beta", "gamma", "delta"}
+			var idle []uint64
+			for i, tb := range tables {
+				createVia(c, tb)
+				upsertVia(c, tb, "p", "before", i)
+				idle = append(idle, c.tableGroup(tb).ID)
+			}
+			left, right := c.splitPairs()
+			x := c.nodes[otherThan(c, c.groupLeader(left.ID, 10*time.Second).id)]
+			c.net.deafen(x.id, left.ID)
+			c.mergeVia("pairs", "p20")
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if frozen, _ := x.node.st().GroupFrozen(right.Group.ID); frozen {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("node %d did not freeze group %d", x.id, right.Group.ID)
+				}
+			}
+			starts := []string{""}
+			if splitAgain {
+				c.splitVia("pairs", "p20")
+				starts = []string{"", "p20"}
+			}
+			unloaded := func(tn *testNode) []uint64 {
+				tn.node.replicasMu.RLock()
+				defer tn.node.replicasMu.RUnlock()
+				var ids []uint64
+				for _, id := range idle {
+					if _, ok := tn.node.unloaded[id]; ok {
+						ids = append(ids, id)
+					}
+				}
+				return ids
+			}
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				frozen, _ := x.node.st().GroupFrozen(right.Group.ID)
+				ranges, err := x.node.st().TableRanges(acct, "pairs")
+				if frozen && err == nil && len(ranges) == len(starts) && len(unloaded(x)) == len(idle) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("node %d: group %d frozen %v, ranges %+v (%v), idle groups %v unloaded of %v; groups %+v, kept by %v",
+						x.id, right.Group.ID, frozen, ranges, err, unloaded(x), idle, x.node.groupStatus(), x.node.unloadBlockers())
+				}
+			}
+			fs := x.fs
+			c.stop(x.id)
+			x = c.start(x.id, fs)
+			if frozen, _ := x.node.st().GroupFrozen(right.Group.ID); !frozen {
+				t.Fatalf("node %d no longer holds group %d frozen: the test lost its point", x.id, right.Group.ID)
+			}
+			if got := unloaded(x); len(got) != len(idle) || x.node.group(left.ID) == nil {
+				t.Fatalf("node %d started with idle groups %v unloaded of %v, the merging group %d loaded: %v",
+					x.id, got, idle, left.ID, x.node.group(left.ID) != nil)
+			}
+			c.net.hear(x.id, left.ID)
+			c.waitSplit("pairs", starts, 20*time.Second)
+			for deadline := time.Now().Add(20 * time.Second); x.node.st().SpanRecorded(right.Group.ID); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("node %d still records group %d", x.id, right.Group.ID)
+				}
+			}
+			c.checkPairs("pairs", want, "after the merge")
+			for i, tb := range tables {
+				if e, err := readVia(c, tb, "p", "before"); err != nil || entityN(t, e) != i {
+					t.Fatalf("%s/before after the restart: %+v, %v; want N=%d", tb, e, err, i)
+				}
+			}
+			for _, tn := range c.nodes {
+				if err := tn.node.Err(); err != nil {
+					t.Fatalf("node %d: %v", tn.id, err)
+				}
+			}
+		})
+	}
+}
+
 // TestVoterFirstHeardCatchesUp: a node is down while the others restart
 // and a group takes a write without it, so the group's leader quiesces
 // with that voter behind. The node's first word to the restarted nodes
