@@ -1095,7 +1095,14 @@ func overwriteLeft(c *testCluster, want map[string]int) {
 // group's merge never to come.
 func frozenBehindTheMerge(t *testing.T, seed uint64) (*testCluster, partition.TableGroup, *testNode) {
 	t.Helper()
-	c, _ := newPairsCluster(t, seed)
+	return frozenBehindTheMergePrepared(t, seed, nil)
+}
+
+// frozenBehindTheMergePrepared is frozenBehindTheMerge with prepare
+// called on each node before it runs (testCluster.prepare).
+func frozenBehindTheMergePrepared(t *testing.T, seed uint64, prepare func(*testNode)) (*testCluster, partition.TableGroup, *testNode) {
+	t.Helper()
+	c, _ := newPairsClusterPrepared(t, seed, prepare)
 	left, right := c.splitPairs()
 	ld := c.groupLeader(left.ID, 10*time.Second)
 	x := c.nodes[otherThan(c, ld.id)]
