@@ -19,6 +19,7 @@ var (
 	errWriteTimeout   = errors.New("timed out writing to the stream")
 	errAddrChanged    = errors.New("the peer's address changed")
 	errClosed         = errors.New("transport closed")
+	errBodyClosed     = errors.New("the stream's body was closed")
 )
 
 // peer is the outbound side toward one peer: its queue and the goroutine
@@ -155,9 +156,11 @@ func (p *peer) stream() (up bool, err error) {
 		p.mu.Unlock()
 	}()
 
-	pr, pw := io.Pipe()
-	defer pr.Close()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+StreamPath, pr)
+	writeTimeout := time.AfterFunc(time.Hour, func() { cancel(errWriteTimeout) })
+	writeTimeout.Stop() // the body's reads arm it
+	defer writeTimeout.Stop()
+	body := &streamBody{p: p, ctx: ctx, timeout: writeTimeout, closed: make(chan struct{})}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+StreamPath, body)
 	if err != nil {
 		return false, err
 	}
@@ -178,35 +181,55 @@ func (p *peer) stream() (up bool, err error) {
 		resp.Body.Close()
 		return false, fmt.Errorf("%s refused the stream: %s: %s", addr, resp.Status, strings.TrimSpace(string(msg)))
 	}
+	p.t.log.Debug("raft stream to peer open", "peer", p.id, "addr", addr)
 	// The peer answers nothing on a healthy stream: its body ends when the
 	// peer closes the stream (with a line saying why, if it refused a frame)
-	// or fails when the connection does.
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		msg, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		if s := strings.TrimSpace(string(msg)); s != "" {
-			cancel(fmt.Errorf("the peer closed the stream: %s", s))
-		} else if err != nil {
-			cancel(fmt.Errorf("reading the stream's response: %w", err))
-		} else {
-			cancel(errors.New("the peer closed the stream"))
-		}
-	}()
-	defer func() {
-		cancel(errClosed)
-		resp.Body.Close()
-		<-readerDone
-	}()
-	p.t.log.Debug("raft stream to peer open", "peer", p.id, "addr", addr)
-	// What was queued while there was no stream is written at once: the
-	// wake of its Send is still pending.
+	// or fails when the connection does. Meanwhile the HTTP/2 transport
+	// writes what streamBody reads from the queue. A cancelled stream is
+	// closed, which ends both.
+	stop := context.AfterFunc(ctx, func() { resp.Body.Close() })
+	defer stop()
+	msg, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if s := strings.TrimSpace(string(msg)); s != "" {
+		cancel(fmt.Errorf("the peer closed the stream: %s", s))
+	} else if err != nil {
+		cancel(fmt.Errorf("reading the stream's response: %w", err))
+	} else {
+		cancel(errors.New("the peer closed the stream"))
+	}
+	resp.Body.Close()
+	return true, context.Cause(ctx)
+}
 
-	var buf []byte
-	for {
+// streamBody is a stream's request body: the HTTP/2 transport's goroutine
+// that writes it reads the peer's queue through it, as frames, so no
+// goroutine of this package stands between Send and the connection. What
+// one Read returns is written before the next Read is called; a batch
+// taken from the queue must be written whole within the write timeout, or
+// the stream is cancelled.
+type streamBody struct {
+	p         *peer
+	ctx       context.Context
+	timeout   *time.Timer // cancels the stream with errWriteTimeout
+	buf       []byte      // the frames of the batch being written
+	off       int         // how much of buf was read
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (b *streamBody) Read(dst []byte) (int, error) {
+	p := b.p
+	for b.off == len(b.buf) {
+		b.timeout.Stop() // the last batch is written
+		if cap(b.buf) > 1<<20 {
+			b.buf = nil
+		}
+		b.buf, b.off = b.buf[:0], 0
 		select {
-		case <-ctx.Done():
-			return true, context.Cause(ctx)
+		case <-b.ctx.Done():
+			return 0, context.Cause(b.ctx)
+		case <-b.closed:
+			return 0, errBodyClosed
 		case <-p.wake:
 		}
 		if hook := p.t.tune.beforeTake; hook != nil {
@@ -217,28 +240,24 @@ func (p *peer) stream() (up bool, err error) {
 			continue
 		}
 		var dropped []Message
-		buf, _, dropped = appendFrames(buf[:0], msgs, p.t.tune.maxFrame)
+		b.buf, _, dropped = appendFrames(b.buf, msgs, p.t.tune.maxFrame)
 		for _, m := range dropped {
 			p.t.log.Error("raft message dropped: too large for a frame or not marshallable", "peer", p.id, "group", m.Group,
 				"type", m.Raft.GetType().String(), "bytes", proto.Size(m.Raft), "max", p.t.tune.maxFrame-countField-messageHeader)
 		}
-		if len(buf) == 0 {
-			continue
-		}
-		wt := time.AfterFunc(p.t.tune.writeTimeout, func() {
-			cancel(errWriteTimeout)
-			pr.CloseWithError(errWriteTimeout)
-		})
-		_, err := pw.Write(buf)
-		wt.Stop()
-		if err != nil {
-			if c := context.Cause(ctx); c != nil {
-				err = c
-			}
-			return true, fmt.Errorf("writing %d messages: %w", len(msgs), err)
-		}
-		if cap(buf) > 1<<20 {
-			buf = nil
+		if len(b.buf) > 0 {
+			b.timeout.Reset(p.t.tune.writeTimeout)
 		}
 	}
+	n := copy(dst, b.buf[b.off:])
+	b.off += n
+	return n, nil
+}
+
+// Close ends a Read under way: the HTTP/2 transport closes the body of a
+// stream it aborts (the peer refused it, or it broke) and waits for its
+// writer.
+func (b *streamBody) Close() error {
+	b.closeOnce.Do(func() { close(b.closed) })
+	return nil
 }
