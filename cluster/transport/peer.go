@@ -140,9 +140,10 @@ func (p *peer) run() {
 	}
 }
 
-// stream opens a stream to the peer and writes the queue to it until the
-// stream breaks or the transport closes. It reports whether the stream was
-// open (the peer answered 200) and why it ended.
+// stream opens a stream to the peer, whose body (streamBody) writes the
+// queue to it, and waits until the stream breaks or the transport closes.
+// It reports whether the stream was open (the peer answered 200) and why
+// it ended.
 func (p *peer) stream() (up bool, err error) {
 	ctx, cancel := context.WithCancelCause(p.t.ctx)
 	defer cancel(errClosed)
