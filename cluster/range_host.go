@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -244,14 +243,14 @@ func (n *Node) hostTableGroups() error {
 	if err != nil {
 		return err
 	}
-	merging := map[spanEdge]bool{}
+	var frozen []partition.Span
 	for _, g := range outside {
 		st, err := n.cfg.Log.Group(g.Group)
 		if err != nil {
 			return fmt.Errorf("cluster: group %d: %w", g.Group, err)
 		}
 		if g.Frozen {
-			merging[edgeOf(g.Span.Account, g.Span.Table, g.Span.LowPartitionKey)] = true
+			frozen = append(frozen, g.Span)
 		}
 		if !g.Frozen || !st.Replica().Removed {
 			groups = append(groups, partition.TableGroup{Account: g.Span.Account, Table: g.Span.Table, Group: partition.RangeGroup{ID: g.Group}})
@@ -264,7 +263,7 @@ func (n *Node) hostTableGroups() error {
 			return fmt.Errorf("cluster: group %d: %w", id, err)
 		}
 		if i < inCatalog {
-			applied, rest, err := n.startsUnloaded(tg, st, merging)
+			applied, rest, err := n.startsUnloaded(tg, st, frozen)
 			if err != nil {
 				return err
 			}
@@ -304,13 +303,13 @@ func (n *Node) hostTableGroups() error {
 // recorded unloaded rather than started; applied is the store's applied
 // index of it. At rest is: everything in its log applied, this node's
 // member among its voters, its configuration the descriptor's voters and
-// no other member, its span the catalog's range, and no frozen span
-// starting where its span ends (merging, from hostTableGroups): the
+// no other member, its span the catalog's range, and none of the frozen
+// spans (from hostTableGroups) starting where its span ends: the
 // catalog may have split the range again where the group it merged
 // starts (spanDue). A replica with anything to finish (entries to apply,
 // a membership change, its own retirement, a split or a merge) starts;
 // the others stay unloaded even while a merge elsewhere is under way.
-func (n *Node) startsUnloaded(tg partition.TableGroup, st *raftlog.Storage, merging map[spanEdge]bool) (applied uint64, rest bool, err error) {
+func (n *Node) startsUnloaded(tg partition.TableGroup, st *raftlog.Storage, frozen []partition.Span) (applied uint64, rest bool, err error) {
 	id := tg.Group.ID
 	if st.Empty() || st.Replica().Removed {
 		return 0, false, nil
@@ -336,19 +335,10 @@ func (n *Node) startsUnloaded(tg partition.TableGroup, st *raftlog.Storage, merg
 	}
 	sp, ok, err := n.st().GroupSpan(id)
 	if err != nil || !ok || sp.HighPartitionKey != tg.End ||
-		sp.HighPartitionKey != "" && merging[edgeOf(sp.Account, sp.Table, sp.HighPartitionKey)] {
+		sp.HighPartitionKey != "" && slices.ContainsFunc(frozen, func(f partition.Span) bool { return endsWhereStarts(sp, f) }) {
 		return 0, false, err
 	}
 	return applied, true, nil
-}
-
-// spanEdge is a PartitionKey of a table where a span starts or ends.
-type spanEdge struct{ account, table, key string }
-
-// edgeOf returns the spanEdge of key in a table: names of tables are
-// compared without case.
-func edgeOf(account, table, key string) spanEdge {
-	return spanEdge{account, strings.ToLower(table), key}
 }
 
 // deleteMergedLogs deletes, as the node starts to run, the raft logs of range

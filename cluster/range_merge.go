@@ -260,7 +260,7 @@ func (n *Node) groupAfter(sp partition.Span) (group uint64, frozen bool) {
 		return 0, false
 	}
 	for _, g := range out {
-		if g.Span.LowPartitionKey == sp.HighPartitionKey && g.Span.Account == sp.Account && strings.EqualFold(g.Span.Table, sp.Table) {
+		if endsWhereStarts(sp, g.Span) {
 			return g.Group, g.Frozen
 		}
 	}
