@@ -181,6 +181,64 @@ func TestStartWriteback(t *testing.T) {
 	}
 }
 
+// TestDataSync: an OS file's data syncs with fdatasync where the platform
+// has it, with no allocation, and a failure is returned; any other file
+// is synced with its own Sync, whose error comes back.
+func TestDataSync(t *testing.T) {
+	f, err := Default().Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if got := dataSync(f) != nil; got != fdCallsHere {
+		t.Fatalf("an OS file has an fdatasync: %v, want %v on %s/%s", got, fdCallsHere, runtime.GOOS, runtime.GOARCH)
+	}
+	sync := DataSync(f)
+	if n := testing.AllocsPerRun(10, func() {
+		if err := sync(); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("a sync allocates %v times", n)
+	}
+	f.Close()
+	if err := sync(); err == nil {
+		t.Fatal("a sync of a closed file reported success")
+	}
+
+	mf, err := NewMem().Create("log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := errors.New("injected")
+	cf := &countingSync{File: mf}
+	sync = DataSync(cf)
+	if err := sync(); err != nil || cf.syncs != 1 {
+		t.Fatalf("a sync of a file with no descriptor: %v after %d Syncs, want nil after 1", err, cf.syncs)
+	}
+	cf.err = failing
+	if err := sync(); !errors.Is(err, failing) || cf.syncs != 2 {
+		t.Fatalf("a sync of a file whose Sync fails: %v after %d Syncs, want the Sync's error after 2", err, cf.syncs)
+	}
+}
+
+// countingSync counts its Syncs and fails them with err, when set.
+type countingSync struct {
+	File
+	syncs int
+	err   error
+}
+
+func (f *countingSync) Sync() error {
+	f.syncs++
+	if f.err != nil {
+		return f.err
+	}
+	return f.File.Sync()
+}
+
 // TestAdviseRandomReads: an OS file advised for random reads still reads
 // back what was written, before and after a prefetch of part of it, and
 // can prefetch where the platform has posix_fadvise; a file of another

@@ -73,7 +73,7 @@ func (w *Writer) flushLoop() {
 			var syncTime time.Duration
 			if err == nil && doSync {
 				t0 := time.Now()
-				if serr := w.f.Sync(); serr != nil {
+				if serr := w.sync(); serr != nil {
 					err = fmt.Errorf("wal: fsync up to offset %d: %w", target, serr)
 				}
 				syncTime = time.Since(t0)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/internal/manual"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // SyncFile is what a Writer appends to. vfs.File satisfies it.
@@ -131,6 +132,7 @@ type block struct {
 // goroutine.
 type Writer struct {
 	f            SyncFile
+	sync         func() error // f's fdatasync (vfs.DataSync)
 	l            layout
 	maxBuffered  int64
 	bytesPerSync int64
@@ -234,6 +236,7 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 	}
 	w := &Writer{
 		f:            f,
+		sync:         vfs.DataSync(f),
 		l:            layout{recyclable: opts.LogNum != 0, logNum: uint32(opts.LogNum), salt: rand.Uint32(), saltKnown: true},
 		maxBuffered:  int64(maxBuffered),
 		bytesPerSync: int64(opts.BytesPerSync),
