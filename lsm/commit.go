@@ -454,10 +454,11 @@ const walBytesPerSync = 2 << 20
 // zeros in the file (wal.WriterOptions.ZeroAhead), so that a segment no
 // retired file was left for (a young DB's, or one past the reused file's
 // size) is fsynced as cheaply as a reused one: its fsyncs overwrite the
-// zeros instead of growing the file, and every 128 KiB of log one fsync
-// also writes the next 128 KiB of zeros. A reused file is zeroed ahead
-// too, over the older segment's pages, which it drops from the page
-// cache first (wal.WriterOptions.Allocated).
+// zeros instead of growing the file, and every 128 KiB of log the
+// writer's zeroer writes the next 128 KiB of zeros, past the page cache
+// and off the fsyncs' path. A reused file is zeroed ahead too, over the
+// older segment's pages, which it drops from the page cache first
+// (wal.WriterOptions.Allocated).
 const walZeroAhead = 1 << 20
 
 // createLog creates WAL segment num, whose writer reports its fsyncs to

@@ -14,6 +14,11 @@ import (
 // records that arrive during an fsync are all covered by the next one.
 func (w *Writer) flushLoop() {
 	defer close(w.done)
+	defer func() {
+		if w.zeros != nil {
+			w.zeros.stop()
+		}
+	}()
 	var batch []*block
 	// writtenBack is the offset up to which the file was fsynced or its
 	// writeback started.
@@ -49,15 +54,11 @@ func (w *Writer) flushLoop() {
 			w.joined = 0
 			w.mu.Unlock()
 
+			w.clearForLog(target)
 			w.zeroLastPage(target)
 			err := w.writeOut(batch, cur, from, to, start)
-			if err == nil && doSync && w.zeroAhead > 0 && w.zeroedTo-target < w.zeroAhead-w.zeroAhead/8 {
-				from, to := max(w.zeroedTo, target), alignPage(target+w.zeroAhead)
-				if zeroFill(w.f, from, to-from) {
-					w.zeroedTo = to
-				} else {
-					w.zeroAhead = 0 // not an OS file, or the write failed: appends grow it
-				}
+			if err == nil && doSync && w.zeroAhead > 0 {
+				w.refillZeros(target)
 			}
 			if err == nil && writeBack {
 				if !vfs.StartWriteback(w.f, writtenBack, target-writtenBack) {
@@ -107,23 +108,23 @@ func (w *Writer) flushLoop() {
 }
 
 // zeroLastPage zeroes the page that a write ending at end ends inside,
-// when the page is one of the reused file's dropped from the cache
-// (uncached) and holds no zeros yet: the kernel would read such a page
-// from the disk to write part of it. Pages the write covers whole need
-// nothing, and it starts at or before zeroedTo, or inside the first page.
-// The first page is read instead: zeroed and then torn from the log's
-// first bytes by a crash, it would begin with no chunk, which a reader
-// takes for an older format and scans the older log's bytes for.
+// when the page is one the file holds on disk only (uncached: the reused
+// file's dropped from the cache, or the zeroer's) and the cache holds
+// nothing of yet: the kernel would read such a page from the disk to
+// write part of it. Pages the write covers whole need nothing, and it
+// starts at or before zeroedTo, or inside the first page. The first page
+// is read instead: zeroed and then torn from the log's first bytes by a
+// crash, it would begin with no chunk, which a reader takes for an older
+// format and scans the older log's bytes for. Every page the write
+// reaches is the cache's afterwards, zeroed or not: zeroedTo moves past
+// it, so that no later write zeroes a page holding the log's bytes once
+// the zeroer's zeros have passed it.
 func (w *Writer) zeroLastPage(end int64) {
 	last := end &^ (pageSize - 1)
-	if end <= w.zeroedTo || last >= w.uncached || last == 0 {
-		return
-	}
-	if last < end && !zeroFill(w.f, last, pageSize) {
+	if end > w.zeroedTo && last < w.uncached && last > 0 && last < end && !zeroFill(w.f, last, pageSize) {
 		w.uncached = 0 // the kernel reads what it must
-		return
 	}
-	w.zeroedTo = alignPage(end)
+	w.zeroedTo = max(w.zeroedTo, alignPage(end))
 }
 
 // pageSize is the page cache's unit: zeroFill's writes are a page each,

@@ -147,8 +147,8 @@ func TestPreviousGatesTheSyncs(t *testing.T) {
 }
 
 // TestZeroAhead checks that on an OS file a recyclable log's fsyncs keep
-// zeros ahead of its end (ZeroAhead), which a reader takes as the log's
-// end; that a version 1 log, a file with no descriptor and a reused file
+// zeros ahead of its end (ZeroAhead), written by the zeroer or through
+// the page cache, which a reader takes as the log's end; that a version 1 log, a file with no descriptor and a reused file
 // with room enough (Allocated) get none; and that the log reads back
 // whole in each case.
 func TestZeroAhead(t *testing.T) {
@@ -176,9 +176,9 @@ func TestZeroAhead(t *testing.T) {
 		return data, size
 	}
 	// zerosPast checks that the log reads back whole from data and is
-	// followed by zeros, 7/8 to 1 of ahead of them (to a page boundary),
-	// then by older's bytes.
-	zerosPast := func(t *testing.T, data []byte, size int64, older []byte) {
+	// followed by zeros, 7/8 to 1 of ahead of them (to a page boundary)
+	// through the cache, 1 to 2 by the zeroer, then by older's bytes.
+	zerosPast := func(t *testing.T, data []byte, size int64, older []byte, cached bool) {
 		t.Helper()
 		if len(older) > 0 && len(data) != len(older) {
 			t.Fatalf("the reused file of %d bytes has %d now", len(older), len(data))
@@ -187,8 +187,12 @@ func TestZeroAhead(t *testing.T) {
 		if i := bytes.IndexFunc(data[size:], func(r rune) bool { return r != 0 }); i >= 0 {
 			end = size + int64(i)
 		}
-		if zeros := end - size; zeros < ahead-ahead/8 || zeros > ahead+pageSize {
-			t.Fatalf("%d zeros past the log's end, want %d to %d", zeros, ahead-ahead/8, ahead+pageSize)
+		lo, hi := int64(ahead), int64(2*ahead+pageSize)
+		if cached {
+			lo, hi = ahead-ahead/8, ahead+pageSize
+		}
+		if zeros := end - size; zeros < lo || zeros > hi {
+			t.Fatalf("%d zeros past the log's end, want %d to %d", zeros, lo, hi)
 		}
 		if !bytes.Equal(data[end:], older[min(end, int64(len(older))):]) {
 			t.Fatal("past the zeros, the file is not the older file's bytes")
@@ -198,13 +202,15 @@ func TestZeroAhead(t *testing.T) {
 		}
 	}
 
-	t.Run("recyclable", func(t *testing.T) {
-		data, size := onDisk(t, nil, WriterOptions{LogNum: 3, ZeroAhead: ahead}, true)
-		if !writebackHere { // nothing to check on a system without pwrite here
-			return
-		}
-		zerosPast(t, data, size, nil)
-	})
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("recyclable cached=%v", cached), func(t *testing.T) {
+			data, size := onDisk(t, nil, WriterOptions{LogNum: 3, ZeroAhead: ahead, cachedZeros: cached}, true)
+			if !writebackHere { // nothing to check on a system without pwrite here
+				return
+			}
+			zerosPast(t, data, size, nil, cached)
+		})
+	}
 	t.Run("version 1", func(t *testing.T) {
 		data, size := onDisk(t, nil, WriterOptions{ZeroAhead: ahead}, true)
 		if int64(len(data)) != size {
@@ -221,17 +227,19 @@ func TestZeroAhead(t *testing.T) {
 	// dropped from the cache (see TestReusedFileIsNotRead), whether the
 	// log is synced as it goes or only by Close.
 	for _, synced := range []bool{true, false} {
-		t.Run(fmt.Sprintf("reused synced=%v", synced), func(t *testing.T) {
-			older := bytes.Repeat([]byte{0xab}, 1<<20)
-			data, size := onDisk(t, older, WriterOptions{LogNum: 3, ZeroAhead: ahead, Allocated: int64(len(older))}, synced)
-			if !writebackHere {
-				if !bytes.Equal(data[size:], older[size:]) {
-					t.Fatal("the reused file changed past the log's end")
+		for _, cached := range []bool{false, true} {
+			t.Run(fmt.Sprintf("reused synced=%v cached=%v", synced, cached), func(t *testing.T) {
+				older := bytes.Repeat([]byte{0xab}, 1<<20)
+				data, size := onDisk(t, older, WriterOptions{LogNum: 3, ZeroAhead: ahead, Allocated: int64(len(older)), cachedZeros: cached}, synced)
+				if !writebackHere {
+					if !bytes.Equal(data[size:], older[size:]) {
+						t.Fatal("the reused file changed past the log's end")
+					}
+					return
 				}
-				return
-			}
-			zerosPast(t, data, size, older)
-		})
+				zerosPast(t, data, size, older, cached)
+			})
+		}
 	}
 }
 

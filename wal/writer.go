@@ -79,10 +79,12 @@ type WriterOptions struct {
 	LogNum uint64
 	// ZeroAhead, when positive, gives a recyclable log's fsyncs (LogNum
 	// set) the same saving past the end of the file it writes over, new
-	// or reused (see Allocated): a round that fsyncs also writes zeros
-	// past the log's end, whenever fewer than seven eighths of ZeroAhead
-	// bytes beyond it are the file's, up to ZeroAhead, and its fsync
-	// makes them the file's. (Refilling from
+	// or reused (see Allocated): after a round that fsyncs, zeros are
+	// kept past the log's end, by a goroutine with direct I/O where the
+	// file has it (one to two ZeroAhead ahead: zero_ahead.go), else by
+	// the round itself, whose fsync makes them the file's: whenever fewer
+	// than seven eighths of ZeroAhead bytes beyond the end are the
+	// file's, up to ZeroAhead. (Refilling from
 	// half-way, a round's fsync wrote half of ZeroAhead more: the synced
 	// writers it held up made fillsync8's p99 1.07-1.13 of Pebble's,
 	// against 0.93-0.96 in eighths.) The fsyncs that follow then
@@ -100,6 +102,10 @@ type WriterOptions struct {
 	// batches) are not what small synced writes dirty and fsync whole.
 	ZeroAhead int64
 	Allocated int64
+
+	// cachedZeros has the Writer zero ahead through the page cache even
+	// where the file has direct I/O (tests of that path).
+	cachedZeros bool
 }
 
 // ErrWriterClosed is returned by calls made on a Writer after Close.
@@ -189,11 +195,17 @@ type Writer struct {
 	timer   *time.Timer
 
 	// zeroAhead is WriterOptions.ZeroAhead, zeroedTo the offset up to
-	// which the file holds bytes (zeros past the log's end). uncached is
-	// where the reused file's pages this Writer dropped from the page
-	// cache end (dropOlder): a write ending inside one of them past
-	// zeroedTo zeroes its page first. All are the background goroutine's.
+	// which the file holds bytes in the page cache (zeros past the log's
+	// end). uncached is where the pages end that the file holds on disk
+	// only: the reused file's this Writer dropped from the page cache
+	// (dropOlder), and the zeros the zeroer wrote; a write ending inside
+	// one of them past zeroedTo zeroes its page first. All are the
+	// background goroutine's, as are zeros (nil until a round fsyncs, and
+	// where the file has no direct I/O) and cachedZeros, set where it has
+	// none, or had until a zeroer failed.
 	zeroAhead, zeroedTo, uncached int64
+	zeros                         *zeroer
+	cachedZeros                   bool
 	// dropOlder asks the background goroutine to drop the reused file's
 	// cached pages before its first write (WriterOptions.Allocated).
 	dropOlder bool
@@ -252,6 +264,7 @@ func NewWriter(f SyncFile, opts WriterOptions) *Writer {
 	}
 	if opts.LogNum != 0 {
 		w.zeroAhead, w.zeroedTo = opts.ZeroAhead, opts.Allocated
+		w.cachedZeros = opts.cachedZeros
 		w.dropOlder = opts.ZeroAhead > 0 && opts.Allocated > 0
 	}
 	w.timer.Stop()
