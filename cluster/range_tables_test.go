@@ -496,12 +496,16 @@ func (c *testCluster) crashAfterSpanIngest(id uint64, disk *vfs.MemFS, group uin
 		if tn.id != id {
 			return
 		}
+		var once sync.Once
 		tn.node.afterSpanIngest = func(g uint64) {
 			if g == group {
-				select {
-				case crashed <- tn.fs.CrashClone(rng):
-				default:
-				}
+				once.Do(func() {
+					// Silenced first, as crash does: an answer sent after
+					// the disk's picture, such as an acknowledgement of
+					// entries it lacks, would come from the future.
+					c.net.kill(tn.id)
+					crashed <- tn.fs.CrashClone(rng)
+				})
 			}
 		}
 	}
