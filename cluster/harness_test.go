@@ -492,10 +492,18 @@ func (c *testCluster) stop(id uint64) {
 // crash stops node id as a power loss would: what was not synced is gone.
 // It returns the disk as the crash left it.
 func (c *testCluster) crash(id uint64, rng *rand.Rand) *vfs.MemFS {
-	c.net.kill(id) // first: a message sent after the disk's picture would come from the future
-	fs := c.nodes[id].fs.CrashClone(rng)
+	fs := c.powerLoss(c.nodes[id], rng)
 	c.stop(id)
 	return fs
+}
+
+// powerLoss silences tn and returns its disk as a power loss at this
+// moment leaves it; tn runs on, unheard, until it is stopped. Silenced
+// first: a message sent after the disk's picture, such as an
+// acknowledgement of entries it lacks, would come from the future.
+func (c *testCluster) powerLoss(tn *testNode, rng *rand.Rand) *vfs.MemFS {
+	c.net.kill(tn.id)
+	return tn.fs.CrashClone(rng)
 }
 
 func (c *testCluster) stopAll() {

@@ -30,7 +30,7 @@ import (
 // lost what the merge checks for, and the node stopped when the merge
 // came (merges mode, seed 79).
 func TestFrozenSpanOutlivesAnotherFrozenSpan(t *testing.T) {
-	c, right, x := frozenBehindTheMerge(t, 81)
+	c, right, x, _ := frozenBehindTheMerge(t, 81)
 	s := x.node.st()
 	const leftover = 1 << 40
 	if err := s.EmptySpan(leftover, partition.Span{Account: acct, Table: "pairs", LowPartitionKey: "q0", HighPartitionKey: "q5"}); err != nil {
@@ -59,7 +59,7 @@ func TestFrozenSpanOutlivesAnotherFrozenSpan(t *testing.T) {
 // seed 271, found the child hosted there first, and the node could not
 // restart after a crash: the child's applied index past its empty log).
 func TestSplitChildWaitsForTheMerge(t *testing.T) {
-	c, right, x := frozenBehindTheMerge(t, 82)
+	c, right, x, _ := frozenBehindTheMerge(t, 82)
 	s := x.node.st()
 	frozenData := dumpSpan(t, s, right.Span())
 	c.splitVia("pairs", "p20")
@@ -250,7 +250,7 @@ func TestLeftoverFrozenSpanIsNotMergedAgain(t *testing.T) {
 // the drop still waits for the asker's replica of the merging group,
 // which here is cut off and has not merged.
 func TestMergedAnswerNamesTheChild(t *testing.T) {
-	c, right, x := frozenBehindTheMerge(t, 87)
+	c, right, x, _ := frozenBehindTheMerge(t, 87)
 	b := right.Group.ID
 	taken := func(child uint64) bool {
 		queued := false
@@ -297,11 +297,7 @@ func TestMergedAnswerNamesTheChild(t *testing.T) {
 // group and the split's child.
 func splitAgainBehind(t *testing.T, seed uint64) (c *testCluster, right partition.TableGroup, x *testNode, want map[string]int, left, child partition.RangeGroup) {
 	t.Helper()
-	c, right, x = frozenBehindTheMerge(t, seed)
-	want = map[string]int{}
-	for i := range 40 {
-		want[fmt.Sprintf("p%02d", i)] = i
-	}
+	c, right, x, want = frozenBehindTheMerge(t, seed)
 	c.splitVia("pairs", "p20")
 	ranges := c.waitSplit("pairs", []string{"", "p20"}, 20*time.Second)
 	return c, right, x, want, ranges[0].Group, ranges[1].Group
@@ -322,17 +318,17 @@ func overwriteLeft(c *testCluster, want map[string]int) {
 // frozenBehindTheMerge splits table pairs, makes a node other than the
 // left group's leader deaf to the left group, and merges the table back:
 // it returns once that node holds the right group frozen, its left
-// group's merge never to come.
-func frozenBehindTheMerge(t *testing.T, seed uint64) (*testCluster, partition.TableGroup, *testNode) {
+// group's merge never to come, with the table's entities (checkPairs).
+func frozenBehindTheMerge(t *testing.T, seed uint64) (*testCluster, partition.TableGroup, *testNode, map[string]int) {
 	t.Helper()
 	return frozenBehindTheMergePrepared(t, seed, nil)
 }
 
 // frozenBehindTheMergePrepared is frozenBehindTheMerge with prepare
 // called on each node before it runs (testCluster.prepare).
-func frozenBehindTheMergePrepared(t *testing.T, seed uint64, prepare func(*testNode)) (*testCluster, partition.TableGroup, *testNode) {
+func frozenBehindTheMergePrepared(t *testing.T, seed uint64, prepare func(*testNode)) (*testCluster, partition.TableGroup, *testNode, map[string]int) {
 	t.Helper()
-	c, _ := newPairsClusterPrepared(t, seed, prepare)
+	c, want := newPairsClusterPrepared(t, seed, prepare)
 	left, right := c.splitPairs()
 	ld := c.groupLeader(left.ID, 10*time.Second)
 	x := c.nodes[otherThan(c, ld.id)]
@@ -340,7 +336,7 @@ func frozenBehindTheMergePrepared(t *testing.T, seed uint64, prepare func(*testN
 	c.mergeVia("pairs", "p20")
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if frozen, _ := x.node.st().GroupFrozen(right.Group.ID); frozen {
-			return c, right, x
+			return c, right, x, want
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("node %d did not freeze group %d", x.id, right.Group.ID)

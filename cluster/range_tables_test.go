@@ -499,13 +499,7 @@ func (c *testCluster) crashAfterSpanIngest(id uint64, disk *vfs.MemFS, group uin
 		var once sync.Once
 		tn.node.afterSpanIngest = func(g uint64) {
 			if g == group {
-				once.Do(func() {
-					// Silenced first, as crash does: an answer sent after
-					// the disk's picture, such as an acknowledgement of
-					// entries it lacks, would come from the future.
-					c.net.kill(tn.id)
-					crashed <- tn.fs.CrashClone(rng)
-				})
+				once.Do(func() { crashed <- c.powerLoss(tn, rng) })
 			}
 		}
 	}

@@ -431,14 +431,10 @@ func TestRestartWarmsIdleGroups(t *testing.T) {
 func TestRestartDuringAMergeLoadsItsGroupOnly(t *testing.T) {
 	for _, splitAgain := range []bool{false, true} {
 		t.Run(fmt.Sprintf("splitAgain=%v", splitAgain), func(t *testing.T) {
-			c, right, x := frozenBehindTheMergePrepared(t, 29, func(tn *testNode) {
+			c, right, x, want := frozenBehindTheMergePrepared(t, 29, func(tn *testNode) {
 				tn.node.unloadTicks, tn.node.noWarming = 3*tn.node.cfg.ElectionTicks, true
 			})
 			left := c.tableGroup("pairs")
-			want := map[string]int{}
-			for i := range 40 {
-				want[fmt.Sprintf("p%02d", i)] = i
-			}
 			tables := []string{"alpha", "beta", "gamma", "delta"}
 			var idle []uint64
 			for i, tb := range tables {

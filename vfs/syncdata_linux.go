@@ -15,6 +15,8 @@ type dataSyncer struct {
 }
 
 // dataSync returns an fdatasync of f, or nil when f is not an OS file.
+// It binds the descriptor's RawConn and the function run on it once,
+// where WithFD would make both again, and allocate, at every call.
 func dataSync(f any) func() error {
 	sc, ok := f.(syscall.Conn)
 	if !ok {

@@ -27,8 +27,9 @@ const zeroChunk = 256 << 10
 // zeroer keeps zeros ahead of a log on disk, past the page cache.
 type zeroer struct {
 	direct vfs.DirectFile
-	buf    manual.Buf // zeroChunk zero bytes, page-aligned (mapped)
-	want   chan int64 // the offset to zero up to, the latest ask
+	sync   func() error // direct's fdatasync (vfs.DataSync)
+	buf    manual.Buf   // zeroChunk zero bytes, page-aligned (mapped)
+	want   chan int64   // the offset to zero up to, the latest ask
 	quit   chan struct{}
 	exited chan struct{}
 	// to is the offset up to which the file holds the zeros: past the
@@ -55,7 +56,7 @@ func startZeroer(f SyncFile, from int64) *zeroer {
 		buf.Free()
 		return nil
 	}
-	z := &zeroer{direct: direct, buf: buf, want: make(chan int64, 1), quit: make(chan struct{}), exited: make(chan struct{}), floor: from}
+	z := &zeroer{direct: direct, sync: vfs.DataSync(direct), buf: buf, want: make(chan int64, 1), quit: make(chan struct{}), exited: make(chan struct{}), floor: from}
 	z.to.Store(from)
 	go z.run()
 	return z
@@ -126,7 +127,7 @@ func (z *zeroer) fill(off int64) bool {
 		}
 		wrote = true
 	}
-	return !wrote || vfs.DataSync(z.direct)() == nil
+	return !wrote || z.sync() == nil
 }
 
 // stop ends the zeroer's goroutine, once it has filled the last ask, and
