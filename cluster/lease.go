@@ -80,22 +80,17 @@ func (n *Node) balanceLeases() {
 		busyEvery = n.busyLeaseTicks
 	}
 	busyOK := n.live.busyLeaseAt == 0 || n.live.ticks-n.live.busyLeaseAt >= busyEvery
-	// Idle groups first, the dormant ones among them last: one must be
-	// woken (and so elected again) before its lease can go.
-	order := func(r *replica) int {
-		switch {
-		case r.dormantLeader.Load():
-			return 1
-		case r.quiesced.Load():
-			return 0
-		}
-		return 2
-	}
-	slices.SortStableFunc(led, func(a, b *replica) int { return cmp.Compare(order(a), order(b)) })
+	handOverOrder(led, rates)
 	for _, r := range led {
 		idle, dormant := r.quiesced.Load(), r.dormantLeader.Load()
-		if !dormant && (!r.ready.Load() || !r.settled() || (!idle && !busyOK)) {
-			continue // electing, moving its members, or busy: leave it
+		if !dormant && !idle && !busyOK {
+			continue // busy, and a busy lease moved lately: leave it
+		}
+		if !dormant && (!r.ready.Load() || !r.settled()) {
+			if !idle {
+				break // the least loaded busy lease left goes at a later look
+			}
+			continue // electing or moving its members: leave it
 		}
 		to, toNode := n.leaseTarget(r, idle, rates[r.group])
 		if to != 0 && dormant {
@@ -121,6 +116,26 @@ func (n *Node) balanceLeases() {
 			n.busyHandedOver(g)
 		}
 	}
+}
+
+// handOverOrder sorts led, a node's leases, in the order evening the
+// counts out tries them: idle groups first, the dormant ones among them
+// last (one must be woken, and so elected again, before its lease can
+// go), then the busy ones, least loaded (rates) first, so that evening
+// the counts out moves as few requests as it can.
+func handOverOrder(led []*replica, rates map[uint64]float64) {
+	class := func(r *replica) int {
+		switch {
+		case r.dormantLeader.Load():
+			return 1
+		case r.quiesced.Load():
+			return 0
+		}
+		return 2
+	}
+	slices.SortStableFunc(led, func(a, b *replica) int {
+		return cmp.Or(cmp.Compare(class(a), class(b)), cmp.Compare(rates[a.group], rates[b.group]))
+	})
 }
 
 // leaseTarget returns the member of r's group, and its node, that r's

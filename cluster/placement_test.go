@@ -283,12 +283,20 @@ func TestLeasesFollowLoad(t *testing.T) {
 	// chances to move one back; 20 ms ticks, as spurious elections on a
 	// loaded machine move leases too (those the check tells apart).
 	const tick, busyEvery = 20 * time.Millisecond, 20
+	// Only the hot tables' hand-overs count: a group woken and elected
+	// on another node is busy (not quiesced) until it dozes again, and
+	// evening the counts out may hand it over.
+	var hotGroups sync.Map
 	var busyHandOvers atomic.Int64
 	c := &testCluster{t: t, net: newSimNet(55), nodes: map[uint64]*testNode{}, rangeGroups: true,
 		placementInterval: 50 * time.Millisecond, deadAfter: time.Minute, tick: tick}
 	c.prepare = func(tn *testNode) {
 		tn.node.busyLeaseTicks = busyEvery
-		tn.node.onBusyHandOver = func(uint64) { busyHandOvers.Add(1) }
+		tn.node.onBusyHandOver = func(g uint64) {
+			if _, hot := hotGroups.Load(g); hot {
+				busyHandOvers.Add(1)
+			}
+		}
 	}
 	c.startAll(3)
 	tables := []string{"one", "two", "three", "four", "five", "six"}
@@ -319,6 +327,9 @@ func TestLeasesFollowLoad(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the lease counts did not even out: %v", byNode)
 		}
+	}
+	for _, tb := range hot {
+		hotGroups.Store(c.agreedRanges(tb, 10*time.Second)[0].Group.ID, true)
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -371,6 +382,30 @@ func TestLeasesFollowLoad(t *testing.T) {
 		case time.Now().After(deadline):
 			t.Fatalf("no window of %v with the busy tables led apart in a minute (%d restarts, the last after %d busy hand-overs)", window, restarts, moved)
 		}
+	}
+}
+
+// TestHandOverOrder: evening the lease counts out tries idle groups
+// first, dormant ones after them, and the busy ones last, least loaded
+// first, whatever order the node holds them in.
+func TestHandOverOrder(t *testing.T) {
+	mk := func(group uint64, quiesced, dormant bool) *replica {
+		r := &replica{group: group}
+		r.quiesced.Store(quiesced)
+		r.dormantLeader.Store(dormant)
+		return r
+	}
+	led := []*replica{
+		mk(1, false, false), mk(2, true, true), mk(3, false, false),
+		mk(4, true, false), mk(5, false, false), mk(6, true, false),
+	}
+	handOverOrder(led, map[uint64]float64{1: 900, 3: 0.5, 5: 40})
+	var got []uint64
+	for _, r := range led {
+		got = append(got, r.group)
+	}
+	if want := []uint64{4, 6, 2, 3, 5, 1}; !slices.Equal(got, want) {
+		t.Fatalf("hand-over order %v, want %v", got, want)
 	}
 }
 
