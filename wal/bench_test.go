@@ -123,3 +123,32 @@ func BenchmarkReader(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRecoverZeroedTail reads a log whose file runs on in zeros, as
+// one zeroed ahead of its end (ZeroAhead) does after a crash: the reader
+// scans the zeros for a later synced chunk.
+func BenchmarkRecoverZeroedTail(b *testing.B) {
+	f := &memFile{}
+	w := NewWriter(f, WriterOptions{})
+	for i := range 100 {
+		if _, err := w.WriteRecord(record(i, 100)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	data, _ := f.snapshot()
+	data = append(data, make([]byte, 2<<20)...)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		r := NewReader(bytes.NewReader(data), int64(len(data)))
+		for {
+			if _, err := r.Next(); err == io.EOF {
+				break
+			} else if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

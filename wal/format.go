@@ -59,6 +59,9 @@ const HeaderSize = 19
 // before any record.
 const RecyclableHeaderSize = HeaderSize + 8
 
+// typeOffset is where a chunk header's type byte lies.
+const typeOffset = 10
+
 // maxPayload is the largest payload one version 1 chunk can carry.
 const maxPayload = BlockSize - HeaderSize
 
@@ -110,7 +113,7 @@ func (l layout) decodeHeader(b []byte) chunkHeader {
 	h := chunkHeader{
 		checksum:   binary.LittleEndian.Uint64(b[0:8]),
 		length:     int(binary.LittleEndian.Uint16(b[8:10])),
-		typ:        b[10],
+		typ:        b[typeOffset],
 		syncOffset: int64(binary.LittleEndian.Uint64(b[11:19])),
 	}
 	if l.recyclable {

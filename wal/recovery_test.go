@@ -292,3 +292,25 @@ func TestReadError(t *testing.T) {
 		t.Fatalf("short file: got %v, want a read failure", err)
 	}
 }
+
+func TestZeroRunEnd(t *testing.T) {
+	for _, n := range []int{0, 1, 63, 64, 65, 200, BlockSize} {
+		for _, at := range []int{0, 1, 63, 64, 65, 127, 128, 199, BlockSize - 1} {
+			for _, from := range []int{0, 1, 70} {
+				if from > n {
+					continue
+				}
+				b, want := make([]byte, n), n
+				if at < n {
+					b[at] = 7
+					if at >= from {
+						want = at
+					}
+				}
+				if got := zeroRunEnd(b, from); got != want {
+					t.Fatalf("%d bytes, nonzero at %d, from %d: %d, want %d", n, at, from, got, want)
+				}
+			}
+		}
+	}
+}
