@@ -127,6 +127,15 @@ func (l layout) decodeHeader(b []byte) chunkHeader {
 	return h
 }
 
+// validType reports whether raw, a chunk header's type byte, is a chunk
+// type of layout l: decodeHeader's test, without decoding the rest.
+func (l layout) validType(raw byte) bool {
+	if l.recyclable {
+		raw -= recyclableTypes
+	}
+	return raw >= chunkFull && raw <= chunkLast
+}
+
 // foreign reports whether the bytes at b, of a recyclable layout, do not
 // even claim to be a chunk of this file's log: no recyclable type, or
 // another log's number or salt. Past the end of what the log wrote, a

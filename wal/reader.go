@@ -322,16 +322,21 @@ func (l layout) scanForSync(block []byte, pos int, blockOff int64, x int64) (syn
 	chained := true
 	for pos+hs <= len(block) && pos+hs <= BlockSize {
 		if !chained {
-			// A chunk's type byte is never 0: a run of zeros (the
-			// zeros a log writes ahead of its end fill most of what
-			// this scans) is skipped at once.
-			if block[pos+typeOffset] == 0 {
+			// Test the type byte alone first: it rejects almost every
+			// offset, and this loop may run over a whole block. It is
+			// never 0, so a run of zeros (the zeros a log writes ahead
+			// of its end fill most of what this scans) is skipped at
+			// once.
+			switch typ := block[pos+typeOffset]; {
+			case typ == 0:
 				pos = zeroRunEnd(block[:min(len(block), BlockSize)], pos+typeOffset) - typeOffset
+				continue
+			case !l.validType(typ):
+				pos++
 				continue
 			}
 			h := l.decodeHeader(block[pos:])
-			plausible := h.typ != 0 &&
-				pos+hs+h.length <= len(block) &&
+			plausible := pos+hs+h.length <= len(block) &&
 				h.syncOffset >= 0 && h.syncOffset <= blockOff+int64(pos)
 			if !plausible {
 				pos++
