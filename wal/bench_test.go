@@ -98,40 +98,23 @@ func BenchmarkWriteRecord(b *testing.B) {
 }
 
 func BenchmarkReader(b *testing.B) {
-	f := &memFile{}
-	w := NewWriter(f, WriterOptions{})
-	const n = 10000
-	for i := range n {
-		if _, err := w.WriteRecord(record(i, 100+i%1000)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		b.Fatal(err)
-	}
-	data, _ := f.snapshot()
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		r := NewReader(bytes.NewReader(data), int64(len(data)))
-		for {
-			if _, err := r.Next(); err == io.EOF {
-				break
-			} else if err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	benchmarkRead(b, benchLog(b, 10000, func(i int) int { return 100 + i%1000 }))
 }
 
 // BenchmarkRecoverZeroedTail reads a log whose file runs on in zeros, as
 // one zeroed ahead of its end (ZeroAhead) does after a crash: the reader
 // scans the zeros for a later synced chunk.
 func BenchmarkRecoverZeroedTail(b *testing.B) {
+	data := benchLog(b, 100, func(int) int { return 100 })
+	benchmarkRead(b, append(data, make([]byte, 2<<20)...))
+}
+
+// benchLog returns a log of n records, record i of size(i) bytes.
+func benchLog(b *testing.B, n int, size func(i int) int) []byte {
 	f := &memFile{}
 	w := NewWriter(f, WriterOptions{})
-	for i := range 100 {
-		if _, err := w.WriteRecord(record(i, 100)); err != nil {
+	for i := range n {
+		if _, err := w.WriteRecord(record(i, size(i))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -139,8 +122,13 @@ func BenchmarkRecoverZeroedTail(b *testing.B) {
 		b.Fatal(err)
 	}
 	data, _ := f.snapshot()
-	data = append(data, make([]byte, 2<<20)...)
+	return data
+}
+
+// benchmarkRead reads every record of the log file data, b.N times.
+func benchmarkRead(b *testing.B, data []byte) {
 	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
 	for b.Loop() {
 		r := NewReader(bytes.NewReader(data), int64(len(data)))
 		for {
