@@ -119,19 +119,21 @@ func (l layout) decodeHeader(b []byte) chunkHeader {
 	if l.recyclable {
 		h.logNum = binary.LittleEndian.Uint32(b[19:23])
 		h.salt = binary.LittleEndian.Uint32(b[23:27])
-		h.typ -= recyclableTypes // below the range it wraps past chunkLast
 	}
-	if h.typ < chunkFull || h.typ > chunkLast {
+	switch {
+	case !l.validType(h.typ):
 		h.typ = 0
+	case l.recyclable:
+		h.typ -= recyclableTypes
 	}
 	return h
 }
 
 // validType reports whether raw, a chunk header's type byte, is a chunk
-// type of layout l: decodeHeader's test, without decoding the rest.
+// type of layout l.
 func (l layout) validType(raw byte) bool {
 	if l.recyclable {
-		raw -= recyclableTypes
+		raw -= recyclableTypes // below the range it wraps past chunkLast
 	}
 	return raw >= chunkFull && raw <= chunkLast
 }
