@@ -293,20 +293,42 @@ func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to 
 	if !r.ready.Load() && !r.awaitWake(ctx) {
 		return g.ID, ErrNotLeaseholder
 	}
+	begun := make(chan bool, 1)
 	select {
 	case n.calls <- func() {
-		if id := memberOf(r.conf, to); id != 0 && slices.Contains(r.conf.GetVoters(), id) {
+		id := memberOf(r.conf, to)
+		ok := r.isLeader && id != 0 && slices.Contains(r.conf.GetVoters(), id)
+		if ok {
 			r.handOver(id)
 		}
+		begun <- ok
 	}:
 	case <-ctx.Done():
 		return g.ID, ctx.Err()
 	case <-n.stopped:
 		return g.ID, ErrStopped
 	}
+	select {
+	case ok := <-begun:
+		if !ok {
+			return g.ID, errBusy(fmt.Sprintf("the lease of group %d could not be handed to node %d: this node no longer leads it, or that node is no voter now", g.ID, to))
+		}
+	case <-n.stopped:
+		return g.ID, ErrStopped
+	}
 	tick := time.NewTicker(n.cfg.TickInterval / 4)
 	defer tick.Stop()
 	for r.leader.Load() != to {
+		// A hand-over that ended with another leader known (this node
+		// still, if raft gave the transfer up) will not move the lease:
+		// say so rather than wait for a ctx that may have no deadline.
+		// The leader is read after the hand-over's end, which the loop
+		// writes after the leader it lost the lease to.
+		if !r.handingOver.Load() {
+			if leader := r.leader.Load(); leader != 0 && leader != to {
+				return g.ID, errBusy(fmt.Sprintf("the lease of group %d did not reach node %d (leader %d): ask again", g.ID, to, leader))
+			}
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():

@@ -30,6 +30,27 @@ func (c *testCluster) groupLeader(g uint64, timeout time.Duration) *testNode {
 	return nil
 }
 
+// moveLease hands the lease of range group g (of table, its range
+// holding pk) to node to, asking whichever node leads it, again while
+// the answer is ServerBusy (raft gave a transfer up, as on a loaded
+// machine) or ErrNotLeaseholder (an election moved the lease meanwhile).
+func (c *testCluster) moveLease(g uint64, table, pk string, to *testNode) {
+	c.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ld := c.groupLeader(g, 10*time.Second)
+		if ld == to {
+			return
+		}
+		_, err := ld.node.TransferLease(context.Background(), acct, table, pk, to.id)
+		if err == nil {
+			return
+		}
+		if !isBusy(err) && !errors.Is(err, ErrNotLeaseholder) || time.Now().After(deadline) {
+			c.t.Fatalf("hand group %d's lease to node %d: %v", g, to.id, err)
+		}
+	}
+}
+
 // writeInGroup writes entity (pk, rk) = n through range group g's leader,
 // retrying while leadership moves.
 func (c *testCluster) writeInGroup(g uint64, pk, rk string, n int) partition.StoredEntity {

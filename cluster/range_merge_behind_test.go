@@ -219,10 +219,7 @@ func TestLeftoverFrozenSpanIsNotMergedAgain(t *testing.T) {
 	if frozen, _ := x.node.st().GroupFrozen(right.Group.ID); !frozen {
 		t.Fatalf("node %d no longer holds group %d frozen: the test lost its point", x.id, right.Group.ID)
 	}
-	ld := c.groupLeader(left.ID, 10*time.Second)
-	if _, err := ld.node.TransferLease(context.Background(), acct, "pairs", "", x.id); err != nil {
-		t.Fatal(err)
-	}
+	c.moveLease(left.ID, "pairs", "", x)
 	for deadline := time.Now().Add(20 * time.Second); x.node.st().SpanRecorded(right.Group.ID); time.Sleep(10 * time.Millisecond) {
 		for _, tn := range c.nodes {
 			if err := tn.node.Err(); err != nil {
@@ -386,12 +383,7 @@ func TestSplitAfterItsMergeIsRefused(t *testing.T) {
 		t.Fatalf("node %d's catalog gives p20 to %+v, %v; want group %d still: the test lost its point", x.id, tg, err, right.Group.ID)
 	}
 	lastBefore, _ := x.logGroup(left.ID).LastIndex()
-	ld := c.groupLeader(left.ID, 10*time.Second)
-	if ld != x {
-		if _, err := ld.node.TransferLease(context.Background(), acct, "pairs", "", x.id); err != nil {
-			t.Fatalf("hand group %d's lease to node %d: %v", left.ID, x.id, err)
-		}
-	}
+	c.moveLease(left.ID, "pairs", "", x)
 	if c.groupLeader(left.ID, 10*time.Second) != x {
 		t.Fatalf("node %d did not take group %d's lease", x.id, left.ID)
 	}

@@ -630,9 +630,10 @@ func TestRangeGroupsTurnedOnInARunningCluster(t *testing.T) {
 }
 
 // TestTransferLease moves a table's lease to another voter; the table
-// takes writes there after. A replica that does not hold the lease
-// refuses and knows who does; a node that is no voter, or a missing
-// table, is refused.
+// takes writes there after. A transfer to a voter that does not answer
+// ends ServerBusy; a replica that does not hold the lease refuses and
+// knows who does; a node that is no voter, or a missing table, is
+// refused.
 func TestTransferLease(t *testing.T) {
 	c := newTablesCluster(t, 3, 27)
 	createVia(c, "leased")
@@ -650,9 +651,24 @@ func TestTransferLease(t *testing.T) {
 	if _, err := asked.node.TransferLease(ctx, acct, "leased", "", to.id); !errors.Is(err, ErrNotLeaseholder) || asked.node.groupLeader(g.ID) != from.id {
 		t.Fatalf("a transfer asked of a follower: %v (it knows leader %d)", err, asked.node.groupLeader(g.ID))
 	}
-	if _, err := from.node.TransferLease(ctx, acct, "leased", "", to.id); err != nil {
-		t.Fatal(err)
+	// A target that does not answer: raft gives the transfer up, and the
+	// leader says so rather than wait (the test's ctx has no deadline).
+	c.net.deafen(to.id, g.ID)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := from.node.TransferLease(ctx, acct, "leased", "", to.id)
+		failed <- err
+	}()
+	select {
+	case err := <-failed:
+		if !isBusy(err) && !errors.Is(err, ErrNotLeaseholder) { // the latter: an election came first
+			t.Fatalf("a transfer to a node that does not answer: %v, want ServerBusy", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a transfer to a node that does not answer still waits after 30 s")
 	}
+	c.net.hear(to.id, g.ID)
+	c.moveLease(g.ID, "leased", "", to)
 	if ld := c.groupLeader(g.ID, 10*time.Second); ld != to {
 		t.Fatalf("group %d is led by node %d, want %d", g.ID, ld.id, to.id)
 	}
