@@ -206,6 +206,8 @@ func (r *replica) awaitWake(ctx context.Context) bool {
 			r.askWake()
 		case <-ctx.Done():
 			return false
+		case <-r.n.stopped:
+			return false
 		}
 	}
 	return true

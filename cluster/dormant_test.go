@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -275,4 +276,31 @@ func BenchmarkNodeBackAmongDormantGroups(b *testing.B) {
 	}
 	b.ReportMetric(quiet.Seconds()/float64(b.N), "quiet-s")
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s")
+}
+
+// TestAwaitWakeEndsWhenTheNodeStops: a request waiting for a dormant
+// leader to wake (a lease transfer asked with no deadline) ends when the
+// node stops rather than ask the stopped loop forever.
+func TestAwaitWakeEndsWhenTheNodeStops(t *testing.T) {
+	c := newRangeCluster(t, 3, 17, 1)
+	c.createRangesTable()
+	g := c.groups[0]
+	c.writeInGroup(g, "p", "r", 1)
+	c.waitDormant(10 * time.Second)
+	ld := c.groupLeader(g, time.Second)
+	r := ld.node.testGroup(g)
+	if !r.dormantLeader.Load() {
+		t.Fatalf("node %d's replica of group %d is no dormant leader: the test proves nothing", ld.id, g)
+	}
+	c.stop(ld.id)
+	woke := make(chan bool, 1)
+	go func() { woke <- r.awaitWake(context.Background()) }()
+	select {
+	case ok := <-woke:
+		if ok {
+			t.Fatal("a stopped node's replica woke as the ready leader")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("awaitWake still waits 10 s after the node stopped")
+	}
 }
