@@ -293,28 +293,19 @@ func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to 
 	if !r.ready.Load() && !r.awaitWake(ctx) {
 		return g.ID, ErrNotLeaseholder
 	}
-	begun := make(chan bool, 1)
-	select {
-	case n.calls <- func() {
+	begun, err := callOnLoop(ctx, n, func() bool {
 		id := memberOf(r.conf, to)
-		ok := r.isLeader && id != 0 && slices.Contains(r.conf.GetVoters(), id)
-		if ok {
-			r.handOver(id)
+		if !r.isLeader || id == 0 || !slices.Contains(r.conf.GetVoters(), id) {
+			return false
 		}
-		begun <- ok
-	}:
-	case <-ctx.Done():
-		return g.ID, ctx.Err()
-	case <-n.stopped:
-		return g.ID, ErrStopped
-	}
-	select {
-	case ok := <-begun:
-		if !ok {
-			return g.ID, errBusy(fmt.Sprintf("the lease of group %d could not be handed to node %d: this node no longer leads it, or that node is no voter now", g.ID, to))
-		}
-	case <-n.stopped:
-		return g.ID, ErrStopped
+		r.handOver(id)
+		return true
+	})
+	switch {
+	case err != nil:
+		return g.ID, err
+	case !begun:
+		return g.ID, errBusy(fmt.Sprintf("the lease of group %d could not be handed to node %d: this node no longer leads it, or that node is no voter now", g.ID, to))
 	}
 	tick := time.NewTicker(n.cfg.TickInterval / 4)
 	defer tick.Stop()

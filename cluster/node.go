@@ -684,3 +684,25 @@ func (n *Node) sendGroup(group uint64, msgs []*raftpb.Message) {
 	}
 	n.cfg.Transport.Send(out)
 }
+
+// callOnLoop runs f on n's loop, for a request's goroutine, and returns what
+// it returns: ctx's error if ctx ends first, ErrStopped if the node stops.
+func callOnLoop[T any](ctx context.Context, n *Node, f func() T) (T, error) {
+	var zero T
+	out := make(chan T, 1)
+	select {
+	case n.calls <- func() { out <- f() }:
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-n.stopped:
+		return zero, ErrStopped
+	}
+	select {
+	case v := <-out:
+		return v, nil
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-n.stopped:
+		return zero, ErrStopped
+	}
+}

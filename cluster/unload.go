@@ -344,22 +344,8 @@ func (n *Node) groupLoaded(ctx context.Context, id uint64) *replica {
 	if !unloaded {
 		return r
 	}
-	loaded := make(chan *replica, 1)
-	select {
-	case n.calls <- func() { loaded <- n.replicaOf(id) }:
-	case <-ctx.Done():
-		return nil
-	case <-n.stopped:
-		return nil
-	}
-	select {
-	case r = <-loaded:
-		return r
-	case <-ctx.Done():
-		return nil
-	case <-n.stopped:
-		return nil
-	}
+	r, _ = callOnLoop(ctx, n, func() *replica { return n.replicaOf(id) })
+	return r
 }
 
 // markMoving notes, on the apply goroutine, that the descriptor of group
