@@ -36,6 +36,19 @@ func (c *testCluster) waitDormantBut(slack int, timeout time.Duration) {
 	}
 }
 
+// newDormantGroup starts three nodes and a table with one range group,
+// written once and left to go dormant; it returns the group and the
+// node of its dormant leader.
+func newDormantGroup(t *testing.T, seed uint64) (c *testCluster, g uint64, ld *testNode) {
+	t.Helper()
+	c = newRangeCluster(t, 3, seed, 1)
+	c.createRangesTable()
+	g = c.groups[0]
+	c.writeInGroup(g, "p", "r", 1)
+	c.waitDormant(10 * time.Second)
+	return c, g, c.groupLeader(g, time.Second)
+}
+
 // onLoop runs f on the node's loop and waits for it.
 func onLoop(t *testing.T, tn *testNode, f func()) {
 	t.Helper()
@@ -96,12 +109,7 @@ func askDormantVote(t *testing.T, voter *testNode, g, cand uint64, ctx []byte) (
 // may hold a read lease that counts on it. Raft started again has
 // forgotten its leader and would grant it.
 func TestWokenFollowerGuardsItsVote(t *testing.T) {
-	c := newRangeCluster(t, 3, 15, 1)
-	c.createRangesTable()
-	g := c.groups[0]
-	c.writeInGroup(g, "p", "r", 1)
-	c.waitDormant(10 * time.Second)
-	ld := c.groupLeader(g, time.Second)
+	c, g, ld := newDormantGroup(t, 15)
 	var voter, candidate *testNode
 	for _, tn := range c.nodes {
 		switch {
@@ -185,12 +193,7 @@ func TestDormantReplicasWake(t *testing.T) {
 // vote could count in; it refuses any other candidate
 // (TestWokenFollowerGuardsItsVote).
 func TestWokenFollowerVotesForItsLeader(t *testing.T) {
-	c := newRangeCluster(t, 3, 17, 1)
-	c.createRangesTable()
-	g := c.groups[0]
-	c.writeInGroup(g, "p", "r", 1)
-	c.waitDormant(10 * time.Second)
-	ld := c.groupLeader(g, time.Second)
+	c, g, ld := newDormantGroup(t, 17)
 	var voter *testNode
 	for _, tn := range c.nodes {
 		if tn != ld {
@@ -282,12 +285,7 @@ func BenchmarkNodeBackAmongDormantGroups(b *testing.B) {
 // leader to wake (a lease transfer asked with no deadline) ends when the
 // node stops rather than ask the stopped loop forever.
 func TestAwaitWakeEndsWhenTheNodeStops(t *testing.T) {
-	c := newRangeCluster(t, 3, 17, 1)
-	c.createRangesTable()
-	g := c.groups[0]
-	c.writeInGroup(g, "p", "r", 1)
-	c.waitDormant(10 * time.Second)
-	ld := c.groupLeader(g, time.Second)
+	c, g, ld := newDormantGroup(t, 17)
 	r := ld.node.testGroup(g)
 	if !r.dormantLeader.Load() {
 		t.Fatalf("node %d's replica of group %d is no dormant leader: the test proves nothing", ld.id, g)
