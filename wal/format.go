@@ -14,6 +14,7 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 
@@ -256,11 +257,18 @@ func (l layout) checkChunk(block []byte, pos int, blockOff int64) (chunkHeader, 
 	return h, problemNone
 }
 
-func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
+func isZero(b []byte) bool { return zeroRunEnd(b, 0) == len(b) }
+
+// zeroRunEnd returns the index of the first nonzero byte of b at or past
+// i, or len(b). It compares 64 bytes at a time: a block of zeros costs a
+// few hundred comparisons rather than 32 Ki byte loads.
+func zeroRunEnd(b []byte, i int) int {
+	var zeros [64]byte
+	for i+len(zeros) <= len(b) && bytes.Equal(b[i:i+len(zeros)], zeros[:]) {
+		i += len(zeros)
 	}
-	return true
+	for i < len(b) && b[i] == 0 {
+		i++
+	}
+	return i
 }

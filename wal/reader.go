@@ -1,7 +1,6 @@
 package wal
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -360,18 +359,4 @@ func (l layout) scanForSync(block []byte, pos int, blockOff int64, x int64) (syn
 		pos += hs + h.length
 	}
 	return 0, ours
-}
-
-// zeroRunEnd returns the index of the first nonzero byte of b at or past
-// i, or len(b). It compares 64 bytes at a time: a block of zeros costs a
-// few hundred comparisons rather than 32 Ki byte loads.
-func zeroRunEnd(b []byte, i int) int {
-	var zeros [64]byte
-	for i+len(zeros) <= len(b) && bytes.Equal(b[i:i+len(zeros)], zeros[:]) {
-		i += len(zeros)
-	}
-	for i < len(b) && b[i] == 0 {
-		i++
-	}
-	return i
 }
