@@ -79,19 +79,10 @@ func TestClusterSplits(t *testing.T) {
 					t.Fatalf("%s: %s through node %d: %v", when, pk, node+1, err)
 				}
 			}
-			var keys []string
 			top := int32(7)
-			pager := c.client(node, "halves").NewListEntitiesPager(&aztables.ListEntitiesOptions{Top: &top})
-			for pager.More() {
-				page, err := pager.NextPage(ctx)
-				if err != nil {
-					t.Fatalf("%s: a listing through node %d: %v", when, node+1, err)
-				}
-				for _, raw := range page.Entities {
-					var e struct{ PartitionKey, RowKey string }
-					json.Unmarshal(raw, &e)
-					keys = append(keys, e.PartitionKey+"/"+e.RowKey)
-				}
+			keys, err := entityKeys(c.client(node, "halves"), &aztables.ListEntitiesOptions{Top: &top})
+			if err != nil {
+				t.Fatalf("%s: a listing through node %d: %v", when, node+1, err)
 			}
 			if len(keys) != len(acked)+5 || !slices.IsSorted(keys) || len(slices.Compact(slices.Clone(keys))) != len(keys) {
 				t.Fatalf("%s: a listing through node %d read %d entities (want %d, each once, in order): %v", when, node+1, len(keys), len(acked)+5, keys)

@@ -547,9 +547,16 @@ func rollingRestart(t *testing.T, c *procCluster) {
 	// A query through each node (thousands of point reads per node
 	// took most of the test's time).
 	for i := range 5 {
-		found := rowKeys(t, c.client(i, "rolling"))
+		keys, err := entityKeys(c.client(i, "rolling"), &aztables.ListEntitiesOptions{Select: to.Ptr("PartitionKey,RowKey")})
+		if err != nil {
+			t.Fatalf("query through node %d: %v", i+1, err)
+		}
+		found := map[string]bool{}
+		for _, k := range keys {
+			found[k] = true
+		}
 		for _, rk := range acked {
-			if !found[rk] {
+			if !found["p/"+rk] {
 				t.Fatalf("acknowledged %s, not found through node %d (%d entities there)", rk, i+1, len(found))
 			}
 		}
@@ -560,24 +567,23 @@ func rollingRestart(t *testing.T, c *procCluster) {
 	t.Logf("%d writes acknowledged across five restarts", len(acked))
 }
 
-// rowKeys returns the RowKeys of the entities a query of every entity of
-// cl's table finds.
-func rowKeys(t *testing.T, cl *aztables.Client) map[string]bool {
-	t.Helper()
-	found := map[string]bool{}
-	pager := cl.NewListEntitiesPager(&aztables.ListEntitiesOptions{Select: to.Ptr("RowKey")})
+// entityKeys lists the entities a query of cl's table finds with opts,
+// as PartitionKey/RowKey in the order the pages brought them.
+func entityKeys(cl *aztables.Client, opts *aztables.ListEntitiesOptions) ([]string, error) {
+	var keys []string
+	pager := cl.NewListEntitiesPager(opts)
 	for pager.More() {
 		page, err := pager.NextPage(context.Background())
 		if err != nil {
-			t.Fatalf("query: %v", err)
+			return keys, err
 		}
-		for _, e := range page.Entities {
-			var keys struct{ RowKey string }
-			if err := json.Unmarshal(e, &keys); err != nil {
-				t.Fatalf("query: entity %s: %v", e, err)
+		for _, raw := range page.Entities {
+			var e struct{ PartitionKey, RowKey string }
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return keys, fmt.Errorf("entity %s: %w", raw, err)
 			}
-			found[keys.RowKey] = true
+			keys = append(keys, e.PartitionKey+"/"+e.RowKey)
 		}
 	}
-	return found
+	return keys, nil
 }
