@@ -50,10 +50,6 @@ type commitPipeline struct {
 	pubMu   sync.Mutex
 	pubCond sync.Cond
 	pending []pendingBatch // in sequence order
-	// spin is how long an unsynced batch's Wait watches for its batch to
-	// become visible before it sleeps on pubCond (visibleSpin; 0 with a
-	// single P, where the batch it waits for cannot run meanwhile).
-	spin time.Duration
 	// failed is the sticky error of a failed WAL sync: nothing after the
 	// failed batch is ever published.
 	failed error
@@ -223,47 +219,9 @@ func (p *PendingCommit) finish() error {
 		db.stepDone(p.last)
 	}
 	c := &db.commit
-	if !p.sync && db.spinUntilVisible(p.last, c.spin) {
-		return nil
-	}
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	return db.waitVisibleLocked(p.last)
-}
-
-// visibleSpin is how long an unsynced batch's Wait spins on the visible
-// sequence number before it sleeps. Its batch is inserted, but one
-// enqueued before it, by a writer on the other core, is usually still
-// being inserted and is done within microseconds. Sleeping instead costs
-// far more than the wait: the publishing writer wakes the sleeper onto
-// its own P, where it stays until that writer blocks, and writers that
-// only set and get rarely block. With 4 such writers on 2 cores (YCSB-A
-// at N = 1,000,000), 2-3% of sets slept, for 300 us on average, and
-// made the workload's p99 (102-110 us, gets 15-19 us); with the spin it
-// is 16-21 us and throughput is 5-10% higher. Synced batches do not
-// spin: their writers wake together from one WAL sync, and spinning
-// took CPU from that sync's group (fillsync8 lost 10% of its ops/s).
-const visibleSpin = 20 * time.Microsecond
-
-// spinUntilVisible watches the visible sequence number for up to about
-// d and reports whether seq became visible meanwhile.
-func (db *DB) spinUntilVisible(seq base.SeqNum, d time.Duration) bool {
-	var start time.Time
-	for i := 0; ; i++ {
-		if base.SeqNum(db.visibleSeq.Load()) >= seq {
-			return true
-		}
-		// A clock read costs as much as dozens of loads.
-		switch {
-		case i%64 != 0:
-		case d <= 0:
-			return false
-		case start.IsZero():
-			start = time.Now()
-		case time.Since(start) > d:
-			return false
-		}
-	}
 }
 
 // stepDone records that the pending batch ending at last finished a step,

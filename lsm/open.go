@@ -6,7 +6,6 @@ import (
 	"io"
 	iofs "io/fs"
 	"path/filepath"
-	"runtime"
 	"slices"
 
 	"github.com/tabuladb/tabula/internal/base"
@@ -42,9 +41,6 @@ func Open(dir string, opts *Options) (*DB, error) {
 	db.metrics.init()
 	db.cond.L = &db.mu
 	db.commit.pubCond.L = &db.commit.pubMu
-	if runtime.GOMAXPROCS(0) > 1 {
-		db.commit.spin = visibleSpin
-	}
 	if err := mkdirAllDurable(db.fs, dir); err != nil {
 		return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
 	}
