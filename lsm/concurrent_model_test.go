@@ -70,6 +70,10 @@ func runConcurrentModel(t *testing.T, seed uint64) {
 					errs[w] = err
 					return
 				}
+				if v := base.SeqNum(db.visibleSeq.Load()); v < p.last {
+					errs[w] = fmt.Errorf("batch ending at %d committed with %d visible", p.last, v)
+					return
+				}
 				logs[w] = append(logs[w], committed{first: p.last - base.SeqNum(len(ops)) + 1, last: p.last, ops: ops})
 			}
 		})
