@@ -73,9 +73,10 @@ type result struct {
 
 	// Latency of an operation (a batch for batch100) in the measured
 	// phase, in microseconds.
-	P50Micros num `json:"p50_us"`
-	P99Micros num `json:"p99_us"`
-	MaxMicros num `json:"max_us"`
+	P50Micros  num `json:"p50_us"`
+	P99Micros  num `json:"p99_us"`
+	P999Micros num `json:"p999_us,omitempty"`
+	MaxMicros  num `json:"max_us"`
 	// MaxWriteMicros is the longest write of a workload that mixes reads
 	// and writes (ycsba).
 	MaxWriteMicros num `json:"max_write_us,omitempty"`
@@ -226,6 +227,7 @@ func measure(res *result, e Engine, w workload, spec childSpec) error {
 	res.Ops, res.Entries, res.Wrong = ph.Ops, ph.Entries, ph.Wrong
 	micros := func(d time.Duration) num { return num(float64(d) / float64(time.Microsecond)) }
 	res.P50Micros, res.P99Micros, res.MaxMicros = micros(ph.Lat.quantile(0.5)), micros(ph.Lat.quantile(0.99)), micros(ph.Lat.max)
+	res.P999Micros = micros(ph.Lat.quantile(0.999))
 	res.MaxWriteMicros = micros(ph.LongestWrite)
 	res.Seconds = elapsed.Seconds()
 	if res.Seconds > 0 {

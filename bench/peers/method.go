@@ -133,7 +133,10 @@ to keep compaction debt low pays for it in ops/s, one that defers it does not).
 CPU: ycsba runs four closed-loop goroutines on the machine's cores beside the engine's own flushes and
 compactions, and a write there can wait tens of milliseconds runnable with nothing in the engine holding
 it. The write-stall table counts what the engine itself holds writers back for (Tabula's
-` + "`Metrics.Stall`" + `, Pebble's write-stall events; goleveldb reports none).
+` + "`Metrics.Stall`" + `, Pebble's write-stall events; goleveldb reports none). p99.9 sits beside p99 because on two
+cores a change in how writers wait can trade one for the other: a commit path that spun instead of
+sleeping while an earlier writer's batch was published halved ycsba's p99 of sets and more than doubled
+their p99.9.
 
 **Write amplification** = ` + "`write_bytes`" + ` of ` + "`/proc/self/io`" + ` over the measured phase ÷ logical bytes the workload
 wrote (keys + values, 296 bytes per write). Linux charges ` + "`write_bytes`" + ` to the process that *dirties* a page

@@ -92,10 +92,12 @@ type engineSummary struct {
 	SpaceAmpTables num `json:"space_amp_tables"`
 	PeakRSS        num `json:"peak_rss"`
 	// Latency medians over the repeats, in microseconds: an operation's
-	// p50 and p99, and the longest operation (a stall shows there).
-	P50Micros num `json:"p50_us"`
-	P99Micros num `json:"p99_us"`
-	MaxMicros num `json:"max_us"`
+	// p50, p99 and p99.9 (0 in results recorded before it was), and the
+	// longest operation (a stall shows there).
+	P50Micros  num `json:"p50_us"`
+	P99Micros  num `json:"p99_us"`
+	P999Micros num `json:"p999_us,omitempty"`
+	MaxMicros  num `json:"max_us"`
 	// MaxWriteMicros is the median of the longest writes of a workload
 	// that mixes reads and writes (ycsba), 0 for the others.
 	MaxWriteMicros num `json:"max_write_us,omitempty"`
@@ -203,7 +205,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 	for i := range ops {
 		ops[i] = math.NaN()
 	}
-	var wa, wan, sa, saf, sat, rss, p50, p99, longest, longestWrite []float64
+	var wa, wan, sa, saf, sat, rss, p50, p99, p999, longest, longestWrite []float64
 	for _, r := range results {
 		if r.Engine != eng || r.Workload != wl || r.Error != "" || r.Repeat < 1 || r.Repeat > repeats {
 			continue
@@ -217,6 +219,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 		sat = append(sat, float64(r.SpaceAmpTables))
 		rss = append(rss, float64(r.PeakRSS))
 		p50, p99, longest = append(p50, float64(r.P50Micros)), append(p99, float64(r.P99Micros)), append(longest, float64(r.MaxMicros))
+		p999 = append(p999, float64(r.P999Micros))
 		longestWrite = append(longestWrite, float64(r.MaxWriteMicros))
 		if r.Stalls != nil {
 			if es.Stalls == nil {
@@ -234,6 +237,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 	es.SpaceAmpTables = num(median(sat))
 	es.PeakRSS = num(median(rss))
 	es.P50Micros, es.P99Micros, es.MaxMicros = num(median(p50)), num(median(p99)), num(median(longest))
+	es.P999Micros = num(median(p999))
 	es.MaxWriteMicros = num(median(longestWrite))
 	for _, o := range ops {
 		es.PerRepeat = append(es.PerRepeat, num(o))
@@ -365,10 +369,14 @@ func (rep *engineReport) markdown() string {
 			skip: never,
 		},
 		{
-			title: "Latency of one operation, a batch for batch100: p50 / p99 / longest (in brackets: the longest write, where reads and writes mix), medians over the repeats",
+			title: "Latency of one operation, a batch for batch100: p50 / p99 / p99.9 / longest (in brackets: the longest write, where reads and writes mix), medians over the repeats",
 			unit:  " µs",
 			cell: func(e engineSummary) string {
-				s := fmtFloat(float64(e.P50Micros), 1) + " / " + fmtFloat(float64(e.P99Micros), 1) + " / " + fmtFloat(float64(e.MaxMicros), 0)
+				p999 := "–" // a result recorded before p99.9 was
+				if e.P999Micros > 0 {
+					p999 = fmtFloat(float64(e.P999Micros), 1)
+				}
+				s := fmtFloat(float64(e.P50Micros), 1) + " / " + fmtFloat(float64(e.P99Micros), 1) + " / " + p999 + " / " + fmtFloat(float64(e.MaxMicros), 0)
 				if e.MaxWriteMicros > 0 {
 					s += " (" + fmtFloat(float64(e.MaxWriteMicros), 0) + ")"
 				}

@@ -74,6 +74,11 @@ func TestSummarize(t *testing.T) {
 	add("pebble", "fillsync1", 100, 100, 100)
 	add("tabula", "fillsync8", 300, 250, 350)
 	add("pebble", "fillsync8", 400, 400, 400)
+	// Tabula's readrandom has a p99.9 (results recorded before there was
+	// one, as Pebble's here, have none).
+	for i, p999 := range []num{100, 300, 200} {
+		rep.Results[i].P999Micros = p999
+	}
 	// A failed run counts for nothing.
 	rep.Results = append(rep.Results, result{Engine: "tabula", Workload: "readrandom", Repeat: 2, OpsPerSec: 1e9, Error: "boom"})
 	summarize(rep)
@@ -111,7 +116,15 @@ func TestSummarize(t *testing.T) {
 	if got := belowBar(rep); len(got) != 1 || got[0] != "fillsync8" {
 		t.Errorf("belowBar = %v, want [fillsync8]", got)
 	}
+	if got := rr.engine("tabula").P999Micros; got != 200 {
+		t.Errorf("tabula readrandom p99.9 median = %v, want 200", got)
+	}
 	md := rep.markdown()
+	for _, cell := range []string{"0.0 / 0.0 / 200.0 / 0", "0.0 / 0.0 / – / 0"} {
+		if !strings.Contains(md, cell) {
+			t.Errorf("markdown lacks the latency cell %q:\n%s", cell, md)
+		}
+	}
 	for _, bad := range []string{"NaN", "%!"} {
 		if strings.Contains(md, bad) {
 			t.Errorf("markdown contains %q:\n%s", bad, md)
