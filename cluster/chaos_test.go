@@ -17,7 +17,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
 	"github.com/tabuladb/tabula/partition"
@@ -603,8 +602,7 @@ func retryLeader(c *testCluster, f func(*Store) (partition.StoredEntity, error))
 	for range 200 {
 		ld := c.leader(10 * time.Second)
 		e, err := f(ld.node.Store())
-		var se *svcerr.Error
-		if errors.As(err, &se) && se.Code == "ServerBusy" {
+		if isBusy(err) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}

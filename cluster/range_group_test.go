@@ -12,6 +12,13 @@ import (
 	"github.com/tabuladb/tabula/partition"
 )
 
+// isBusy says whether err is 503 ServerBusy: leadership or a lease
+// moving, which the cluster's tests wait out by asking again.
+func isBusy(err error) bool {
+	var se *svcerr.Error
+	return errors.As(err, &se) && se.Code == "ServerBusy"
+}
+
 // groupLeader waits for a ready leader of range group g, or a dormant one
 // (which a request wakes), and returns it.
 func (c *testCluster) groupLeader(g uint64, timeout time.Duration) *testNode {
@@ -77,8 +84,7 @@ func (c *testCluster) inGroup(g uint64, what string, op func(ld *testNode) (part
 	c.t.Helper()
 	for range 200 {
 		e, err := op(c.groupLeader(g, 10*time.Second))
-		var se *svcerr.Error
-		if errors.As(err, &se) && se.Code == "ServerBusy" {
+		if isBusy(err) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}

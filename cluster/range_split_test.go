@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/tabuladb/tabula/cluster/command"
 	"github.com/tabuladb/tabula/cluster/transport"
-	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/partition"
 )
 
@@ -257,12 +255,6 @@ func TestRangeGroupSplits(t *testing.T) {
 			t.Fatalf("%d of the dropped table's range groups are still hosted or logged", left)
 		}
 	}
-}
-
-// isBusy says whether err is 503 ServerBusy.
-func isBusy(err error) bool {
-	var se *svcerr.Error
-	return errors.As(err, &se) && se.Code == "ServerBusy"
 }
 
 // TestSplitChildRetiresAnInheritedMember splits a range group one of

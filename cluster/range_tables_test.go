@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tabuladb/tabula/internal/svcerr"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/vfs"
 )
@@ -26,8 +25,7 @@ func retryAny[T any](c *testCluster, f func(*Store) (T, error)) (T, error) {
 	for range 400 {
 		for _, tn := range c.nodes {
 			v, err := f(tn.node.Store())
-			var se *svcerr.Error
-			if errors.As(err, &se) && se.Code == "ServerBusy" {
+			if isBusy(err) {
 				continue
 			}
 			return v, err
