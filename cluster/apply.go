@@ -270,8 +270,8 @@ func (r *replica) advanceAppliedReplying(index uint64, rp reply) {
 		r.appliedCh = nil
 	}
 	r.appliedMu.Unlock()
-	if rp.id != 0 {
-		r.waiters.done(rp.id, rp.res)
+	if rp.id != 0 && r.waiters.done(rp.id, rp.res) {
+		r.n.gather.answered.Add(1)
 	}
 	if r.waiters.hasOrphans.Load() {
 		r.waiters.settle(index)

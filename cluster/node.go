@@ -86,6 +86,7 @@ type Node struct {
 
 	inbox     chan []transport.Message
 	proposes  chan *proposal
+	gather    *proposalGather // when the loop proposes (gather.go)
 	reads     chan *readWaiter
 	applyCh   chan applyItem
 	ingests   ingestGate    // span snapshot ingests under way (span_install.go)
@@ -238,6 +239,7 @@ func NewNode(cfg Config) (*Node, error) {
 			leases: make(map[uint64]uint64), loads: make(map[uint64]uint64)},
 		inbox:    make(chan []transport.Message, 1024),
 		proposes: make(chan *proposal, 1024),
+		gather:   newProposalGather(),
 		reads:    make(chan *readWaiter, 1024),
 		applyCh:  make(chan applyItem, 64),
 		stopped:  make(chan struct{}),
@@ -423,6 +425,8 @@ func (n *Node) loop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-n.gather.wake():
+			n.gather.fired()
 		case <-ticks:
 			n.sendCommitNotices()
 			n.tickReplicas(n.cfg.Transport.Unreachable())
@@ -467,7 +471,14 @@ func (n *Node) loop(ctx context.Context) error {
 				more = false
 			}
 		}
-		proposals = n.proposeAll(proposals)
+		if len(proposals) > 0 {
+			if d := n.gather.hold(len(proposals), time.Now()); d > 0 {
+				n.gather.arm(d)
+			} else {
+				n.gather.proposed()
+				proposals = n.proposeAll(proposals)
+			}
+		}
 		if len(pendingReads) > 0 {
 			n.requestReads(pendingReads)
 			pendingReads = nil

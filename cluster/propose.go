@@ -70,8 +70,9 @@ func (ws *waiters) add(node uint64) *waiter {
 	return w
 }
 
-// done hands a command's result to its waiter, if it is still waiting.
-func (ws *waiters) done(id uint64, r result) {
+// done hands a command's result to its waiter, if it is still waiting,
+// and says whether it was.
+func (ws *waiters) done(id uint64, r result) bool {
 	ws.mu.Lock()
 	w := ws.m[id]
 	delete(ws.m, id)
@@ -79,6 +80,7 @@ func (ws *waiters) done(id uint64, r result) {
 	if w != nil {
 		w.ch <- r
 	}
+	return w != nil
 }
 
 // waiting says whether w still waits for its result.

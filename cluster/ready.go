@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -126,8 +127,12 @@ func (n *Node) handleReadys(all []*replica) error {
 		sync = sync || rd.MustSync || snap
 	}
 	if write {
+		start := time.Now()
 		if err := w.Commit(sync); err != nil {
 			return fmt.Errorf("cluster: persist raft log: %w", err)
+		}
+		if sync {
+			n.gather.lastWrite = time.Since(start)
 		}
 	}
 	for i, r := range rs {
