@@ -54,7 +54,7 @@ func (f *restFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.results, "results", "", "also write the report to this file, e.g. ../RESULTS-rest.md")
 	fs.IntVar(&f.clusterN, "cluster", 0, "run system \"cluster\", Tabula as this many nodes on this machine, first among the systems (so the ratios are the cluster against the single node), and its failover test")
 	fs.BoolVar(&f.rangeGroups, "range-groups", true, "with -cluster: every table in a raft group of its own (tabula serve's default); false runs the nodes with --range-groups=false (every table's entities in the one system group)")
-	fs.IntVar(&f.kills, "kills", 5, "with -cluster: leader kills in the failover test (0: none)")
+	fs.IntVar(&f.kills, "kills", 5, "with -cluster: kills of the written range's leaseholder in the failover test (0: none)")
 	fs.BoolVar(&f.emulateLimits, "emulate-limits", false, "also run the limits phase: tabula serve --emulate-limits, one hot partition beside scattered ones (-workloads \"\" runs it alone)")
 	fs.Float64Var(&f.partitionRate, "partition-rate", 2000, "with -emulate-limits: the partition limit, entities/s")
 	fs.Float64Var(&f.accountRate, "account-rate", 20000, "with -emulate-limits: the account limit, entities/s")
@@ -368,7 +368,7 @@ func runRESTSuite(args []string, log io.Writer) error {
 		}
 	}
 	if failover {
-		prog.start("failover: kill -9 of the leader under writes")
+		prog.start("failover: kill -9 of the leaseholder under writes")
 		fo := clusterFailover(kinds[clusterSystem], env.run.tmpRoot, f.clusterN, f.kills, f.conns)
 		rep.Failover = &fo
 		prog.finish()
