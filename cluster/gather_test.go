@@ -8,7 +8,7 @@ import (
 
 // TestProposalGatherHold checks when the loop holds proposals back: only
 // while fewer have come than this node's proposers were answered since it
-// last proposed, and for at most a share of the last synced write, capped.
+// last proposed, and for at most the last synced write's duration, capped.
 func TestProposalGatherHold(t *testing.T) {
 	g := newProposalGather()
 	t0 := time.Unix(1000, 0)
