@@ -58,11 +58,7 @@ func TestProposalGatherHold(t *testing.T) {
 // nothing else wakes the loop (every node's raft clock stands still, so
 // no tick or heartbeat does).
 func TestHeldProposalIsProposedWhenTheHoldEnds(t *testing.T) {
-	c := newTablesCluster(t, 3, 41)
-	createVia(c, "held")
-	g := c.tableGroup("held").ID
-	upsertVia(c, "held", "p", "first", 0)
-	ld := c.groupLeader(g, 10*time.Second)
+	c, g, ld := newWrittenTable(t, 41, "held")
 
 	for _, tn := range c.nodes {
 		tn.paused.Store(true)

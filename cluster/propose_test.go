@@ -11,6 +11,17 @@ import (
 	"github.com/tabuladb/tabula/cluster/transport"
 )
 
+// newWrittenTable starts a three-node cluster whose table has a range
+// group, written once, and returns the group and its leader.
+func newWrittenTable(t *testing.T, seed uint64, table string) (*testCluster, uint64, *testNode) {
+	t.Helper()
+	c := newTablesCluster(t, 3, seed)
+	createVia(c, table)
+	g := c.tableGroup(table).ID
+	upsertVia(c, table, "p", "first", 0)
+	return c, g, c.groupLeader(g, 10*time.Second)
+}
+
 // TestQueuedProposalsShareAnAppend queues writes to a range group while
 // its leader's loop is busy, then lets the loop take them: they go to
 // raft as one proposal, so every append to a follower that carries any of
@@ -19,11 +30,7 @@ import (
 // failed 2-6 times in 40 under -race: raft sends a lagging or probed
 // follower the same entries again, with the entry before them.)
 func TestQueuedProposalsShareAnAppend(t *testing.T) {
-	c := newTablesCluster(t, 3, 31)
-	createVia(c, "batched")
-	g := c.tableGroup("batched").ID
-	upsertVia(c, "batched", "p", "first", 0)
-	ld := c.groupLeader(g, 10*time.Second)
+	c, g, ld := newWrittenTable(t, 31, "batched")
 
 	var mu sync.Mutex
 	appends := map[uint64][]int{} // follower -> the queued writes' entries in each append carrying any
