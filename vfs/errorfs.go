@@ -101,6 +101,13 @@ type Fault struct {
 	// Sticky keeps the fault firing on every later matching call; by
 	// default it fires once and disarms, like a transient error.
 	Sticky bool
+	// Following, when set, holds the fault back (its calls neither
+	// count nor fire) until a call of that op on a path containing
+	// FollowingMatch: a directory sync after CURRENT's rename, say, and
+	// not the one of a new WAL segment that a background goroutine may
+	// make before it.
+	Following      Op
+	FollowingMatch string
 }
 
 // ErrorFS wraps a filesystem and injects the faults it is armed with.
@@ -117,8 +124,9 @@ type ErrorFS struct {
 
 type armedFault struct {
 	Fault
-	seen  int
-	fired bool
+	seen     int
+	fired    bool
+	followed bool // the call Following names was made
 }
 
 // NewErrorFS wraps fs; seed drives probabilistic faults.
@@ -152,6 +160,10 @@ func (e *ErrorFS) strike(op Op, name string) *Fault {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, f := range e.faults {
+		if f.Following != 0 && !f.followed {
+			f.followed = op == f.Following && strings.Contains(name, f.FollowingMatch)
+			continue
+		}
 		if f.Op != op || !strings.Contains(name, f.Match) || (f.fired && !f.Sticky) {
 			continue
 		}

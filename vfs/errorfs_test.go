@@ -161,3 +161,38 @@ func TestErrorFSProbabilityIsSeeded(t *testing.T) {
 		t.Fatal("seeds 3 and 4 failed the same calls")
 	}
 }
+
+// TestErrorFSFollowing holds a fault back until the call it follows: the
+// directory syncs before CURRENT's rename neither count nor fail.
+func TestErrorFSFollowing(t *testing.T) {
+	e := NewErrorFS(NewMem(), 1)
+	e.Inject(Fault{Op: OpSyncDir, Following: OpRename, FollowingMatch: "CURRENT"})
+	dir, err := e.OpenDir("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := dir.Sync(); err != nil {
+			t.Fatalf("a directory sync before the rename failed: %v", err)
+		}
+	}
+	f, _ := e.Create("/000001.tmp")
+	f.Close()
+	if err := e.Rename("/000001.tmp", "/000002.log"); err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.Sync(); err != nil {
+		t.Fatalf("a directory sync after another rename failed: %v", err)
+	}
+	f, _ = e.Create("/000003.tmp")
+	f.Close()
+	if err := e.Rename("/000003.tmp", "/CURRENT"); err != nil {
+		t.Fatalf("the rename the fault follows failed: %v", err)
+	}
+	if err := dir.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the directory sync after CURRENT's rename: %v, want EIO", err)
+	}
+	if err := dir.Sync(); err != nil {
+		t.Fatalf("a once-only fault fired again: %v", err)
+	}
+}
