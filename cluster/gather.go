@@ -53,7 +53,8 @@ func newProposalGather() *proposalGather {
 }
 
 // hold returns how much longer the loop should hold queued proposals
-// back, 0 if it should propose them now.
+// back, 0 (or less) if it should propose them now. The first call that
+// holds starts the hold's clock; proposed stops it.
 func (g *proposalGather) hold(queued int, now time.Time) time.Duration {
 	expected := g.answered.Load() - g.answeredAtPropose
 	if int64(queued) >= expected {
