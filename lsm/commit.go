@@ -134,6 +134,7 @@ func (db *DB) Enqueue(b *Batch, wo *WriteOptions) (PendingCommit, error) {
 	c := &db.commit
 
 	db.slowWrite(b)
+	db.paceWrite(b)
 	c.mu.Lock()
 	mem, err := db.makeRoomForWrite(b)
 	if err != nil {
@@ -322,6 +323,7 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 			// own size, on the same WAL segment.
 			size := max(db.mem.size, int64(b.memSize)+int64(b.memSize)/8+4096)
 			db.mem.mutable = db.newMemTable(size, mem.logNum)
+			db.pace.Store(db.newPaceLocked())
 			db.updateReadState()
 			db.mu.Unlock()
 			mem.unref()
@@ -331,20 +333,20 @@ func (db *DB) makeRoomForWrite(b *Batch) (*memTable, error) {
 		for db.memTableStallLocked() || db.l0StallLocked() {
 			if stallStart.IsZero() {
 				stallStart = time.Now()
-				db.metrics.stallCount.Add(1)
+				db.metrics.stall.count.Add(1)
 				// The queue may be too small for the flush loop to take
 				// up on its own (flushCountLocked).
 				signal(db.flushSignal)
 			}
 			db.cond.Wait()
 			if err := db.writeErrLocked(); err != nil {
-				db.metrics.recordStall(stallStart)
+				db.metrics.stall.done(stallStart)
 				db.mu.Unlock()
 				return nil, err
 			}
 		}
 		if !stallStart.IsZero() {
-			db.metrics.recordStall(stallStart)
+			db.metrics.stall.done(stallStart)
 		}
 		newLogNum := db.versions.newFileNum()
 		db.mu.Unlock()
@@ -437,6 +439,7 @@ func (db *DB) rotateMemTable(newLogNum uint64) error {
 	db.mem.queue = append(db.mem.queue, old)
 	db.mem.size = nextSize
 	db.mem.mutable = db.newMemTable(db.mem.size, newLogNum)
+	db.pace.Store(db.newPaceLocked())
 	db.log.num, db.log.file, db.log.writer, db.log.previousClosed = newLogNum, f, w, previousClosed
 	db.updateReadState()
 	signal(db.flushSignal)

@@ -88,6 +88,12 @@ type DB struct {
 	metrics dbMetrics
 	// slowdown paces writes while L0 is large (slowdown.go).
 	slowdown pacer
+	// pace, if set, ties the mutable memtable's fill to the flush ahead
+	// of it (pace.go). Replaced with the mutable memtable.
+	pace atomic.Pointer[writePace]
+	// flushTail is the share of the last flush's time spent finishing its
+	// table, after reading its memtables (float64 bits; pace.go).
+	flushTail atomic.Uint64
 	// walBlocks are the in-memory blocks of the WAL segments' writers,
 	// shared by a segment and the next (wal.WriterOptions.Blocks).
 	walBlocks *wal.BlockPool
@@ -127,6 +133,15 @@ type memTable struct {
 	// never falls below what the arena holds, so a batch given room always
 	// fits, however many are inserted at once.
 	reserved atomic.Int64
+	// entries counts the entries inserted, and flushed those its flush
+	// has read back (progressIter), math.MaxInt64 once the flush is
+	// installed: how far the flush is, for the pace of the memtable after
+	// it (pace.go).
+	entries, flushed atomic.Int64
+	// flushStart and readEnd are when its flush began and ended reading
+	// it (Unix nanoseconds, 0 before): the pace times the flush's rest
+	// (flushedShare).
+	flushStart, readEnd atomic.Int64
 	// hint is the Inserter of the last batch inserted alone: the next
 	// batch takes it if no other insert holds it, so that a sequential
 	// load keeps skipping the skiplist search from batch to batch.
@@ -180,6 +195,7 @@ func (m *memTable) insert(b *Batch) error {
 		used += n
 	}
 	m.reserved.Add(int64(used - b.memSize))
+	m.entries.Add(int64(b.count))
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -121,7 +122,8 @@ func (db *DB) flushOne() bool {
 
 	iters := make([]base.InternalIterator, n)
 	for i, m := range mems {
-		iters[i] = m.NewIter(nil, nil)
+		m.flushStart.Store(start.UnixNano())
+		iters[i] = &progressIter{InternalIterator: m.NewIter(nil, nil), m: m}
 	}
 	iter := iters[0]
 	if n > 1 {
@@ -207,6 +209,10 @@ func (db *DB) installFlush(mems []*memTable, metas []*fileMetadata, err error, s
 		return false
 	}
 	db.mem.queue = db.mem.queue[n:]
+	db.recordFlushTail(mems, start)
+	for _, m := range mems {
+		m.flushed.Store(math.MaxInt64)
+	}
 	db.updateReadState()
 	db.metrics.flushCount.Add(1)
 	db.metrics.flushNanos.Add(int64(time.Since(start)))

@@ -47,6 +47,7 @@ func TestManifestSyncLeavesTheDBMutexFree(t *testing.T) {
 		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
 			gate := vfs.NewSyncGate(vfs.NewMem(), "MANIFEST-", 0)
 			opts := smallOptions()
+			opts.MemTableStopWritesThreshold = 2 // the rotation must find room with the flush held
 			opts.FS = gate
 			opts.DisableBackgroundCompactions = true
 			db := openTestDB(t, "/db", opts)
@@ -136,6 +137,7 @@ func (g *removeGate) Remove(name string) error {
 func TestManifestSwitchLeavesTheDBMutexFree(t *testing.T) {
 	gate := &removeGate{FS: vfs.NewMem(), pattern: "MANIFEST-", entered: make(chan struct{}, 1), release: make(chan struct{})}
 	opts := smallOptions()
+	opts.MemTableStopWritesThreshold = 2 // the rotation must find room with the flush held
 	opts.FS = gate
 	opts.DisableBackgroundCompactions = true
 	db := openTestDB(t, "/db", opts) // new: no manifest to retire

@@ -16,6 +16,7 @@ func TestMemTablesGrow(t *testing.T) {
 	opts := smallOptions()
 	opts.MemTableSize = 1 << 20
 	opts.InitialMemTableSize = 64 << 10
+	opts.MemTableStopWritesThreshold = 2
 	db := openTestDB(t, t.TempDir(), opts)
 	defer db.Close()
 	capacity := func() int {

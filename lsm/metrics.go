@@ -66,6 +66,14 @@ type Metrics struct {
 		Duration time.Duration
 		Longest  time.Duration
 	}
+	// Pace counts the writes held back so that the mutable memtable
+	// would not fill ahead of the flush before it (pace.go), and the
+	// time they waited in total, and the longest single wait.
+	Pace struct {
+		Count    int64
+		Duration time.Duration
+		Longest  time.Duration
+	}
 	// Slowdown counts the writes slowed because L0 reached
 	// L0SlowdownWritesThreshold, and the time they waited in total.
 	Slowdown struct {
@@ -112,6 +120,7 @@ func (m *Metrics) String() string {
 	fmt.Fprintf(&b, "table cache: %d hits, %d misses, %d open\n", m.TableCache.Hits, m.TableCache.Misses, m.TableCache.Open)
 	fmt.Fprintf(&b, "stalls: %d, %s (longest %s)\n", m.Stall.Count, m.Stall.Duration, m.Stall.Longest)
 	fmt.Fprintf(&b, "slowed writes: %d, %s\n", m.Slowdown.Count, m.Slowdown.Duration)
+	fmt.Fprintf(&b, "paced writes: %d, %s (longest %s)\n", m.Pace.Count, m.Pace.Duration, m.Pace.Longest)
 	return b.String()
 }
 
@@ -128,22 +137,26 @@ type dbMetrics struct {
 	compactionWritten atomic.Int64
 	compactionNanos   atomic.Int64
 	levelWritten      [NumLevels]atomic.Int64
-	stallCount        atomic.Int64
-	stallNanos        atomic.Int64
-	stallLongest      atomic.Int64
+	stall, pace       waitStats
 	slowdownCount     atomic.Int64
 	slowdownNanos     atomic.Int64
 	walSyncs          *histogram // nanoseconds per WAL fsync
 	walGroups         *histogram // synced writes per WAL fsync
 }
 
-// recordStall counts a write's stall that began at start and is over.
-func (m *dbMetrics) recordStall(start time.Time) {
+// waitStats counts the waits of one kind of writers' wait: how many
+// began, their time in all once over, and the longest.
+type waitStats struct {
+	count, nanos, longest atomic.Int64
+}
+
+// done records the end of a wait that began at start (and was counted).
+func (w *waitStats) done(start time.Time) {
 	d := int64(time.Since(start))
-	m.stallNanos.Add(d)
+	w.nanos.Add(d)
 	for {
-		longest := m.stallLongest.Load()
-		if d <= longest || m.stallLongest.CompareAndSwap(longest, d) {
+		longest := w.longest.Load()
+		if d <= longest || w.longest.CompareAndSwap(longest, d) {
 			return
 		}
 	}
@@ -229,9 +242,12 @@ func (db *DB) Metrics() Metrics {
 	m.TableCache.Hits = db.tableCache.hits.Load()
 	m.TableCache.Misses = db.tableCache.misses.Load()
 	m.TableCache.Open = db.tableCache.openCount()
-	m.Stall.Count = db.metrics.stallCount.Load()
-	m.Stall.Duration = time.Duration(db.metrics.stallNanos.Load())
-	m.Stall.Longest = time.Duration(db.metrics.stallLongest.Load())
+	m.Stall.Count = db.metrics.stall.count.Load()
+	m.Stall.Duration = time.Duration(db.metrics.stall.nanos.Load())
+	m.Stall.Longest = time.Duration(db.metrics.stall.longest.Load())
+	m.Pace.Count = db.metrics.pace.count.Load()
+	m.Pace.Duration = time.Duration(db.metrics.pace.nanos.Load())
+	m.Pace.Longest = time.Duration(db.metrics.pace.longest.Load())
 	m.Slowdown.Count = db.metrics.slowdownCount.Load()
 	m.Slowdown.Duration = time.Duration(db.metrics.slowdownNanos.Load())
 	m.VisibleSeqNum = db.visibleSeq.Load()

@@ -44,7 +44,11 @@ type Options struct {
 	// MemTableStopWritesThreshold is how many full memtables' worth of
 	// memtables (MemTableSize bytes each) may wait for their flush before
 	// writes stall: several small memtables of a young DB count as the
-	// full one they add up to. Default 2.
+	// full one they add up to. Default 1: the mutable memtable and one
+	// flushing, the two arenas Pebble's default of 2 allows (its count
+	// takes in the mutable one). Writes that would fill the mutable
+	// memtable before the flush ahead of it is done are paced to the
+	// flush rather than stalled at the end (pace.go).
 	MemTableStopWritesThreshold int
 	// CacheSize is the capacity of the block cache shared by all sstables.
 	// Default 32 MiB; negative disables it.
@@ -121,7 +125,7 @@ func (o *Options) withDefaults() Options {
 	if r.InitialMemTableSize < 0 || r.InitialMemTableSize > r.MemTableSize {
 		r.InitialMemTableSize = r.MemTableSize
 	}
-	setDefault(&r.MemTableStopWritesThreshold, 2)
+	setDefault(&r.MemTableStopWritesThreshold, 1)
 	setDefault(&r.RecycledWALSegments, 2)
 	setDefault(&r.CacheSize, 32<<20)
 	setDefault(&r.BloomBitsPerKey, 10)

@@ -1,6 +1,8 @@
 package lsm
 
 import (
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,42 +47,93 @@ func TestNoL0StallWithoutBackgroundCompactions(t *testing.T) {
 	}
 }
 
-// TestCloseWakesStalledWriter: a writer stalled waiting for room holds the
-// commit lock Close needs; Close must fail it rather than wait for a flush.
-func TestCloseWakesStalledWriter(t *testing.T) {
-	opts := smallOptions()
-	opts.FS = vfs.NewMem()
-	db, err := Open("/db", opts)
-	if err != nil {
-		t.Fatal(err)
+// syncGatedFS holds every sstable's Sync until the gate opens: a flush
+// reads its memtables through, then waits to finish its table.
+type syncGatedFS struct {
+	vfs.FS
+	gate chan struct{}
+}
+
+type syncGatedFile struct {
+	vfs.File
+	gate chan struct{}
+}
+
+func (g *syncGatedFS) Create(name string) (vfs.File, error) {
+	f, err := g.FS.Create(name)
+	if err != nil || !strings.HasSuffix(name, ".sst") {
+		return f, err
 	}
-	// No memtable may wait for flush: the first rotation stalls for good.
-	db.mu.Lock()
-	db.opts.MemTableStopWritesThreshold = 0
-	db.mu.Unlock()
-	writeErr := make(chan error, 1)
-	go func() {
-		for i := 0; ; i++ {
-			if err := db.Set(faultKey(i), faultValue(i), &WriteOptions{}); err != nil {
-				writeErr <- err
-				return
+	return &syncGatedFile{File: f, gate: g.gate}, nil
+}
+
+func (f *syncGatedFile) Sync() error {
+	<-f.gate
+	return f.File.Sync()
+}
+
+// TestCloseWakesHeldWriter: a writer held back for a flush that cannot
+// finish, stalled at a rotation (holding the commit lock Close needs) or
+// paced before it, must be failed by Close rather than wait for the
+// flush. Flushes that cannot start hold the writer at the pace (the
+// memtable after the flushing one takes nothing until the flush reads
+// its memtable); flushes that read their memtables but cannot finish
+// their tables let it fill and stall at the rotation.
+func TestCloseWakesHeldWriter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fs   func(gate chan struct{}) vfs.FS
+		held func(Metrics) bool
+	}{
+		{"paced", func(gate chan struct{}) vfs.FS { return &gatedFS{FS: vfs.NewMem(), gate: gate} },
+			func(m Metrics) bool { return m.Pace.Count > 0 }},
+		{"stalled", func(gate chan struct{}) vfs.FS { return &syncGatedFS{FS: vfs.NewMem(), gate: gate} },
+			func(m Metrics) bool { return m.Stall.Count > 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := make(chan struct{})
+			var release sync.Once
+			open := func() { release.Do(func() { close(gate) }) }
+			defer open()
+			opts := smallOptions()
+			opts.FS = tc.fs(gate)
+			db, err := Open("/db", opts)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}()
-	for db.Metrics().Stall.Count == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- db.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close hung behind a stalled writer")
-	}
-	if err := <-writeErr; err != ErrClosed {
-		t.Fatalf("the stalled write returned %v, want ErrClosed", err)
+			writeErr := make(chan error, 1)
+			go func() {
+				for i := 0; ; i++ {
+					if err := db.Set(faultKey(i), faultValue(i), &WriteOptions{}); err != nil {
+						writeErr <- err
+						return
+					}
+				}
+			}()
+			for deadline := time.Now().Add(10 * time.Second); !tc.held(db.Metrics()); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the writer was never held: %+v, %+v", db.Metrics().Pace, db.Metrics().Stall)
+				}
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- db.Close() }()
+			select {
+			case err := <-writeErr:
+				if err != ErrClosed {
+					t.Fatalf("the held write returned %v, want ErrClosed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close left the held writer waiting for the flush")
+			}
+			open() // the flush under way, which Close waits for, may end
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close hung")
+			}
+		})
 	}
 }

@@ -24,6 +24,7 @@ type engineCollector struct {
 	flushes, flushBytes, flushSeconds                          *prometheus.Desc
 	stalls, stallSeconds                                       *prometheus.Desc
 	slowdowns, slowdownSeconds                                 *prometheus.Desc
+	paced, pacedSeconds                                        *prometheus.Desc
 	blockCacheHits, blockCacheMisses, blockCacheBytes          *prometheus.Desc
 	blockCacheMapped                                           *prometheus.Desc
 	tableCacheHits, tableCacheMisses, tableCacheOpen           *prometheus.Desc
@@ -57,6 +58,8 @@ func newEngineCollector(store func() *partition.Store) *engineCollector {
 		stallSeconds:       d("write_stall_seconds_total", "Time writes spent stalled."),
 		slowdowns:          d("write_slowdowns_total", "Writes paced while L0 held L0SlowdownWritesThreshold tables or more."),
 		slowdownSeconds:    d("write_slowdown_seconds_total", "Time writes spent paced."),
+		paced:              d("write_memtable_paced_total", "Writes held back so that the mutable memtable does not fill ahead of the flush before it."),
+		pacedSeconds:       d("write_memtable_paced_seconds_total", "Time writes spent held back to the flush's pace."),
 		blockCacheHits:     d("block_cache_hits_total", "Block cache hits."),
 		blockCacheMisses:   d("block_cache_misses_total", "Block cache misses (blocks read from disk)."),
 		blockCacheBytes:    d("block_cache_bytes", "Bytes held in the block cache."),
@@ -79,7 +82,7 @@ func (c *engineCollector) descs() []*prometheus.Desc {
 		c.memtableBytes, c.memtablesImmutable, c.levelFiles, c.levelBytes, c.levelScore,
 		c.compactionDebt, c.compactionsRunning, c.compactions, c.trivialMoves, c.compactionRead,
 		c.compactionWrite, c.compactionSeconds, c.flushes, c.flushBytes, c.flushSeconds,
-		c.stalls, c.stallSeconds, c.slowdowns, c.slowdownSeconds, c.blockCacheHits, c.blockCacheMisses, c.blockCacheBytes, c.blockCacheMapped,
+		c.stalls, c.stallSeconds, c.slowdowns, c.slowdownSeconds, c.paced, c.pacedSeconds, c.blockCacheHits, c.blockCacheMisses, c.blockCacheBytes, c.blockCacheMapped,
 		c.tableCacheHits, c.tableCacheMisses, c.tableCacheOpen, c.walFiles, c.walBytes,
 		c.walWritten, c.walSyncSeconds, c.walGroupSize, c.snapshots, c.visibleSeq,
 	}
@@ -125,6 +128,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.stallSeconds, m.Stall.Duration.Seconds())
 	counter(c.slowdowns, float64(m.Slowdown.Count))
 	counter(c.slowdownSeconds, m.Slowdown.Duration.Seconds())
+	counter(c.paced, float64(m.Pace.Count))
+	counter(c.pacedSeconds, m.Pace.Duration.Seconds())
 	counter(c.blockCacheHits, float64(m.BlockCache.Hits))
 	counter(c.blockCacheMisses, float64(m.BlockCache.Misses))
 	gauge(c.blockCacheBytes, float64(m.BlockCache.Size))

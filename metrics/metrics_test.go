@@ -135,6 +135,7 @@ func TestEveryMetricIsServed(t *testing.T) {
 		"tabula_lsm_flush_written_bytes_total": "COUNTER", "tabula_lsm_flush_seconds_total": "COUNTER",
 		"tabula_lsm_write_stalls_total": "COUNTER", "tabula_lsm_write_stall_seconds_total": "COUNTER",
 		"tabula_lsm_write_slowdowns_total": "COUNTER", "tabula_lsm_write_slowdown_seconds_total": "COUNTER",
+		"tabula_lsm_write_memtable_paced_total": "COUNTER", "tabula_lsm_write_memtable_paced_seconds_total": "COUNTER",
 		"tabula_lsm_block_cache_hits_total": "COUNTER", "tabula_lsm_block_cache_misses_total": "COUNTER",
 		"tabula_lsm_block_cache_bytes": "GAUGE", "tabula_lsm_block_cache_mapped_bytes": "GAUGE", "tabula_lsm_table_cache_hits_total": "COUNTER",
 		"tabula_lsm_table_cache_misses_total": "COUNTER", "tabula_lsm_table_cache_open": "GAUGE",

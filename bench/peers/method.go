@@ -43,6 +43,7 @@ func (rep *engineReport) configDoc(heading string) string {
 		{"compression", "**S2** (Tabula's default)", "Snappy (default)", "Snappy (default)"},
 		{"L1 / Lbase target", mib(c.LBaseMaxBytes) + ", ×10 per level", mib(c.LBaseMaxBytes) + " (`LBaseMaxBytes`), ×10, dynamic base level", mib(c.LBaseMaxBytes) + " (`CompactionTotalSize`), ×10"},
 		{"table file size", mib(c.TargetFileSize) + " (`TargetFileSize`)", "default: 2 MiB in L0, doubling per level below Lbase", mib(c.TargetFileSize) + " (`CompactionTableSize`)"},
+		{"memtables before writes wait", "2: the mutable one and one flushing (`MemTableStopWritesThreshold` 1, default), writes paced to the flush past that", "2 (`MemTableStopWritesThreshold` 2, default: it counts the mutable one)", "2: the mutable one and one flushing (its design)"},
 		{"L0 compaction / stop", "4 / 12 files (defaults)", "4 / 12 sublevels (defaults)", "4 / pause at 12 files, slowdown at 8 (defaults)"},
 		{"compaction concurrency", "1 (its design)", "1 (default `CompactionConcurrencyRange`)", "1 table compaction (its design)"},
 		{"format", "its only format", "`FormatNewest` (columnar blocks)", "LevelDB table format"},
@@ -133,7 +134,9 @@ to keep compaction debt low pays for it in ops/s, one that defers it does not).
 CPU: ycsba runs four closed-loop goroutines on the machine's cores beside the engine's own flushes and
 compactions, and a write there can wait tens of milliseconds runnable with nothing in the engine holding
 it. The write-stall table counts what the engine itself holds writers back for (Tabula's
-` + "`Metrics.Stall`" + `, Pebble's write-stall events; goleveldb reports none). p99.9 sits beside p99 because on two
+` + "`Metrics.Stall`" + `, Pebble's write-stall events; goleveldb reports none). Tabula's paced writes
+(its L0 slowdown, and its memtable pace once a memtable's rotation would stall: a millisecond now and
+then) are not stalls there: the latency table has them. p99.9 sits beside p99 because on two
 cores a change in how writers wait can trade one for the other: a commit path that spun instead of
 sleeping while an earlier writer's batch was published halved ycsba's p99 of sets and more than doubled
 their p99.9.
