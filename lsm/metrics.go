@@ -67,8 +67,8 @@ type Metrics struct {
 		Longest  time.Duration
 	}
 	// Pace counts the writes held back so that the mutable memtable
-	// would not fill ahead of the flush before it (pace.go), and the
-	// time they waited in total, and the longest single wait.
+	// would not fill ahead of the flush before it (pace.go), the time
+	// they waited in total, and the longest single wait.
 	Pace struct {
 		Count    int64
 		Duration time.Duration
