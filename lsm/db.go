@@ -112,9 +112,12 @@ type DB struct {
 type memTable struct {
 	*memtable.MemTable
 	logNum uint64
-	// lastSeq is the last sequence number assigned when the memtable was
-	// rotated out; its flush waits until that is visible.
-	lastSeq base.SeqNum
+	// firstSeq is the sequence number the memtable's first entry gets
+	// (the next one when it became the mutable memtable), and lastSeq the
+	// last one assigned when it was rotated out; its flush waits until
+	// that is visible. A batch's entries take consecutive numbers, so a
+	// rotated memtable holds lastSeq-firstSeq+1 entries.
+	firstSeq, lastSeq base.SeqNum
 	// logClosed, set when the rotation that queued the memtable also
 	// started a new WAL segment, waits until the memtable's segment is
 	// closed and returns the close's error: its file is reused only then
@@ -133,11 +136,10 @@ type memTable struct {
 	// never falls below what the arena holds, so a batch given room always
 	// fits, however many are inserted at once.
 	reserved atomic.Int64
-	// entries counts the entries inserted, and flushed those its flush
-	// has read back (progressIter), math.MaxInt64 once the flush is
-	// installed: how far the flush is, for the pace of the memtable after
-	// it (pace.go).
-	entries, flushed atomic.Int64
+	// flushed counts the entries its flush has read back (progressIter),
+	// math.MaxInt64 once the flush is installed: how far the flush is,
+	// for the pace of the memtable after it (pace.go).
+	flushed atomic.Int64
 	// flushStart and readEnd are when its flush began and ended reading
 	// it (Unix nanoseconds, 0 before): the pace times the flush's rest
 	// (flushedShare).
@@ -195,7 +197,6 @@ func (m *memTable) insert(b *Batch) error {
 		used += n
 	}
 	m.reserved.Add(int64(used - b.memSize))
-	m.entries.Add(int64(b.count))
 	return nil
 }
 
@@ -204,9 +205,12 @@ func (m *memTable) insert(b *Batch) error {
 // mapping costs no zeroing under the commit lock (the kernel zeroes pages
 // as entries first touch them), and the arenas, up to a few times
 // MemTableSize, do not inflate the heap the garbage collector paces itself
-// by. The last unref releases it.
+// by. The last unref releases it. Called with commit.mu held (or while
+// Open has the DB to itself), so that no batch takes a sequence number
+// meanwhile.
 func (db *DB) newMemTable(size int64, logNum uint64) *memTable {
 	m := &memTable{MemTable: memtable.NewOffHeap(int(size)), logNum: logNum, db: db}
+	m.firstSeq = base.SeqNum(db.commit.logSeq.Load()) + 1
 	m.refs.Store(1)
 	return m
 }

@@ -209,10 +209,11 @@ func (db *DB) installFlush(mems []*memTable, metas []*fileMetadata, err error, s
 		return false
 	}
 	db.mem.queue = db.mem.queue[n:]
-	db.recordFlushTail(mems, start)
+	db.recordFlushTail(mems, start, time.Now())
 	for _, m := range mems {
 		m.flushed.Store(math.MaxInt64)
 	}
+	db.dropDrainedPaceLocked()
 	db.updateReadState()
 	db.metrics.flushCount.Add(1)
 	db.metrics.flushNanos.Add(int64(time.Since(start)))

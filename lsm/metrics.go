@@ -138,8 +138,7 @@ type dbMetrics struct {
 	compactionNanos   atomic.Int64
 	levelWritten      [NumLevels]atomic.Int64
 	stall, pace       waitStats
-	slowdownCount     atomic.Int64
-	slowdownNanos     atomic.Int64
+	slowdown          waitStats
 	walSyncs          *histogram // nanoseconds per WAL fsync
 	walGroups         *histogram // synced writes per WAL fsync
 }
@@ -248,8 +247,8 @@ func (db *DB) Metrics() Metrics {
 	m.Pace.Count = db.metrics.pace.count.Load()
 	m.Pace.Duration = time.Duration(db.metrics.pace.nanos.Load())
 	m.Pace.Longest = time.Duration(db.metrics.pace.longest.Load())
-	m.Slowdown.Count = db.metrics.slowdownCount.Load()
-	m.Slowdown.Duration = time.Duration(db.metrics.slowdownNanos.Load())
+	m.Slowdown.Count = db.metrics.slowdown.count.Load()
+	m.Slowdown.Duration = time.Duration(db.metrics.slowdown.nanos.Load())
 	m.VisibleSeqNum = db.visibleSeq.Load()
 	return m
 }

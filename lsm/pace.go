@@ -23,7 +23,8 @@ import (
 // the longest stall of a fill went from 300-500 ms with one memtable
 // flushing and no pace to 31-59 ms with the pace.
 //
-// The flush's reading is counted in entries, not bytes: the flush reads
+// The flush's reading is counted in entries (a rotated memtable's count
+// follows from its sequence numbers), not bytes: the flush reads
 // each memtable back in key order, not in the order its arena filled, and
 // the entries read are what it knows. With entries of unequal sizes the
 // pace is approximate; the bound is not, since the rotation still stalls
@@ -69,6 +70,15 @@ func (p *writePace) room() int64 {
 		return capacity
 	}
 	return int64(float64(capacity) * drained / float64(p.need))
+}
+
+// dropDrainedPaceLocked drops the mutable memtable's pace once the flush
+// it follows has drained what it must, so that writes stop computing it.
+// Called with db.mu held, as a flush is installed.
+func (db *DB) dropDrainedPaceLocked() {
+	if p := db.pace.Load(); p != nil && p.room() == int64(p.mem.Capacity()) {
+		db.pace.CompareAndSwap(p, nil)
+	}
 }
 
 // holds reports whether a write of memSize bytes must wait for the flush.
@@ -121,13 +131,16 @@ func (m *memTable) flushedShare() float64 {
 		return 1
 	}
 	tail := math.Float64frombits(m.db.flushTail.Load())
-	entries := m.entries.Load()
-	if entries > 0 && flushed < entries {
-		return float64(flushed) / float64(entries) * (1 - tail)
-	}
 	readEnd := m.readEnd.Load()
-	if readEnd == 0 || tail == 0 {
-		return 1 - tail
+	if readEnd == 0 {
+		read := 1.0
+		if entries := int64(m.lastSeq) - int64(m.firstSeq) + 1; entries > 0 {
+			read = min(1, float64(flushed)/float64(entries))
+		}
+		return read * (1 - tail)
+	}
+	if tail == 0 {
+		return 1
 	}
 	expected := float64(readEnd-m.flushStart.Load()) * tail / (1 - tail)
 	finishing := float64(time.Now().UnixNano() - readEnd)
@@ -139,18 +152,18 @@ func (m *memTable) flushedShare() float64 {
 // must not make the next paces all but wait for the end.
 const maxFlushTail = 0.5
 
-// recordFlushTail notes the share of a flush of mems, begun at start,
-// spent after its reading: the next flushes' pace expects the same.
-func (db *DB) recordFlushTail(mems []*memTable, start time.Time) {
-	now := time.Now().UnixNano()
+// recordFlushTail notes the share of a flush of mems, begun at start and
+// installed at end, spent after its reading: the next flushes' pace
+// expects the same.
+func (db *DB) recordFlushTail(mems []*memTable, start, end time.Time) {
 	var readEnd int64
 	for _, m := range mems {
 		readEnd = max(readEnd, m.readEnd.Load())
 	}
-	if readEnd == 0 || now <= start.UnixNano() {
+	if readEnd == 0 || !end.After(start) {
 		return
 	}
-	tail := float64(now-readEnd) / float64(now-start.UnixNano())
+	tail := float64(end.UnixNano()-readEnd) / float64(end.Sub(start))
 	db.flushTail.Store(math.Float64bits(min(max(tail, 0), maxFlushTail)))
 }
 

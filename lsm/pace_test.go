@@ -53,7 +53,7 @@ func TestWritePaceFollowsTheFlush(t *testing.T) {
 	}
 
 	capacity := int64(mem.Capacity())
-	ahead.entries.Store(1000)
+	ahead.firstSeq, ahead.lastSeq = 1, 1000 // rotated holding 1,000 entries
 	if room := full.room(); room != 0 || !full.holds(1) {
 		t.Fatalf("nothing flushed: room %d, holds a 1-byte write: %v; want 0 and true", room, full.holds(1))
 	}
@@ -108,13 +108,13 @@ func TestWritePaceCountsTheFlushTail(t *testing.T) {
 	last := db.newMemTable(1<<20, 0)
 	defer last.unref()
 	last.readEnd.Store(now.Add(-20 * time.Millisecond).UnixNano())
-	db.recordFlushTail([]*memTable{last}, now.Add(-100*time.Millisecond))
+	db.recordFlushTail([]*memTable{last}, now.Add(-100*time.Millisecond), now)
 	if tail := math.Float64frombits(db.flushTail.Load()); tail < 0.19 || tail > 0.25 {
 		t.Fatalf("a flush that read for 80 ms and finished in 20: tail %.3f, want about 0.2", tail)
 	}
 	db.flushTail.Store(math.Float64bits(0.2))
 
-	ahead.entries.Store(1000)
+	ahead.firstSeq, ahead.lastSeq = 1, 1000
 	ahead.flushed.Store(500)
 	within("half read", 0.4)
 	// Read through a moment ago, after an hour of reading: the finishing
@@ -130,9 +130,56 @@ func TestWritePaceCountsTheFlushTail(t *testing.T) {
 
 	// A flush that read nothing before it finished (held up) sets the
 	// tail no higher than maxFlushTail.
-	last.readEnd.Store(now.UnixNano())
-	db.recordFlushTail([]*memTable{last}, now)
+	last.readEnd.Store(now.Add(-time.Millisecond).UnixNano())
+	db.recordFlushTail([]*memTable{last}, now.Add(-time.Millisecond), now)
 	if tail := math.Float64frombits(db.flushTail.Load()); tail != maxFlushTail {
 		t.Fatalf("a flush that finished for all its time: tail %.3f, want %v", tail, maxFlushTail)
+	}
+}
+
+// TestRotatedMemTableCountsItsEntries: the pace reads a queued memtable's
+// entry count off its sequence numbers, so a memtable must start at the
+// sequence number after the last one the memtable before it holds.
+func TestRotatedMemTableCountsItsEntries(t *testing.T) {
+	fs := &gatedFS{FS: vfs.NewMem(), gate: make(chan struct{})}
+	opts := smallOptions()
+	opts.FS = fs
+	// Room for two memtables waiting: the pace must not hold the writes
+	// to the second while the first's flush is held.
+	opts.MemTableStopWritesThreshold = 2
+	db := openTestDB(t, "/db", opts)
+	defer db.Close()
+	defer close(fs.gate)
+	flushed := make(chan error, 2)
+	for i, entries := range []int{7, 5} {
+		b := db.NewBatch()
+		for k := range entries - 1 {
+			b.Set(faultKey(100*i+k), faultValue(k))
+		}
+		if err := db.Apply(b, &WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Set(faultKey(100*i+99), faultValue(0), &WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		go func() { flushed <- db.Flush() }() // rotates, then waits for the held flush
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			db.mu.Lock()
+			queued := len(db.mem.queue)
+			db.mu.Unlock()
+			if queued == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("memtable %d never rotated", i)
+			}
+		}
+		db.mu.Lock()
+		m := db.mem.queue[i]
+		got := int64(m.lastSeq) - int64(m.firstSeq) + 1
+		db.mu.Unlock()
+		if got != int64(entries) {
+			t.Fatalf("memtable %d: sequence numbers %d to %d, %d entries; want %d", i, m.firstSeq, m.lastSeq, got, entries)
+		}
 	}
 }

@@ -64,12 +64,12 @@ func (db *DB) slowWrite(b *Batch) {
 	if wait == 0 {
 		return
 	}
+	db.metrics.slowdown.count.Add(1)
+	defer db.metrics.slowdown.done(start)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-db.closing:
 	}
-	db.metrics.slowdownCount.Add(1)
-	db.metrics.slowdownNanos.Add(int64(time.Since(start)))
 }
