@@ -37,6 +37,12 @@ func errMoved(detail string) error {
 	return &svcerr.Error{Status: http.StatusServiceUnavailable, Code: "ServerBusy", Message: msgServerBusy, Detail: detail, Retry: true}
 }
 
+// errStoppedUnwritten refuses a request the node stopped before it did
+// anything of: ServerBusy, for the client may ask again (another node, or
+// this one restarted), and ErrStopped for the node's own callers.
+var errStoppedUnwritten = fmt.Errorf("%w: %w", ErrStopped,
+	errBusy("this node stopped before it took the request; nothing of it was done"))
+
 // errAmbiguous is a write whose outcome is unknown: proposed, but this
 // node lost track of it. It may have been applied, as the service says of
 // this code.

@@ -39,8 +39,9 @@ type proposalGather struct {
 	// since is when the loop began to hold the proposals it holds (zero
 	// when it holds none back).
 	since time.Time
-	// lastWrite is how long the last synced raft log write took.
-	lastWrite time.Duration
+	// lastWrite is how long the last synced raft log write took; limit
+	// caps a hold (maxGather; tests lengthen it).
+	lastWrite, limit time.Duration
 	// timer wakes the loop when the hold ends; armed says it runs.
 	timer *time.Timer
 	armed bool
@@ -49,7 +50,7 @@ type proposalGather struct {
 func newProposalGather() *proposalGather {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &proposalGather{timer: t}
+	return &proposalGather{timer: t, limit: maxGather}
 }
 
 // hold returns how much longer the loop should hold queued proposals
@@ -63,7 +64,7 @@ func (g *proposalGather) hold(queued int, now time.Time) time.Duration {
 	if g.since.IsZero() {
 		g.since = now
 	}
-	return min(g.lastWrite, maxGather) - now.Sub(g.since)
+	return min(g.lastWrite, g.limit) - now.Sub(g.since)
 }
 
 // wake returns the channel that wakes the loop when a hold ends: nil

@@ -406,7 +406,7 @@ func (n *Node) Run(ctx context.Context) error {
 	<-placementDone
 	n.replicasMu.RLock()
 	for _, r := range n.replicas {
-		r.stop(ErrStopped)
+		r.stop(errStoppedUnwritten) // to those raft never took
 	}
 	n.replicasMu.RUnlock()
 	return err

@@ -208,9 +208,10 @@ func (ws *waiters) settle(applied uint64) {
 
 // propose puts c in the log and waits for the result of applying it on
 // this node. Only the ready leader takes proposals; a proposal whose fate
-// this node loses track of (ctx ended after it was handed to raft, the
-// node stopped) is ambiguous: it may yet be applied. One whose leader
-// lost the leadership is answered once its fate is known (orphan).
+// this node loses track of (ctx ended after it was handed to the loop, or
+// the node stopped after raft took it) is ambiguous: it may yet be
+// applied. One whose leader lost the leadership is answered once its fate
+// is known (orphan).
 func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (result, error) {
 	if err := r.refuseRequest(); err != nil {
 		return result{}, err
@@ -226,7 +227,7 @@ func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (
 		return result{}, errBusy("the node's proposal queue is full")
 	case <-n.stopped:
 		r.waiters.forget(w)
-		return result{}, ErrStopped
+		return result{}, errStoppedUnwritten
 	}
 	select {
 	case res := <-w.ch:
@@ -235,11 +236,30 @@ func (r *replica) propose(ctx context.Context, c *command.Command, stamps int) (
 		r.waiters.forget(w)
 		return result{}, errAmbiguous
 	case <-n.stopped:
-		// Queued but perhaps never proposed, or proposed and not yet
-		// applied: either way this node can no longer tell.
-		r.waiters.forget(w)
+		return r.waiters.abandon(w)
+	}
+}
+
+// abandon ends w's wait once the node's loop has exited. A command raft
+// never took (queued for the loop, or held back by its gather) never will
+// be: nothing was written, and the client may safely ask again. One it
+// took may still be committed by the group's next leader: ambiguous. An
+// answer on its way (one that took w out of the map before the loop
+// exited, or the replica's stop) is the one given.
+func (ws *waiters) abandon(w *waiter) (result, error) {
+	ws.mu.Lock()
+	if ws.m[w.id] != w {
+		ws.mu.Unlock()
+		res := <-w.ch
+		return res, res.err
+	}
+	delete(ws.m, w.id)
+	proposed := w.proposed
+	ws.mu.Unlock()
+	if proposed {
 		return result{}, errAmbiguous
 	}
+	return result{}, errStoppedUnwritten
 }
 
 // proposeAll hands a loop turn's proposals to raft, after the turn's

@@ -36,7 +36,7 @@ func (r *replica) readBarrier(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-n.stopped:
-		return ErrStopped
+		return errStoppedUnwritten
 	}
 	var ri readIndex
 	select {
@@ -44,7 +44,7 @@ func (r *replica) readBarrier(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-n.stopped:
-		return ErrStopped
+		return errStoppedUnwritten
 	}
 	if ri.err != nil {
 		return ri.err
