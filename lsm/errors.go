@@ -17,6 +17,9 @@ var (
 	// unacknowledged is lost by it: reopen the DB once the disk is
 	// healthy.
 	ErrStopped = errors.New("lsm: writes stopped by an earlier failure")
+	// ErrInvalidOptions is wrapped by Open's and Options.Validate's error
+	// for options out of range; the error names each field.
+	ErrInvalidOptions = errors.New("lsm: invalid options")
 	// ErrCorruption is wrapped by every error caused by data on disk that
 	// fails a checksum or cannot be decoded; the wrapping error names the
 	// file and offset.

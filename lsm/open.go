@@ -20,6 +20,9 @@ import (
 // defaults. Only one DB may have dir open at a time, across processes.
 func Open(dir string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	db := &DB{
 		dir:           dir,
 		opts:          o,

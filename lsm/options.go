@@ -1,6 +1,11 @@
 package lsm
 
 import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/tabuladb/tabula/memtable"
 	"github.com/tabuladb/tabula/sstable"
 	"github.com/tabuladb/tabula/vfs"
 )
@@ -20,7 +25,8 @@ const (
 	ZstdCompression    = sstable.ZstdCompression
 )
 
-// Options configures a DB. The zero value of every field means its default.
+// Options configures a DB. The zero value of every field means its
+// default; Open refuses a value out of its field's range (Validate).
 type Options struct {
 	// MemTableSize is the size of a memtable's arena: once full, the
 	// memtable is rotated and flushed to L0. Default 64 MiB. A DB's first
@@ -136,18 +142,84 @@ func (o *Options) withDefaults() Options {
 	setDefault(&r.LBaseMaxBytes, 64<<20)
 	setDefault(&r.LevelMultiplier, 10)
 	setDefault(&r.TargetFileSize, 4<<20)
-	if r.L0StopWritesThreshold < r.L0CompactionThreshold {
-		r.L0StopWritesThreshold = r.L0CompactionThreshold
-	}
 	setDefault(&r.L0SlowdownWritesThreshold, 8)
-	r.L0SlowdownWritesThreshold = max(r.L0SlowdownWritesThreshold, r.L0CompactionThreshold)
-	if r.MaxOpenFiles < 16 {
-		r.MaxOpenFiles = 16
+	// Raised, not refused, as documented; negative values are left for
+	// validate to refuse.
+	if r.L0StopWritesThreshold > 0 {
+		r.L0StopWritesThreshold = max(r.L0StopWritesThreshold, r.L0CompactionThreshold)
+	}
+	if r.L0SlowdownWritesThreshold > 0 {
+		r.L0SlowdownWritesThreshold = max(r.L0SlowdownWritesThreshold, r.L0CompactionThreshold)
+	}
+	if r.MaxOpenFiles > 0 {
+		r.MaxOpenFiles = max(r.MaxOpenFiles, 16)
 	}
 	if r.FS == nil {
 		r.FS = vfs.Default()
 	}
 	return r
+}
+
+// MaxMemTableSize is the largest MemTableSize: a memtable's entries are
+// addressed by 32-bit offsets into its arena.
+const MaxMemTableSize = memtable.MaxArenaSize
+
+// maxBloomBitsPerKey bounds BloomBitsPerKey, as RocksDB bounds its bloom
+// filters' bits per key: past it a filter grows with no gain (its false
+// positive rate is already below one in a billion), and a filter's size,
+// keys times bits, could overflow.
+const maxBloomBitsPerKey = 100
+
+// Validate reports whether Open would accept o (nil means defaults): each
+// field, once defaulted, within its range, and the levels' target sizes
+// within an int64. The error wraps ErrInvalidOptions and names every
+// field out of range.
+func (o *Options) Validate() error {
+	r := o.withDefaults()
+	return r.validate()
+}
+
+// validate is Validate on options already defaulted.
+func (o *Options) validate() error {
+	var bad []string
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			bad = append(bad, fmt.Sprintf(format, args...))
+		}
+	}
+	check(o.MemTableSize > 0 && o.MemTableSize <= MaxMemTableSize,
+		"MemTableSize %d is outside [1, %d]", o.MemTableSize, int64(MaxMemTableSize))
+	check(o.MemTableStopWritesThreshold > 0,
+		"MemTableStopWritesThreshold %d is negative", o.MemTableStopWritesThreshold)
+	check(o.BloomBitsPerKey <= maxBloomBitsPerKey,
+		"BloomBitsPerKey %d is above %d", o.BloomBitsPerKey, maxBloomBitsPerKey)
+	check(o.MaxOpenFiles > 0, "MaxOpenFiles %d is negative", o.MaxOpenFiles)
+	check(o.BlockSize > 0 && o.BlockSize <= sstable.MaxBlockSize,
+		"BlockSize %d is outside [1, %d]", o.BlockSize, sstable.MaxBlockSize)
+	check(o.Compression <= ZstdCompression, "Compression %v is unknown", o.Compression)
+	check(o.L0CompactionThreshold > 0, "L0CompactionThreshold %d is negative", o.L0CompactionThreshold)
+	check(o.L0StopWritesThreshold > 0, "L0StopWritesThreshold %d is negative", o.L0StopWritesThreshold)
+	check(o.L0SlowdownWritesThreshold > 0, "L0SlowdownWritesThreshold %d is negative", o.L0SlowdownWritesThreshold)
+	check(o.TargetFileSize > 0, "TargetFileSize %d is negative", o.TargetFileSize)
+	check(o.LevelMultiplier >= 2, "LevelMultiplier %d is below 2", o.LevelMultiplier)
+	if o.LBaseMaxBytes <= 0 {
+		bad = append(bad, fmt.Sprintf("LBaseMaxBytes %d is negative", o.LBaseMaxBytes))
+	} else if o.LevelMultiplier >= 2 {
+		size := o.LBaseMaxBytes
+		for l := 2; l < NumLevels-1 && size > 0; l++ {
+			if size > math.MaxInt64/int64(o.LevelMultiplier) {
+				size = -1
+			} else {
+				size *= int64(o.LevelMultiplier)
+			}
+		}
+		check(size > 0, "LBaseMaxBytes %d times LevelMultiplier %d to the power %d overflows an int64",
+			o.LBaseMaxBytes, o.LevelMultiplier, NumLevels-3)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(bad, "; "))
+	}
+	return nil
 }
 
 func setDefault[T int | int64](v *T, def T) {

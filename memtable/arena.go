@@ -63,9 +63,6 @@ const (
 	// sentinelsSize is the space the sentinels take before the accounted
 	// part of the arena.
 	sentinelsSize = tailOffset + uint32(nodeHeaderSize)
-	// maxArenaSize bounds New's arenaSize so that every offset fits in a
-	// uint32.
-	maxArenaSize = 1<<32 - 1<<12
 )
 
 func alignUp(n uint64) uint64 { return (n + nodeAlign - 1) &^ (nodeAlign - 1) }

@@ -52,6 +52,10 @@ type Inserter struct {
 	rng   uint64
 }
 
+// MaxArenaSize is the largest arena New takes: every offset into it,
+// sentinels included, fits in a uint32.
+const MaxArenaSize = 1<<32 - 1<<12
+
 // New returns an empty memtable whose arena holds arenaSize bytes of entries
 // (plus a few hundred bytes for the sentinel nodes, not counted by Size or
 // Available). It panics if arenaSize is negative or 4 GiB or more, since
@@ -72,8 +76,8 @@ func NewOffHeap(arenaSize int) *MemTable {
 }
 
 func newMemTable(arenaSize int, offHeap bool) *MemTable {
-	if arenaSize < 0 || uint64(arenaSize) > maxArenaSize {
-		panic(fmt.Sprintf("memtable: arena size %d out of range [0, %d]", arenaSize, uint64(maxArenaSize)))
+	if arenaSize < 0 || uint64(arenaSize) > MaxArenaSize {
+		panic(fmt.Sprintf("memtable: arena size %d out of range [0, %d]", arenaSize, uint64(MaxArenaSize)))
 	}
 	m := &MemTable{arena: newArena(arenaSize, offHeap)}
 	m.init()

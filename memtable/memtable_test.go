@@ -360,7 +360,7 @@ func TestEmpty(t *testing.T) {
 
 func TestNewPanicsOnBadSize(t *testing.T) {
 	sizes := []int{-1}
-	if tooBig := uint64(maxArenaSize) + 1; tooBig <= math.MaxInt {
+	if tooBig := uint64(MaxArenaSize) + 1; tooBig <= math.MaxInt {
 		sizes = append(sizes, int(tooBig))
 	}
 	for _, size := range sizes {

@@ -54,6 +54,11 @@ const (
 // allocate more than the table's writer ever did.)
 const maxBlockLen = 64 << 20
 
+// MaxBlockSize is the largest WriterOptions.BlockSize: a block is cut once
+// it holds BlockSize bytes, so it may hold one entry more, and an entry
+// takes at most half of maxBlockLen.
+const MaxBlockSize = maxBlockLen / 2
+
 // blockHandle locates a block: its offset in the file and the length of its
 // stored (possibly compressed) bytes, excluding the trailer.
 type blockHandle struct {
