@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/tracker"
+
+	"github.com/tabuladb/tabula/partition"
 )
 
 // progress is a peer's replication as the leader tracks it.
@@ -97,19 +99,19 @@ func (n *Node) Status() nodeStatus {
 func (n *Node) ranges(ctx context.Context) []RangeStatus {
 	st := n.st()
 	var out []RangeStatus
-	for _, t := range st.AllTables() {
-		groups, err := st.TableRanges(t.Account, t.Name)
-		if err != nil {
-			continue
-		}
-		infos, err := st.Ranges(ctx, t.Account, t.Name)
-		if err != nil {
-			continue
-		}
-		if len(groups) == 0 {
+	tables, err := st.Catalog()
+	if err != nil {
+		n.log.Warn("range report: reading the catalog", "err", err)
+	}
+	for _, t := range tables {
+		if len(t.Groups) == 0 {
 			// The system group replicates the table: its leader reports
 			// the table's range partitions.
 			if !n.ready.Load() {
+				continue
+			}
+			infos, err := st.Ranges(ctx, t.Account, t.Name)
+			if err != nil {
 				continue
 			}
 			n.confMu.Lock()
@@ -122,8 +124,11 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 			continue
 		}
 		// One status per range group this node leads: its range, with
-		// the statistics of the range partitions that start in it.
-		for _, tg := range groups {
+		// the statistics of the range partitions that start in it. A
+		// table is opened for its statistics only if this node leads one
+		// of its groups.
+		var infos []partition.RangeInfo
+		for _, tg := range t.Groups {
 			rs := RangeStatus{Account: t.Account, Table: t.Name, Group: tg.Group.ID, Replicas: tg.Group.Voters, Leaseholder: n.cfg.ID}
 			if r := n.group(tg.Group.ID); r != nil && r.holdsLease() {
 				cs := r.confState()
@@ -140,6 +145,11 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 				continue
 			}
 			rs.StartPartitionKey, rs.EndPartitionKey = tg.Group.Start, tg.End
+			if infos == nil {
+				if infos, err = st.Ranges(ctx, t.Account, t.Name); err != nil {
+					break // dropped meanwhile
+				}
+			}
 			for _, ri := range infos {
 				if tg.Span().Contains(ri.StartPartitionKey) {
 					rs.Entities += ri.Entities

@@ -16,7 +16,11 @@ import (
 // does not grow with the store. It returns the counts written.
 func Export(ctx context.Context, s *partition.Store, w io.Writer, include func(partition.TableRef) bool) (tables, entities int64, err error) {
 	ew := NewWriter(w)
-	for _, t := range s.AllTables() {
+	all, err := s.AllTables()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, t := range all {
 		if include != nil && !include(t) {
 			continue
 		}

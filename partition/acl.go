@@ -32,10 +32,11 @@ func (s *Store) GetTableACL(ctx context.Context, account, table string) ([]Signe
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	t, err := s.lookupTable(account, table)
+	t, err := s.acquireTable(account, table)
 	if err != nil {
 		return nil, err
 	}
+	defer t.release()
 	v, err := s.db.Get(idKey(nsACL, t.id))
 	if errors.Is(err, lsm.ErrNotFound) {
 		return nil, nil
@@ -70,10 +71,11 @@ func (s *Store) SetTableACL(ctx context.Context, account, table string, ids []Si
 			}
 		}
 	}
-	t, err := s.lookupTable(account, table)
+	t, err := s.acquireTable(account, table)
 	if err != nil {
 		return err
 	}
+	defer t.release()
 	key := idKey(nsACL, t.id)
 	b := s.db.NewBatch()
 	if len(ids) == 0 {

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -53,25 +54,26 @@ func (s *Store) maintain(elapsed time.Duration) {
 	s.maintMu.Lock()
 	defer s.maintMu.Unlock()
 	s.tick.Add(1)
-	tables := s.liveTables()
+	tables := s.openTables()
 	for _, t := range tables {
 		t.updateRates(elapsed)
 	}
 	if s.needRecount {
 		// The last run did not close cleanly: the persisted counts miss the
 		// writes since they were saved. Recount every range once.
-		ok := true
-		for _, t := range tables {
-			for _, r := range t.rangeList() {
-				if err := s.recount(t, r); err != nil {
-					s.noteErr(err)
-					ok = false
-				}
-			}
-		}
-		if ok {
+		if err := s.recountAll(); err != nil {
+			s.noteErr(err)
+		} else {
 			s.needRecount = false
-			s.noteErr(s.persistRanges(tables))
+		}
+	}
+	for _, t := range tables {
+		if t.recountDue.Load() {
+			if err := s.recountTable(t); err != nil {
+				s.noteErr(err)
+			} else {
+				t.recountDue.Store(false)
+			}
 		}
 	}
 	for _, t := range tables {
@@ -82,6 +84,10 @@ func (s *Store) maintain(elapsed time.Duration) {
 	if s.tune.persistEvery > 0 && s.tick.Load()%s.tune.persistEvery == 0 {
 		s.noteErr(s.persistRanges(tables))
 	}
+	releaseAll(tables)
+	// Tables pinned at once by more users than the cache holds stay open
+	// until the next table opens; the tick closes them if none does.
+	s.closeUnused()
 }
 
 // reshape makes at most one split or merge in t; it reports whether it did.
@@ -117,14 +123,58 @@ func (s *Store) reshape(t *table) bool {
 	return false
 }
 
-// liveTables lists the open tables.
-func (s *Store) liveTables() []*table {
+// openTables pins and lists the open tables; the caller releases them.
+func (s *Store) openTables() []*table {
 	var out []*table
 	s.tables.Range(func(_, v any) bool {
-		out = append(out, v.(*table))
+		if t := v.(*table); t.pin() {
+			out = append(out, t)
+		}
 		return true
 	})
 	return out
+}
+
+// recountTable counts every range of t again.
+func (s *Store) recountTable(t *table) error {
+	for _, r := range t.rangeList() {
+		if err := s.recount(t, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recountAll counts every range of every live table again, open or not,
+// and saves the counts, a few hundred tables a batch: the tables it opens
+// may then close again, so the memory it takes is the cache's.
+func (s *Store) recountAll() error {
+	var batch []*table
+	save := func() error {
+		err := s.persistRanges(batch)
+		releaseAll(batch)
+		batch = batch[:0]
+		s.closeUnused()
+		return err
+	}
+	err := s.scanCatalog(func(e catalogEntry) error {
+		t, err := s.acquireTable(e.account, e.lower)
+		if IsCode(err, CodeTableNotFound) {
+			return nil // dropped since the scan began
+		}
+		if err != nil {
+			return err
+		}
+		batch = append(batch, t)
+		if err := s.recountTable(t); err != nil {
+			return err
+		}
+		if len(batch) == 256 {
+			return save()
+		}
+		return nil
+	})
+	return errors.Join(err, save())
 }
 
 // persistRanges saves the range maps (with their counts) of the tables

@@ -33,10 +33,11 @@ func (s *Store) ExecuteBatch(ctx context.Context, account, tableName string, ops
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	t, err := s.lookupTable(account, tableName)
+	t, err := s.acquireTable(account, tableName)
 	if err != nil {
 		return nil, &BatchError{Index: 0, Err: err}
 	}
+	defer t.release()
 	if len(ops) == 0 {
 		return nil, nil
 	}

@@ -3,6 +3,8 @@ package partition
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -118,4 +120,61 @@ func BenchmarkFilteredScan(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/10000, "ns/entity")
+}
+
+// BenchmarkManyTables reads one entity of a random table of 5,000 in a
+// store that keeps all of them open and in one that keeps 500: each read
+// of the second opens a table more often than not, and closes others.
+// open-heap-B/table is the heap the open tables take once every table
+// has been read, divided by the number of tables: it is bounded by the
+// cache, not by the tables.
+func BenchmarkManyTables(b *testing.B) {
+	const tables = 5000
+	dir := b.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	name := func(i int) string { return fmt.Sprintf("many%05d", i) }
+	for i := range tables {
+		if _, err := s.CreateTable(ctx, acct, name(i)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Apply(ctx, acct, name(i), Op{Kind: OpInsert, Entity: ent("p", "r", "N", i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	heap := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	for _, cache := range []int{tables, tables / 10} {
+		b.Run(fmt.Sprintf("cache=%d", cache), func(b *testing.B) {
+			s, err := Open(dir, &Options{TableCacheSize: cache})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			before := heap()
+			for i := range tables {
+				if _, err := s.GetEntity(ctx, acct, name(i), "p", "r"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(heap()-before)/tables, "open-heap-B/table")
+			rng := rand.New(rand.NewPCG(1, 2))
+			b.ResetTimer()
+			for range b.N {
+				if _, err := s.GetEntity(ctx, acct, name(rng.IntN(tables)), "p", "r"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -28,8 +28,13 @@ type table struct {
 	// deleted is set when the table is dropped, so that background work
 	// holding the table stops persisting things for it.
 	deleted atomic.Bool
-	// dirty says the range statistics changed since they were persisted.
-	dirty atomic.Bool
+	// dirty says the range statistics changed since they were persisted;
+	// recountDue that they are to be counted again (a missing range map).
+	dirty, recountDue atomic.Bool
+	// refs counts the table's users (pin, release); -1 while it is being
+	// closed. used is the cache's clock bit (table_cache.go).
+	refs atomic.Int32
+	used atomic.Bool
 
 	// mu orders writes against range edits: every write holds it shared
 	// from before its commit until its statistics are recorded, and a
@@ -138,14 +143,6 @@ func decodeDeletedValue(v []byte) (byte, string, error) {
 	return v[1], string(v[2:]), nil
 }
 
-// lookupTable finds a live table; a missing one is TableNotFound.
-func (s *Store) lookupTable(account, name string) (*table, error) {
-	if v, ok := s.tables.Load(tableKey{account, strings.ToLower(name)}); ok {
-		return v.(*table), nil
-	}
-	return nil, serviceError(CodeTableNotFound, msgTableNotFound)
-}
-
 // isDeleted is the store's view of dropped table ids, read by DropKey from
 // the engine's background goroutines.
 func (s *Store) isDeleted(id uint64) bool {
@@ -183,15 +180,21 @@ func (s *Store) dropKey(key []byte) bool {
 	return ok && s.isDeleted(id)
 }
 
-// loadCatalog reads the store's bookkeeping at Open: the layout version,
-// the id counter, the clock lease, the tables with their range maps and the
-// dropped tables. It returns the ids of dropped tables whose space is not
-// yet reclaimed.
+// loadCatalog reads the store's bookkeeping at Open: the layout version
+// (a store of layout 1 is upgraded: its group index built), the id
+// counter, the clock lease, the dropped tables and the numbers of tables
+// and ranges. No table is opened (table_cache.go). It returns the ids of
+// dropped tables whose space is not yet reclaimed.
 func (s *Store) loadCatalog() (pendingDrops []droppedTable, err error) {
 	if v, err := s.db.Get(metaKey(metaLayout)); err == nil {
 		ver, n := binary.Uvarint(v)
-		if n <= 0 || ver != layoutVersion {
-			return nil, fmt.Errorf("partition: store layout version %d, this build reads %d", ver, layoutVersion)
+		if n <= 0 || ver < 1 || ver > layoutVersion {
+			return nil, fmt.Errorf("partition: store layout version %d, this build reads 1 to %d", ver, layoutVersion)
+		}
+		if ver < layoutVersion {
+			if err := s.buildGroupIndex(); err != nil {
+				return nil, err
+			}
 		}
 	} else if !errors.Is(err, lsm.ErrNotFound) {
 		return nil, fmt.Errorf("partition: read layout version: %w", err)
@@ -238,30 +241,69 @@ func (s *Store) loadCatalog() (pendingDrops []droppedTable, err error) {
 	if err != nil {
 		return nil, err
 	}
+	return pendingDrops, s.countTables()
+}
 
-	err = s.scan([]byte{nsCatalog}, []byte{nsCatalog + 1}, func(k, v []byte) error {
-		account, lower, err := decodeCatalogKey(k)
-		if err != nil {
-			return err
+// countTables counts the live tables and their ranges for Stats: a table
+// whose range map is missing has one range.
+func (s *Store) countTables() error {
+	var tables, maps, ranges int64
+	err := s.scanCatalog(func(catalogEntry) error {
+		tables++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = s.scan([]byte{nsRanges}, []byte{nsRanges + 1}, func(k, v []byte) error {
+		if len(k) != 1+idLen {
+			return fmt.Errorf("partition: range map key %x: %w", k, lsm.ErrCorruption)
 		}
-		id, groups, name, err := decodeCatalogValue(v)
-		if err != nil {
-			return err
+		if s.isDeleted(binary.BigEndian.Uint64(k[1:])) {
+			return nil // written by a writer racing the drop: garbage
 		}
-		t := newTable(account, name, id)
-		t.setGroups(groups)
-		rs, err := s.loadRanges(id)
+		n, err := rangeMapCount(v)
 		if err != nil {
-			return err
+			return fmt.Errorf("partition: range map %x: %w", k, err)
 		}
-		t.ranges.Store(&rs)
-		s.tables.Store(tableKey{account, lower}, t)
-		for _, g := range groups {
-			s.groups.Store(g.ID, t)
+		maps++
+		ranges += n
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.counters.tables.Store(tables)
+	s.counters.ranges.Store(ranges + max(0, tables-maps))
+	return nil
+}
+
+// buildGroupIndex upgrades a store of layout 1, whose range groups were
+// found by opening every table at Open, to layout 2: it records, for
+// every group a catalog entry names, the table that names it. The
+// entries go in batches, the new layout version with the last, so a
+// crash part way leaves layout 1, built again at the next Open.
+func (s *Store) buildGroupIndex() error {
+	b := s.db.NewBatch()
+	flush := func() error {
+		if err := s.db.Apply(b, s.syncWO); err != nil {
+			return fmt.Errorf("partition: build the group index: %w", err)
+		}
+		b = s.db.NewBatch()
+		return nil
+	}
+	err := s.scanCatalog(func(e catalogEntry) error {
+		indexGroups(b, e.account, e.lower, nil, e.groups)
+		if b.Len() >= 10000 {
+			return flush()
 		}
 		return nil
 	})
-	return pendingDrops, err
+	if err != nil {
+		return err
+	}
+	b.Set(metaKey(metaLayout), binary.AppendUvarint(nil, layoutVersion))
+	return flush()
 }
 
 func newTable(account, name string, id uint64) *table {

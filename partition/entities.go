@@ -304,10 +304,11 @@ func (s *Store) Apply(ctx context.Context, account, tableName string, op Op) (St
 	if err := ctx.Err(); err != nil {
 		return StoredEntity{}, err
 	}
-	t, err := s.lookupTable(account, tableName)
+	t, err := s.acquireTable(account, tableName)
 	if err != nil {
 		return StoredEntity{}, err
 	}
+	defer t.release()
 	if err := checkOp(&op); err != nil {
 		return StoredEntity{}, err
 	}
@@ -405,10 +406,11 @@ func (s *Store) GetEntity(ctx context.Context, account, table, pk, rk string) (S
 	if err := ctx.Err(); err != nil {
 		return StoredEntity{}, err
 	}
-	t, err := s.lookupTable(account, table)
+	t, err := s.acquireTable(account, table)
 	if err != nil {
 		return StoredEntity{}, err
 	}
+	defer t.release()
 	t.recordRead(pk, 1)
 	v, err := s.getRaw(AppendEntityKey(nil, account, t.id, pk, rk))
 	if err != nil {

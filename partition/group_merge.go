@@ -30,8 +30,7 @@ import (
 // range starts, or two ranges whose descriptors name different nodes, is
 // InvalidInput.
 func (s *Store) MergeTableRange(ctx context.Context, account, name string, group uint64, at string) error {
-	var gone uint64
-	err := s.editGroups(ctx, account, name, group, func(gs []RangeGroup, i int) ([]RangeGroup, error) {
+	return s.editGroups(ctx, account, name, group, func(gs []RangeGroup, i int) ([]RangeGroup, error) {
 		if i+1 == len(gs) || gs[i+1].Start != at {
 			return nil, serviceErrorf(CodeInvalidInput, "The merge is not valid.", "(no range starts at %q after group %d's)", at, group)
 		}
@@ -39,13 +38,8 @@ func (s *Store) MergeTableRange(ctx context.Context, account, name string, group
 			return nil, serviceErrorf(CodeInvalidInput, "The merge is not valid.", "(group %d is named on nodes %v, group %d on %v)",
 				group, gs[i].Voters, gs[i+1].ID, gs[i+1].Voters)
 		}
-		gone = gs[i+1].ID
 		return slices.Delete(gs, i+1, i+2), nil
 	})
-	if err == nil {
-		s.groups.Delete(gone)
-	}
-	return err
 }
 
 // FreezeGroupSpan freezes range group group's span: it holds no key from
@@ -247,10 +241,14 @@ func (s *Store) scanGroupSpans(fn func(group uint64, g groupSpan) error) error {
 // no record. Which of them are live (hosted, or kept frozen for a merge)
 // is the caller's to say.
 func (s *Store) SpanHolders(group uint64, sp Span) ([]GroupSpanOf, error) {
-	t, err := s.lookupTable(sp.Account, sp.Table)
-	if err != nil {
+	t, err := s.acquireTable(sp.Account, sp.Table)
+	if IsCode(err, CodeTableNotFound) {
 		return nil, nil // of a dropped table
 	}
+	if err != nil {
+		return nil, err
+	}
+	defer t.release()
 	holders, err := s.spanHolders(t, group, sp)
 	slices.SortFunc(holders, func(a, b GroupSpanOf) int { return cmp.Compare(a.Group, b.Group) })
 	return holders, err
@@ -283,8 +281,16 @@ func (s *Store) spanHolders(t *table, group uint64, sp Span) ([]GroupSpanOf, err
 func (s *Store) OutsideCatalog() ([]GroupSpanOf, error) {
 	var out []GroupSpanOf
 	err := s.scanGroupSpans(func(group uint64, g groupSpan) error {
-		t, err := s.lookupTable(g.span.Account, g.span.Table)
-		if err != nil || t.id != g.tableID {
+		t, err := s.acquireTable(g.span.Account, g.span.Table)
+		if IsCode(err, CodeTableNotFound) {
+			return nil // of a dropped table
+		}
+		if err != nil {
+			return err
+		}
+		live := t.id == g.tableID
+		t.release()
+		if !live {
 			return nil // of a dropped table
 		}
 		if _, ok := s.GroupTable(group); !ok {

@@ -200,14 +200,15 @@ func (s *Store) groupSpanOf(group uint64) (groupSpan, bool, error) {
 	// whole table (whatever split the catalog has recorded and its log
 	// not made yet). Any other group without one is a range this store
 	// never held: its range as the catalog has it.
-	gv, ok := s.groups.Load(group)
-	if !ok {
-		return groupSpan{}, false, nil
+	t, ok, err := s.acquireGroupTable(group)
+	if !ok || err != nil {
+		return groupSpan{}, false, err
 	}
-	t := gv.(*table)
+	defer t.release()
 	g := groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name}}
-	if tg, ok := s.GroupTable(group); ok && tg.Group.Start != "" {
-		g.span = tg.Span()
+	gs := t.rangeGroups()
+	if i := slices.IndexFunc(gs, func(g RangeGroup) bool { return g.ID == group }); i > 0 {
+		g.span = t.tableGroup(gs, i).Span()
 	}
 	return g, true, nil
 }
@@ -226,10 +227,14 @@ func (s *Store) GroupSpan(group uint64) (sp Span, ok bool, err error) {
 // replica at the same position of the group's log. A frozen span holds
 // no key.
 func (s *Store) GroupHolds(group uint64, account, name, pk string) (table, key bool, err error) {
-	t, err := s.lookupTable(account, name)
-	if err != nil {
+	t, err := s.acquireTable(account, name)
+	if IsCode(err, CodeTableNotFound) {
 		return false, false, nil
 	}
+	if err != nil {
+		return false, false, err
+	}
+	defer t.release()
 	g, ok, err := s.groupSpanOf(group)
 	if !ok || err != nil || g.tableID != t.id {
 		return false, false, err

@@ -168,3 +168,22 @@ func props(e *odata.Entity) map[string]odata.Value {
 	}
 	return m
 }
+
+// lookupTable returns a live table's object for a test to look into. It
+// is not pinned: a test that closes tables (a small TableCacheSize) must
+// pin what it keeps.
+func (s *Store) lookupTable(account, name string) (*table, error) {
+	t, err := s.acquireTable(account, name)
+	if err != nil {
+		return nil, err
+	}
+	t.release()
+	return t, nil
+}
+
+// liveTables lists the open tables, unpinned (as lookupTable).
+func (s *Store) liveTables() []*table {
+	ts := s.openTables()
+	releaseAll(ts)
+	return ts
+}

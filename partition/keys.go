@@ -8,13 +8,15 @@ import (
 	"strings"
 )
 
-// The storage key layout (docs/keys.md, layout version 1). Every key starts
+// The storage key layout (docs/keys.md, layout version 2). Every key starts
 // with a namespace byte, so that the catalog, the store's bookkeeping and
 // the entities never interleave, and entities sort last. Strings are escaped
 // (escape) so that comparing encoded keys byte-wise orders them exactly as
 // the tuples of their fields compare, field by field, ordinally.
 const (
-	layoutVersion = 1
+	// layoutVersion 2 added the group index (metaGroupTable); Open
+	// upgrades a store of version 1.
+	layoutVersion = 2
 
 	nsMeta     = 0x01 // nsMeta | meta key byte                       -> see meta*
 	nsCatalog  = 0x02 // nsCatalog | esc(account) | esc(lower(name))  -> catalog entry
@@ -45,6 +47,9 @@ const (
 	// metaNodeDown | node -> since when a cluster node has been silent, as
 	// the system group recorded it (node_liveness.go).
 	metaNodeDown = 0x09
+	// metaGroupTable | group -> the catalog key of the table whose entry
+	// names that range group (table_cache.go): the group index.
+	metaGroupTable = 0x0a
 )
 
 // legacyAppliedGroup is the group whose applied index a store written

@@ -1,11 +1,5 @@
 package partition
 
-import (
-	"cmp"
-	"slices"
-	"strings"
-)
-
 // TableRef names a table of an account, as it was created.
 type TableRef struct {
 	Account, Name string
@@ -14,18 +8,36 @@ type TableRef struct {
 // AllTables lists every table of every account, ordered by account and
 // then by lower-case name (QueryTables' order within an account). It is
 // for tools that walk the whole store, such as tabula export.
-func (s *Store) AllTables() []TableRef {
+func (s *Store) AllTables() ([]TableRef, error) {
 	var out []TableRef
-	s.tables.Range(func(_, v any) bool {
-		t := v.(*table)
-		out = append(out, TableRef{Account: t.account, Name: t.name})
-		return true
+	err := s.scanCatalog(func(e catalogEntry) error {
+		out = append(out, TableRef{Account: e.account, Name: e.name})
+		return nil
 	})
-	slices.SortFunc(out, func(a, b TableRef) int {
-		if c := cmp.Compare(a.Account, b.Account); c != 0 {
-			return c
+	return out, err
+}
+
+// CatalogTable is a live table with its range groups (none for a table
+// whose entities have no group), by start.
+type CatalogTable struct {
+	TableRef
+	Groups []TableGroup
+}
+
+// Catalog lists every live table with its range groups, in AllTables'
+// order. It reads the catalog and opens no table, so a cluster node's
+// periodic reports do not cycle every table of the cluster through the
+// store's open tables.
+func (s *Store) Catalog() ([]CatalogTable, error) {
+	var out []CatalogTable
+	err := s.scanCatalog(func(e catalogEntry) error {
+		ct := CatalogTable{TableRef: TableRef{Account: e.account, Name: e.name}}
+		t := table{account: e.account, name: e.name}
+		for i := range e.groups {
+			ct.Groups = append(ct.Groups, t.tableGroup(e.groups, i))
 		}
-		return cmp.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name))
+		out = append(out, ct)
+		return nil
 	})
-	return out
+	return out, err
 }

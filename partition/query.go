@@ -74,10 +74,11 @@ func (s *Store) QueryEntities(ctx context.Context, account, tableName string, q 
 	if err := ctx.Err(); err != nil {
 		return Continuation{}, err
 	}
-	t, err := s.lookupTable(account, tableName)
+	t, err := s.acquireTable(account, tableName)
 	if err != nil {
 		return Continuation{}, err
 	}
+	defer t.release()
 	top, err := pageSize(q.Top)
 	if err != nil {
 		return Continuation{}, err

@@ -157,10 +157,11 @@ func (s *Store) TableGroup(account, name string) (RangeGroup, error) {
 // TableGroupFor returns the range group of a live table that holds the
 // entities of PartitionKey pk, as TableGroup does.
 func (s *Store) TableGroupFor(account, name, pk string) (RangeGroup, error) {
-	t, err := s.lookupTable(account, name)
+	t, err := s.acquireTable(account, name)
 	if err != nil {
 		return RangeGroup{}, err
 	}
+	defer t.release()
 	gs := t.rangeGroups()
 	if len(gs) == 0 {
 		return RangeGroup{}, nil
@@ -172,10 +173,11 @@ func (s *Store) TableGroupFor(account, name, pk string) (RangeGroup, error) {
 // PartitionKey pk, with its group; a table without range groups has
 // none (the zero TableGroup).
 func (s *Store) TableRangeFor(account, name, pk string) (TableGroup, error) {
-	t, err := s.lookupTable(account, name)
+	t, err := s.acquireTable(account, name)
 	if err != nil {
 		return TableGroup{}, err
 	}
+	defer t.release()
 	gs := t.rangeGroups()
 	if len(gs) == 0 {
 		return TableGroup{}, nil
@@ -185,10 +187,11 @@ func (s *Store) TableRangeFor(account, name, pk string) (TableGroup, error) {
 
 // TableRanges returns the range groups of a live table, by start.
 func (s *Store) TableRanges(account, name string) ([]TableGroup, error) {
-	t, err := s.lookupTable(account, name)
+	t, err := s.acquireTable(account, name)
 	if err != nil {
 		return nil, err
 	}
+	defer t.release()
 	gs := t.rangeGroups()
 	out := make([]TableGroup, len(gs))
 	for i := range gs {
@@ -197,13 +200,14 @@ func (s *Store) TableRanges(account, name string) ([]TableGroup, error) {
 	return out, nil
 }
 
-// GroupTable returns range group id, with its live table.
+// GroupTable returns range group id, with its live table. A failure to
+// read the catalog (a failing disk) is reported as no such group.
 func (s *Store) GroupTable(id uint64) (TableGroup, bool) {
-	v, ok := s.groups.Load(id)
-	if !ok {
+	t, ok, err := s.acquireGroupTable(id)
+	if !ok || err != nil {
 		return TableGroup{}, false
 	}
-	t := v.(*table)
+	defer t.release()
 	gs := t.rangeGroups()
 	for i := range gs {
 		if gs[i].ID == id {
@@ -213,20 +217,17 @@ func (s *Store) GroupTable(id uint64) (TableGroup, bool) {
 	return TableGroup{}, false // the table was split or dropped meanwhile
 }
 
-// TableGroups lists every range group of the live tables, by group id.
+// TableGroups lists every range group of the live tables, by group id,
+// as the catalog has them (read from disk: most tables may not be open).
+// A failure to read the catalog lists what was read before it.
 func (s *Store) TableGroups() []TableGroup {
 	var out []TableGroup
-	seen := map[*table]bool{}
-	s.groups.Range(func(_, v any) bool {
-		t := v.(*table)
-		if !seen[t] {
-			seen[t] = true
-			gs := t.rangeGroups()
-			for i := range gs {
-				out = append(out, t.tableGroup(gs, i))
-			}
+	s.scanCatalog(func(e catalogEntry) error {
+		t := table{account: e.account, name: e.name}
+		for i := range e.groups {
+			out = append(out, t.tableGroup(e.groups, i))
 		}
-		return true
+		return nil
 	})
 	slices.SortFunc(out, func(a, b TableGroup) int { return cmp.Compare(a.Group.ID, b.Group.ID) })
 	return out
@@ -258,20 +259,19 @@ func (s *Store) SplitTableRange(ctx context.Context, account, name string, group
 	if child == 0 {
 		return serviceErrorf(CodeInvalidInput, "The split is not valid.", "(group 0)")
 	}
-	if _, ok := s.groups.Load(child); ok {
+	switch t, inUse, err := s.acquireGroupTable(child); {
+	case err != nil:
+		return err
+	case inUse:
+		t.release()
 		return serviceErrorf(CodeInvalidInput, "The split is not valid.", "(group %d is in use)", child)
 	}
-	err := s.editGroups(ctx, account, name, group, func(gs []RangeGroup, i int) ([]RangeGroup, error) {
+	return s.editGroups(ctx, account, name, group, func(gs []RangeGroup, i int) ([]RangeGroup, error) {
 		if at <= gs[i].Start || (i+1 < len(gs) && at >= gs[i+1].Start) {
 			return nil, serviceErrorf(CodeInvalidInput, "The split is not valid.", "(%q is not inside the range of group %d)", at, group)
 		}
 		return slices.Insert(gs, i+1, RangeGroup{ID: child, Voters: slices.Clone(gs[i].Voters), Start: at}), nil
 	})
-	if err == nil {
-		v, _ := s.groups.Load(group)
-		s.groups.Store(child, v)
-	}
-	return err
 }
 
 // editGroups changes the descriptors of a table that has range group
@@ -283,10 +283,11 @@ func (s *Store) editGroups(ctx context.Context, account, name string, group uint
 	}
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
-	t, err := s.lookupTable(account, name)
+	t, err := s.acquireTableLocked(tableKey{account, strings.ToLower(name)})
 	if err != nil {
 		return err
 	}
+	defer t.release()
 	gs := t.rangeGroups()
 	i := slices.IndexFunc(gs, func(g RangeGroup) bool { return g.ID == group })
 	if i < 0 {
@@ -301,9 +302,18 @@ func (s *Store) editGroups(ctx context.Context, account, name string, group uint
 	}
 	b := s.db.NewBatch()
 	b.Set(catalogKey(account, t.lower), encodeCatalogValue(t.id, edited, t.name))
+	indexGroups(b, account, t.lower, gs, edited)
 	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
 		return fmt.Errorf("partition: change the range groups of table %q: %w", name, err)
 	}
 	t.setGroups(edited)
+	for _, g := range gs {
+		if !hasGroup(edited, g.ID) {
+			s.groups.CompareAndDelete(g.ID, t)
+		}
+	}
+	for _, g := range edited {
+		s.groups.Store(g.ID, t)
+	}
 	return nil
 }

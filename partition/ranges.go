@@ -171,21 +171,33 @@ func decodeRangeMap(v []byte) ([]*rangeState, error) {
 	return rs, nil
 }
 
-// loadRanges reads a table's range map at Open. A missing map (which a
-// crash between catalog edits cannot produce, but an old store might)
-// becomes one range, recounted by the maintenance goroutine.
-func (s *Store) loadRanges(id uint64) ([]*rangeState, error) {
-	v, err := s.db.Get(idKey(nsRanges, id))
+// rangeMapCount returns the number of ranges of an encoded range map.
+func rangeMapCount(v []byte) (int64, error) {
+	if len(v) < 1 || v[0] != rangeMapVersion {
+		return 0, fmt.Errorf("partition: range map: bad version: %w", lsm.ErrCorruption)
+	}
+	n, k := binary.Uvarint(v[1:])
+	if k <= 0 || n == 0 || n > uint64(len(v)) {
+		return 0, fmt.Errorf("partition: range map: bad count: %w", lsm.ErrCorruption)
+	}
+	return int64(n), nil
+}
+
+// loadRanges reads the range map of a table being opened. A missing map
+// (which a crash between catalog edits cannot produce, but an old store
+// might) becomes one range, recounted by the maintenance goroutine.
+func (s *Store) loadRanges(t *table) ([]*rangeState, error) {
+	v, err := s.db.Get(idKey(nsRanges, t.id))
 	if errors.Is(err, lsm.ErrNotFound) {
-		s.needRecount = true
+		t.recountDue.Store(true)
 		return []*rangeState{{}}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("partition: read range map of table %d: %w", id, err)
+		return nil, fmt.Errorf("partition: read range map of table %d: %w", t.id, err)
 	}
 	rs, err := decodeRangeMap(v)
 	if err != nil {
-		return nil, fmt.Errorf("table %d: %w", id, err)
+		return nil, fmt.Errorf("table %d: %w", t.id, err)
 	}
 	return rs, nil
 }
@@ -195,10 +207,11 @@ func (s *Store) Ranges(ctx context.Context, account, tableName string) ([]RangeI
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	t, err := s.lookupTable(account, tableName)
+	t, err := s.acquireTable(account, tableName)
 	if err != nil {
 		return nil, err
 	}
+	defer t.release()
 	rs := t.rangeList()
 	out := make([]RangeInfo, len(rs))
 	for i, r := range rs {
@@ -481,6 +494,7 @@ func (s *Store) installRanges(t *table, next []*rangeState) error {
 			return fmt.Errorf("partition: persist range map of table %d: %w", t.id, err)
 		}
 	}
-	t.ranges.Store(&next)
+	old := t.ranges.Swap(&next)
+	s.counters.ranges.Add(int64(len(next) - len(*old)))
 	return nil
 }

@@ -156,10 +156,11 @@ func (s *Store) snapshotSpan(group uint64, sp Span, check func(rec groupSpan, ok
 	if err := sp.check(); err != nil {
 		return nil, err
 	}
-	t, err := s.lookupTable(sp.Account, sp.Table)
+	t, err := s.acquireTable(sp.Account, sp.Table)
 	if err != nil {
 		return nil, err
 	}
+	defer t.release()
 	snap := s.db.NewSnapshot()
 	applied, err := readAppliedIndex(snap, group)
 	var rec groupSpan
@@ -281,10 +282,11 @@ func (s *Store) IngestSpanChecked(group uint64, sp Span, r io.Reader, check func
 	}
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
-	t, err := s.lookupTable(sp.Account, sp.Table)
+	t, err := s.acquireTable(sp.Account, sp.Table)
 	if err != nil {
 		return 0, err
 	}
+	defer t.release()
 	m := spanIngest{group: group, tableID: t.id, account: t.account, low: sp.LowPartitionKey, high: sp.HighPartitionKey}
 	// An earlier ingest of the group whose move failed on a storage error
 	// left its marker: its staged pairs are what its span must become, so
@@ -519,10 +521,25 @@ func (d spanStatDeltas) record(t *table) {
 // present; if its table has been dropped since, it drops the marker and
 // the staged pairs instead.
 func (s *Store) finishSpanIngest(m spanIngest) error {
-	for _, t := range s.liveTables() {
-		if t.id == m.tableID && t.account == m.account {
-			return s.moveStaged(t, m)
+	var lower string
+	err := s.scan(catalogPrefix(m.account), prefixSuccessor(catalogPrefix(m.account)), func(k, v []byte) error {
+		if id, _, _, err := decodeCatalogValue(v); err != nil || id != m.tableID {
+			return err
 		}
+		_, l, err := decodeCatalogKey(k)
+		lower = l
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if lower != "" {
+		t, err := s.acquireTable(m.account, lower)
+		if err != nil {
+			return err
+		}
+		defer t.release()
+		return s.moveStaged(t, m)
 	}
 	if err := s.deleteStaged(m.group); err != nil {
 		return err

@@ -26,6 +26,9 @@ type Stats struct {
 // it works.
 type storeCounters struct {
 	splits, merges atomic.Int64
+	// tables and ranges count the live tables and their ranges, open or
+	// not: counted at Open, kept by catalog edits, splits and merges.
+	tables, ranges atomic.Int64
 	// closed is set first thing in Close, for Ready.
 	closed atomic.Bool
 }
@@ -39,12 +42,8 @@ func (s *Store) Stats() Stats {
 		LatchWaits:    s.latch.waits.Load(),
 		LatchWaitTime: time.Duration(s.latch.waitNanos.Load()),
 	}
-	for _, t := range s.liveTables() {
-		if !t.deleted.Load() {
-			st.Tables++
-			st.Ranges += len(t.rangeList())
-		}
-	}
+	st.Tables = int(s.counters.tables.Load())
+	st.Ranges = int(s.counters.ranges.Load())
 	return st
 }
 

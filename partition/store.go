@@ -32,6 +32,12 @@ type Options struct {
 	// Now is the clock of commit timestamps and time budgets. Default
 	// time.Now.
 	Now func() time.Time
+	// TableCacheSize is how many tables the store keeps open in memory
+	// (each its catalog entry, range map and statistics, about a KiB)
+	// once they are not in use; the others are read from the catalog
+	// when used (table_cache.go). Tables in use are never closed, so more
+	// may be open for a while. Default 10,000.
+	TableCacheSize int
 }
 
 func (o *Options) withDefaults() Options {
@@ -54,6 +60,9 @@ func (o *Options) withDefaults() Options {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	if r.TableCacheSize <= 0 {
+		r.TableCacheSize = 10000
+	}
 	return r
 }
 
@@ -69,14 +78,17 @@ type Store struct {
 
 	counters storeCounters // behind Stats and Ready
 
-	// catMu serializes catalog edits (create and drop, id allocation).
+	// catMu serializes catalog edits (create and drop, id allocation)
+	// and the opening and closing of tables (table_cache.go).
 	catMu  sync.Mutex
 	nextID uint64 // under catMu
-	// tables maps tableKey to *table: looked up on every operation,
-	// changed only by catalog edits.
+	// tables maps tableKey to the open *table: looked up on every
+	// operation, changed under catMu; open counts them.
 	tables sync.Map
-	// groups maps a range group's id to the live *table it replicates;
-	// spans holds every span record of the groups (group_span.go).
+	open   int // under catMu
+	// groups maps a range group's id to the open *table whose catalog
+	// entry names it; spans holds every span record of the groups
+	// (group_span.go).
 	groups  sync.Map
 	spans   sync.Map
 	deleted atomic.Pointer[map[uint64]struct{}]
@@ -216,7 +228,9 @@ func (s *Store) Close() error {
 		close(s.stop)
 		s.wg.Wait()
 		var errs []error
-		errs = append(errs, s.persistRanges(s.liveTables()))
+		tables := s.openTables()
+		errs = append(errs, s.persistRanges(tables))
+		releaseAll(tables)
 		if !s.needRecount {
 			// Counts are exact: the next Open need not recount.
 			if err := s.db.Delete(metaKey(metaRunning), s.syncWO); err != nil {

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -70,8 +71,11 @@ func (s *Store) CreateTableInGroup(ctx context.Context, account, name string, g 
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
 	key := tableKey{account, strings.ToLower(name)}
-	if _, ok := s.tables.Load(key); ok {
+	switch _, err := s.db.Get(catalogKey(account, key.lower)); {
+	case err == nil:
 		return Table{}, serviceError(CodeTableAlreadyExists, msgTableAlreadyExists)
+	case !errors.Is(err, lsm.ErrNotFound):
+		return Table{}, fmt.Errorf("partition: create table %q: read its catalog entry: %w", name, err)
 	}
 	id := s.nextID
 	t := newTable(account, name, id)
@@ -85,6 +89,7 @@ func (s *Store) CreateTableInGroup(ctx context.Context, account, name string, g 
 
 	b := s.db.NewBatch()
 	b.Set(catalogKey(account, key.lower), encodeCatalogValue(id, groups, name))
+	indexGroups(b, account, key.lower, nil, groups)
 	if g.ID != 0 {
 		setAppliedIndex(b, g.ID, GroupStartIndex)
 	}
@@ -94,10 +99,10 @@ func (s *Store) CreateTableInGroup(ctx context.Context, account, name string, g 
 		return Table{}, fmt.Errorf("partition: create table %q: %w", name, err)
 	}
 	s.nextID = id + 1
-	s.tables.Store(key, t)
-	if g.ID != 0 {
-		s.groups.Store(g.ID, t)
-	}
+	s.counters.tables.Add(1)
+	s.counters.ranges.Add(1)
+	t.used.Store(true) // as new as a table can be: not the first to close
+	s.openLocked(t)
 	return Table{Name: name}, nil
 }
 
@@ -111,12 +116,14 @@ func (s *Store) DeleteTable(ctx context.Context, account, name string) error {
 	}
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
-	t, err := s.lookupTable(account, name)
+	t, err := s.acquireTableLocked(tableKey{account, strings.ToLower(name)})
 	if err != nil {
 		return err
 	}
+	defer t.release()
 	b := s.db.NewBatch()
 	b.Delete(catalogKey(account, t.lower))
+	indexGroups(b, account, t.lower, t.rangeGroups(), nil)
 	b.Delete(idKey(nsRanges, t.id))
 	b.Delete(idKey(nsACL, t.id))
 	b.Set(idKey(nsDeleted, t.id), encodeDeletedValue(deletedPending, account))
@@ -124,11 +131,14 @@ func (s *Store) DeleteTable(ctx context.Context, account, name string) error {
 		return fmt.Errorf("partition: delete table %q: %w", name, err)
 	}
 	// Only now that the drop is durable may DropKey discard the keys.
+	// Under t.mu, so that no split or merge changes the count of its
+	// ranges once they are taken off the store's.
+	t.mu.Lock()
 	t.deleted.Store(true)
-	s.tables.Delete(tableKey{account, t.lower})
-	for _, g := range t.rangeGroups() {
-		s.groups.Delete(g.ID)
-	}
+	s.counters.ranges.Add(-int64(len(t.rangeList())))
+	t.mu.Unlock()
+	s.counters.tables.Add(-1)
+	s.forgetLocked(t)
 	s.markDeleted(t.id)
 	s.queueDrop(droppedTable{account: account, id: t.id})
 	return nil
@@ -139,10 +149,11 @@ func (s *Store) GetTable(ctx context.Context, account, name string) (Table, erro
 	if err := ctx.Err(); err != nil {
 		return Table{}, err
 	}
-	t, err := s.lookupTable(account, name)
+	t, err := s.acquireTable(account, name)
 	if err != nil {
 		return Table{}, err
 	}
+	defer t.release()
 	return Table{Name: t.name}, nil
 }
 

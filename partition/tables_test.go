@@ -226,7 +226,10 @@ func TestAllTables(t *testing.T) {
 	if err := s.DeleteTable(ctx, "a", "gone"); err != nil {
 		t.Fatal(err)
 	}
-	got := s.AllTables()
+	got, err := s.AllTables()
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []TableRef{{"a", "Alpha"}, {"a", "beta"}, {"b", "alpha"}, {"b", "Zeta"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("AllTables = %v, want %v", got, want)

@@ -75,9 +75,14 @@ func exportCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		return false
 	}
+	all, err := s.AllTables()
+	if err != nil {
+		fmt.Fprintf(stderr, "tabula export: list the tables of %s: %v\n", *data, err)
+		return 1
+	}
 	for _, want := range tables {
 		found := false
-		for _, t := range s.AllTables() {
+		for _, t := range all {
 			found = found || matches(want, t)
 		}
 		if !found {

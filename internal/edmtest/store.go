@@ -13,7 +13,11 @@ import (
 func StoreEntities(t testing.TB, s *partition.Store) map[string][]*odata.Entity {
 	t.Helper()
 	out := map[string][]*odata.Entity{}
-	for _, tr := range s.AllTables() {
+	all, err := s.AllTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range all {
 		key := tr.Account + "/" + tr.Name
 		out[key] = []*odata.Entity{}
 		q := partition.EntityQuery{}
