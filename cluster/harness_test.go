@@ -289,6 +289,8 @@ type testCluster struct {
 	// mergeAfter is the nodes' Config.MergeAfter (0: the default).
 	mergeAfter time.Duration
 	splitBytes int64
+	// tableCache is the stores' Options.TableCacheSize (0: 3).
+	tableCache int
 	// settle makes convergence wait for late commits (stable): for runs
 	// whose clients gave up on writes that may still commit.
 	settle bool
@@ -361,7 +363,14 @@ func (c *testCluster) start(id uint64, fs *vfs.MemFS) *testNode {
 // startAs runs node id; join starts it as a new member the group added.
 func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 	c.t.Helper()
-	storeOpts := &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}, SplitBytes: c.splitBytes}
+	tableCache := c.tableCache
+	if tableCache == 0 {
+		// Three tables open at most: every test runs the store's closing
+		// and reopening of tables (partition/table_cache.go) under the
+		// cluster.
+		tableCache = 3
+	}
+	storeOpts := &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}, SplitBytes: c.splitBytes, TableCacheSize: tableCache}
 	store, err := OpenStore("/node", storeOpts)
 	if err != nil {
 		c.t.Fatalf("node %d: open store: %v", id, err)

@@ -32,9 +32,10 @@ type table struct {
 	// recountDue that they are to be counted again (a missing range map).
 	dirty, recountDue atomic.Bool
 	// refs counts the table's users (pin, release); -1 while it is being
-	// closed. used is the cache's clock bit (table_cache.go).
-	refs atomic.Int32
-	used atomic.Bool
+	// closed. lastUse is when a user last pinned it, in nanoseconds since
+	// the store opened (table_cache.go).
+	refs    atomic.Int32
+	lastUse atomic.Int64
 
 	// mu orders writes against range edits: every write holds it shared
 	// from before its commit until its statistics are recorded, and a

@@ -495,6 +495,8 @@ func (s *Store) installRanges(t *table, next []*rangeState) error {
 		}
 	}
 	old := t.ranges.Swap(&next)
-	s.counters.ranges.Add(int64(len(next) - len(*old)))
+	if !t.deleted.Load() { // else the drop took its ranges off the count
+		s.counters.ranges.Add(int64(len(next) - len(*old)))
+	}
 	return nil
 }

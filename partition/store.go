@@ -85,7 +85,8 @@ type Store struct {
 	// tables maps tableKey to the open *table: looked up on every
 	// operation, changed under catMu; open counts them.
 	tables sync.Map
-	open   int // under catMu
+	open   int       // under catMu
+	born   time.Time // when the store opened: the clock of table uses
 	// groups maps a range group's id to the open *table whose catalog
 	// entry names it; spans holds every span record of the groups
 	// (group_span.go).
@@ -139,6 +140,7 @@ func open(dir string, opts *Options, tune tuning) (*Store, error) {
 		latch:   newLatches(),
 		dropSig: make(chan struct{}, 1),
 		stop:    make(chan struct{}),
+		born:    time.Now(),
 	}
 	s.dropCond = sync.NewCond(&s.dropMu)
 	s.clock = &clock{now: s.opts.Now, saveLease: s.saveLease}

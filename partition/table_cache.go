@@ -1,9 +1,12 @@
 package partition
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/tabuladb/tabula/lsm"
 )
@@ -19,9 +22,13 @@ import (
 // release): a pinned table is never closed, so two users of one table
 // always share its object, its lock and its statistics. Once more than
 // Options.TableCacheSize tables are open, the next table opened closes
-// the unpinned ones least recently used (a clock sweep: a use sets the
-// table's bit, a sweep clears it, and closes the tables it finds clear),
-// after saving the statistics of those written since their last save.
+// the unpinned ones least recently used, after saving the statistics of
+// those written since their last save. A use records its time, to the
+// millisecond (so a busy table's record is written once a millisecond,
+// not at every use); the maintenance goroutine's pins are not uses.
+// Closing a table drops its load averages: least recently used, they are
+// the lowest, and a busy table is never the one closed, unless the tables
+// used at once are more than the cache holds.
 // Opening and closing hold catMu, as catalog edits do, so an edit never
 // races with a copy of the entry it changes.
 
@@ -33,12 +40,22 @@ func (t *table) pin() bool {
 			return false
 		}
 		if t.refs.CompareAndSwap(n, n+1) {
-			if !t.used.Load() {
-				t.used.Store(true)
-			}
 			return true
 		}
 	}
+}
+
+// use pins t for a user and records the time of the use; false if t is
+// being closed.
+func (s *Store) use(t *table) bool {
+	if !t.pin() {
+		return false
+	}
+	now := int64(time.Since(s.born))
+	if now-t.lastUse.Load() >= int64(time.Millisecond) {
+		t.lastUse.Store(now)
+	}
+	return true
 }
 
 // release ends a use that pin (or acquireTable) began.
@@ -70,7 +87,7 @@ func (s *Store) pinOpen(key tableKey) *table {
 	if !ok {
 		return nil
 	}
-	if t := v.(*table); t.pin() {
+	if t := v.(*table); s.use(t) {
 		return t
 	}
 	return nil
@@ -100,7 +117,7 @@ func (s *Store) acquireTableLocked(key tableKey) (*table, error) {
 		return nil, err
 	}
 	t.ranges.Store(&rs)
-	t.pin()
+	s.use(t)
 	s.openLocked(t)
 	return t, nil
 }
@@ -135,43 +152,41 @@ func (s *Store) closeUnused() {
 
 // closeUnusedLocked closes unpinned tables, least recently used first,
 // while more than Options.TableCacheSize are open, down to seven eighths
-// of it, so that one sweep serves many opens. A table written since its
-// statistics were saved is saved first (one synced batch for all of
-// them). The caller holds catMu.
+// of it, so that one sweep serves many opens. Those written since their
+// statistics were saved are saved first, in one synced batch. The caller
+// holds catMu.
 func (s *Store) closeUnusedLocked() {
 	limit := s.opts.TableCacheSize
 	if s.open <= limit {
 		return
 	}
-	target := limit - limit/8
-	var unsaved []*table
-	sweep := func() {
-		s.tables.Range(func(_, v any) bool {
-			t := v.(*table)
-			if t.used.Load() {
-				t.used.Store(false) // a second chance
-				return s.open > target
-			}
-			if !t.refs.CompareAndSwap(0, -1) {
-				return s.open > target // in use
-			}
-			if t.dirty.Load() {
-				t.refs.Store(0)
-				unsaved = append(unsaved, t)
-				return s.open > target
-			}
-			s.forgetLocked(t)
-			return s.open > target
-		})
-	}
-	// Three passes: the first may only clear bits and find tables to
-	// save, the next closes those.
-	for pass := 0; pass < 3 && s.open > target; pass++ {
-		sweep()
-		if len(unsaved) > 0 {
-			s.noteErr(s.persistRanges(unsaved))
-			unsaved = unsaved[:0]
+	var unpinned []*table
+	s.tables.Range(func(_, v any) bool {
+		if t := v.(*table); t.refs.Load() == 0 {
+			unpinned = append(unpinned, t)
 		}
+		return true
+	})
+	slices.SortFunc(unpinned, func(a, b *table) int { return cmp.Compare(a.lastUse.Load(), b.lastUse.Load()) })
+	victims := unpinned[:min(len(unpinned), s.open-(limit-limit/8))]
+	var unsaved []*table
+	for _, t := range victims {
+		if t.dirty.Load() {
+			unsaved = append(unsaved, t)
+		}
+	}
+	if len(unsaved) > 0 {
+		s.noteErr(s.persistRanges(unsaved))
+	}
+	for _, t := range victims {
+		if !t.refs.CompareAndSwap(0, -1) {
+			continue // pinned meanwhile
+		}
+		if t.dirty.Load() {
+			t.refs.Store(0) // written since the save, or the save failed
+			continue
+		}
+		s.forgetLocked(t)
 	}
 }
 
@@ -179,7 +194,7 @@ func (s *Store) closeUnusedLocked() {
 // group id; ok is false when none does.
 func (s *Store) acquireGroupTable(id uint64) (t *table, ok bool, err error) {
 	if v, found := s.groups.Load(id); found {
-		if t := v.(*table); t.pin() {
+		if t := v.(*table); s.use(t) {
 			return t, true, nil
 		}
 	}
@@ -192,7 +207,7 @@ func (s *Store) acquireGroupTable(id uint64) (t *table, ok bool, err error) {
 // catMu: the group's table is found through the group index.
 func (s *Store) acquireGroupTableLocked(id uint64) (*table, bool, error) {
 	if v, found := s.groups.Load(id); found {
-		if t := v.(*table); t.pin() {
+		if t := v.(*table); s.use(t) {
 			return t, true, nil
 		}
 	}

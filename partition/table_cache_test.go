@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
@@ -300,4 +301,35 @@ func FuzzGroupIndexValue(f *testing.F) {
 			t.Fatalf("%x decodes to (%q, %q), which encodes to %x", v, account, lower, again)
 		}
 	})
+}
+
+// TestBusyTableStaysOpen opens table after table in a store that keeps
+// two open, using one busy table between them: the busy table is never
+// the one closed, so it keeps its object and its load averages, while
+// the tables used once close. (A sweep that cleared use bits and closed
+// in one go closed busy tables too, and the cluster's lease balancer,
+// which follows their load averages, lost sight of them.)
+func TestBusyTableStaysOpen(t *testing.T) {
+	e := newEnv(t, &Options{TableCacheSize: 2})
+	ctx := context.Background()
+	e.createTable("busy")
+	mustApply(t, e.s, "busy", Op{Kind: OpInsert, Entity: ent("p", "r")})
+	busy, err := e.s.lookupTable(acct, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		e.createTable(fmt.Sprintf("once%d", i))
+		time.Sleep(2 * time.Millisecond) // past the granularity of a use's time
+		if _, err := e.s.GetEntity(ctx, acct, "busy", "p", "r"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+		if again, _ := e.s.lookupTable(acct, "busy"); again != busy {
+			t.Fatalf("after opening table %d the busy table was closed and opened again", i)
+		}
+		if n := openCount(t, e.s); n > 2 {
+			t.Fatalf("%d tables open", n)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/odata"
@@ -101,7 +102,7 @@ func (s *Store) CreateTableInGroup(ctx context.Context, account, name string, g 
 	s.nextID = id + 1
 	s.counters.tables.Add(1)
 	s.counters.ranges.Add(1)
-	t.used.Store(true) // as new as a table can be: not the first to close
+	t.lastUse.Store(int64(time.Since(s.born))) // not the first to close
 	s.openLocked(t)
 	return Table{Name: name}, nil
 }
