@@ -21,10 +21,7 @@ func newStoppingCluster(t *testing.T, seed uint64, table string) (*testCluster, 
 			tn.node.gather.limit = time.Minute
 		}}
 	c.startAll(3)
-	createVia(c, table)
-	g := c.tableGroup(table).ID
-	upsertVia(c, table, "p", "first", 0)
-	return c, g, c.groupLeader(g, 10*time.Second)
+	return writtenTableOn(c, table)
 }
 
 // TestStoppedLeaderRefusesWritesItNeverProposed stops a leader whose loop

@@ -15,7 +15,13 @@ import (
 // group, written once, and returns the group and its leader.
 func newWrittenTable(t *testing.T, seed uint64, table string) (*testCluster, uint64, *testNode) {
 	t.Helper()
-	c := newTablesCluster(t, 3, seed)
+	return writtenTableOn(newTablesCluster(t, 3, seed), table)
+}
+
+// writtenTableOn creates table on c, writes it once, and returns its
+// group and the group's leader.
+func writtenTableOn(c *testCluster, table string) (*testCluster, uint64, *testNode) {
+	c.t.Helper()
 	createVia(c, table)
 	g := c.tableGroup(table).ID
 	upsertVia(c, table, "p", "first", 0)
