@@ -143,7 +143,7 @@ func (w catchUpWaits) since(group, seq uint64) (since uint64, began bool) {
 // runs on the loop.
 func (n *Node) forgetWaits() {
 	for g := range n.splitWaits {
-		if _, named := n.st().GroupTable(g); !named || n.hostsGroup(g) {
+		if _, named, err := n.st().GroupTable(g); (err == nil && !named) || n.hostsGroup(g) {
 			delete(n.splitWaits, g)
 		}
 	}

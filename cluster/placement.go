@@ -39,7 +39,10 @@ func (n *Node) SetTableVoters(ctx context.Context, account, table string, voters
 // replica of the system group will record it (the command is applied
 // here); the group's members move after that.
 func (n *Node) SetGroupVoters(ctx context.Context, group uint64, voters []uint64) error {
-	tg, ok := n.st().GroupTable(group)
+	tg, ok, err := n.st().GroupTable(group)
+	if err != nil {
+		return err
+	}
 	if !ok {
 		return fmt.Errorf("%w: no table has range group %d", ErrBadPlacement, group)
 	}
@@ -52,7 +55,7 @@ func (n *Node) SetGroupVoters(ctx context.Context, group uint64, voters []uint64
 			return fmt.Errorf("%w: node %d is not a member of the cluster", ErrBadPlacement, v)
 		}
 	}
-	_, err := n.Store().write(ctx, &command.Command{Kind: command.KindSetRangeVoters, Account: tg.Account, Table: tg.Table, Group: group, Voters: voters}, 0)
+	_, err = n.Store().write(ctx, &command.Command{Kind: command.KindSetRangeVoters, Account: tg.Account, Table: tg.Table, Group: group, Voters: voters}, 0)
 	return err
 }
 
@@ -453,8 +456,8 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 			continue
 		}
 		if !sameNodes(left.Replicas, right.Replicas) {
-			tg, ok := n.st().GroupTable(right.Group)
-			return ok && p.name(n, tg, slices.Clone(left.Replicas), now, "merge into the range before it")
+			tg, ok, err := n.st().GroupTable(right.Group)
+			return err == nil && ok && p.name(n, tg, slices.Clone(left.Replicas), now, "merge into the range before it")
 		}
 		allLive := true
 		for _, v := range left.Replicas {

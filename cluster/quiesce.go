@@ -336,9 +336,9 @@ func (n *Node) mustLoad(id uint64, u unloadedReplica, fell bool, back []uint64) 
 	case !u.dormantLeader:
 		return (fell && !n.isLive(u.leader)) || slices.Contains(back, u.leader)
 	}
-	tg, ok := n.st().GroupTable(id)
-	if !ok || u.moving {
-		return true
+	tg, ok, err := n.st().GroupTable(id)
+	if err != nil || !ok || u.moving {
+		return true // loaded, it learns from its group
 	}
 	return n.leaderMustWake(tg.Group.Voters, u.votersBehind, fell, back)
 }

@@ -354,8 +354,11 @@ func (n *Node) deleteMergedLogs() error {
 		return err
 	}
 	for _, id := range ids {
-		if _, named := n.st().GroupTable(id); id == systemGroup || named || !n.catalogKnew(id) ||
-			n.hostsGroup(id) || n.st().SpanRecorded(id) {
+		_, named, err := n.st().GroupTable(id)
+		if err != nil {
+			return err
+		}
+		if id == systemGroup || named || !n.catalogKnew(id) || n.hostsGroup(id) || n.st().SpanRecorded(id) {
 			continue
 		}
 		if err := n.cfg.Log.DeleteGroup(id); err != nil {
@@ -528,7 +531,11 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 		candidates[g.Group] = candidates[g.Group] || g.Frozen
 	}
 	for id, ok := range candidates {
-		if _, named := next.GroupTable(id); named || !ok || slices.Contains(carry, id) {
+		_, named, err := next.GroupTable(id)
+		if err != nil {
+			return nil, err
+		}
+		if named || !ok || slices.Contains(carry, id) {
 			continue
 		}
 		// Of the same table: its first range's group is the index of
@@ -571,11 +578,12 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 }
 
 // sameDescriptor says whether stores a and b describe range group id
-// alike: both not at all, or as the same range with the same voters.
+// alike: both not at all, or as the same range with the same voters. A
+// descriptor it cannot read differs.
 func sameDescriptor(a, b *partition.Store, id uint64) bool {
-	ta, inA := a.GroupTable(id)
-	tb, inB := b.GroupTable(id)
-	return inA == inB && ta.Span() == tb.Span() &&
+	ta, inA, errA := a.GroupTable(id)
+	tb, inB, errB := b.GroupTable(id)
+	return errA == nil && errB == nil && inA == inB && ta.Span() == tb.Span() &&
 		slices.Equal(slices.Sorted(slices.Values(ta.Group.Voters)), slices.Sorted(slices.Values(tb.Group.Voters)))
 }
 

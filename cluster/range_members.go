@@ -169,7 +169,11 @@ func (n *Node) retire(group, id uint64) error {
 		if err := n.emptyGroupSpan(group, true); err != nil {
 			return err
 		}
-		if _, named := n.st().GroupTable(group); !named && n.catalogKnew(group) {
+		_, named, err := n.st().GroupTable(group)
+		if err != nil {
+			return err
+		}
+		if !named && n.catalogKnew(group) {
 			return n.forgetRetired(group) // merged away: no member of it comes back
 		}
 		return nil
@@ -214,9 +218,9 @@ func (n *Node) emptyGroupSpan(group uint64, own bool) error {
 			return err // the table is gone, and its keys with it
 		}
 	} else {
-		tg, ok := n.st().GroupTable(group)
-		if !ok {
-			return nil
+		tg, ok, err := n.st().GroupTable(group)
+		if !ok || err != nil {
+			return err
 		}
 		sp = tg.Span()
 	}
@@ -241,8 +245,8 @@ func (n *Node) hostMember(group, id uint64) (*replica, error) {
 	// table's creation may be half applied (the table known, the
 	// founders' bootstrap not queued yet), and a member hosted here first
 	// would never be bootstrapped.
-	if _, ok := n.st().GroupTable(group); !ok || !n.catalogKnew(group) || n.splitPending(group) {
-		return nil, nil
+	if _, ok, err := n.st().GroupTable(group); err != nil || !ok || !n.catalogKnew(group) || n.splitPending(group) {
+		return nil, err
 	}
 	if err := n.applyHostChanges(); err != nil {
 		return nil, err
@@ -431,8 +435,8 @@ func (r *replica) reconcile() {
 // wantedVoters returns the nodes the group's descriptor names, when the
 // catalog here knows the group.
 func (r *replica) wantedVoters() ([]uint64, bool) {
-	tg, ok := r.n.st().GroupTable(r.group)
-	return tg.Group.Voters, ok
+	tg, ok, err := r.n.st().GroupTable(r.group)
+	return tg.Group.Voters, ok && err == nil
 }
 
 // settled says whether a range group's members are the ones its

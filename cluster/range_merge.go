@@ -69,7 +69,10 @@ func (r *replica) spanDue() (spanWork, partition.TableGroup, partition.Span) {
 	if err != nil || !ok {
 		return spanSettled, partition.TableGroup{}, partition.Span{}
 	}
-	tg, named := st.GroupTable(r.group)
+	tg, named, err := st.GroupTable(r.group)
+	if err != nil {
+		return spanSettled, tg, sp // looked at again at the next turn
+	}
 	if !named {
 		// Not known yet (a split's child, started here by its parent's
 		// log), or merged away.

@@ -86,7 +86,7 @@ func (n *Node) heardMergedCheck(m *raftpb.Message) {
 // runs on the loop.
 func (n *Node) holdsMerged(group uint64, sp partition.Span, node uint64) bool {
 	st := n.st()
-	if _, named := st.GroupTable(group); named || !n.catalogKnew(group) {
+	if _, named, err := st.GroupTable(group); named || err != nil || !n.catalogKnew(group) {
 		return false
 	}
 	tg, err := st.TableRangeFor(sp.Account, sp.Table, sp.LowPartitionKey)
@@ -131,7 +131,7 @@ func (n *Node) heardMergeCheck(m *raftpb.Message) {
 	ok := memberPairs(m.GetContext(), func(group, into uint64) {
 		if frozen, err := n.st().GroupFrozen(group); err == nil && frozen {
 			n.live.frozenHere.add(m.GetFrom(), group, 0)
-		} else if tg, ok := n.st().GroupTable(into); ok && into != 0 {
+		} else if tg, ok, err := n.st().GroupTable(into); err == nil && ok && into != 0 {
 			if child, started := n.rangeAfter(tg); started {
 				n.live.merged.add(m.GetFrom(), group, child)
 			}
@@ -342,8 +342,8 @@ func (n *Node) dropLeftover(group uint64) error {
 	if by == 0 || !n.catalogKnew(group) {
 		return nil
 	}
-	if _, named := n.st().GroupTable(group); named {
-		return nil
+	if _, named, err := n.st().GroupTable(group); named || err != nil {
+		return err
 	}
 	if r := n.replicas[group]; r != nil && r.install != nil { // an unloaded one has none
 		return nil // looked at again at the next look

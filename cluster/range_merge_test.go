@@ -472,7 +472,9 @@ func TestSnapshotKeepsASplitChildNotYetCataloged(t *testing.T) {
 	merged := uint64(0)
 	for deadline := time.Now().Add(10 * time.Second); merged == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for id := uint64(2); id <= n.applied.Load() && merged == 0; id++ {
-			if _, named := n.st().GroupTable(id); !named {
+			if _, named, err := n.st().GroupTable(id); err != nil {
+				t.Fatal(err)
+			} else if !named {
 				merged = id // an index of the system log that made no group
 			}
 		}
@@ -685,7 +687,10 @@ func TestMergedOverLetsTheFreezeCatchUp(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("checked %d times in the window between the catalog's merge and the left group's on node %d", checked, silent.id)
 		}
-		_, named := s.GroupTable(right.Group.ID)
+		_, named, err := s.GroupTable(right.Group.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
 		lsp, _, _ := s.GroupSpan(left.ID)
 		if named || lsp.Contains("p20") {
 			continue

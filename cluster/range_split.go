@@ -131,7 +131,10 @@ func (r *replica) applySplit(ctx context.Context, s *partition.Store, c command.
 // child's member here (chaos merges mode, seeds 317 and 505).
 func (n *Node) splitPending(group uint64) bool {
 	s := n.st()
-	tg, ok := s.GroupTable(group)
+	tg, ok, err := s.GroupTable(group)
+	if err != nil {
+		return true // not known: wait, as for a split not applied yet
+	}
 	if !ok {
 		return false
 	}

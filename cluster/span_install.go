@@ -266,7 +266,7 @@ func (n *Node) mergedHolders(s *partition.Store, group uint64, sp partition.Span
 	if !n.catalogKnew(group) {
 		return nil // a split's child the catalog does not name yet
 	}
-	if _, named := s.GroupTable(group); named {
+	if _, named, err := s.GroupTable(group); named || err != nil {
 		return nil
 	}
 	holders, err := n.liveHolders(s, group, sp)

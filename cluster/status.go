@@ -180,7 +180,7 @@ func (n *Node) groupStatus() []GroupStatus {
 		// Read without loading it: the voters from the catalog (an
 		// unloaded replica has no change of them under way).
 		gs := GroupStatus{Group: id, Leader: u.leader, Applied: u.applied, Unloaded: true}
-		if tg, ok := n.st().GroupTable(id); ok {
+		if tg, ok, _ := n.st().GroupTable(id); ok {
 			gs.Voters = slices.Clone(tg.Group.Voters)
 		}
 		out = append(out, gs)

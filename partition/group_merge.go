@@ -293,7 +293,10 @@ func (s *Store) OutsideCatalog() ([]GroupSpanOf, error) {
 		if !live {
 			return nil // of a dropped table
 		}
-		if _, ok := s.GroupTable(group); !ok {
+		switch _, named, err := s.GroupTable(group); {
+		case err != nil:
+			return err
+		case !named:
 			out = append(out, GroupSpanOf{Group: group, Span: g.span, Frozen: g.frozen})
 		}
 		return nil

@@ -243,7 +243,7 @@ func TestGroupSpanNeedsNoCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.reopen()
-	if _, ok := e.s.GroupTable(9); ok {
+	if _, ok := mustGroupTable(t, e.s, 9); ok {
 		t.Fatal("the catalog knows group 9")
 	}
 	if sp, ok, err := e.s.GroupSpan(9); err != nil || !ok || sp != (Span{Account: acct, Table: "Early", LowPartitionKey: "m"}) {

@@ -187,3 +187,13 @@ func (s *Store) liveTables() []*table {
 	releaseAll(ts)
 	return ts
 }
+
+// mustGroupTable is Store.GroupTable for a test, failing it on an error.
+func mustGroupTable(t testing.TB, s *Store, id uint64) (TableGroup, bool) {
+	t.Helper()
+	tg, ok, err := s.GroupTable(id)
+	if err != nil {
+		t.Fatalf("GroupTable(%d): %v", id, err)
+	}
+	return tg, ok
+}

@@ -200,21 +200,24 @@ func (s *Store) TableRanges(account, name string) ([]TableGroup, error) {
 	return out, nil
 }
 
-// GroupTable returns range group id, with its live table. A failure to
-// read the catalog (a failing disk) is reported as no such group.
-func (s *Store) GroupTable(id uint64) (TableGroup, bool) {
+// GroupTable returns range group id, with its live table; ok is false
+// when no live table's catalog entry names the group. An error is a
+// failure to read the catalog (the group's table may not be open): the
+// answer is unknown, and a caller must not act as if the group were not
+// named.
+func (s *Store) GroupTable(id uint64) (tg TableGroup, ok bool, err error) {
 	t, ok, err := s.acquireGroupTable(id)
 	if !ok || err != nil {
-		return TableGroup{}, false
+		return TableGroup{}, false, err
 	}
 	defer t.release()
 	gs := t.rangeGroups()
 	for i := range gs {
 		if gs[i].ID == id {
-			return t.tableGroup(gs, i), true
+			return t.tableGroup(gs, i), true, nil
 		}
 	}
-	return TableGroup{}, false // the table was split or dropped meanwhile
+	return TableGroup{}, false, nil // the table was split or dropped meanwhile
 }
 
 // TableGroups lists every range group of the live tables, by group id,

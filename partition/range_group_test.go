@@ -100,7 +100,7 @@ func TestSetGroupVoters(t *testing.T) {
 	if _, err := e.s.CreateTableInGroup(ctx, acct, "Moved", RangeGroup{ID: 12, Voters: []uint64{1, 2, 3}}); err != nil {
 		t.Fatal(err)
 	}
-	if tg, ok := e.s.GroupTable(12); !ok || tg.Table != "Moved" || !reflect.DeepEqual(tg.Group.Voters, []uint64{1, 2, 3}) {
+	if tg, ok := mustGroupTable(t, e.s, 12); !ok || tg.Table != "Moved" || !reflect.DeepEqual(tg.Group.Voters, []uint64{1, 2, 3}) {
 		t.Fatalf("GroupTable(12) = %+v, %v", tg, ok)
 	}
 	if err := e.s.SetGroupVoters(ctx, acct, "moved", 12, []uint64{1, 2, 4}); err != nil {
@@ -111,7 +111,7 @@ func TestSetGroupVoters(t *testing.T) {
 	if g, err := e.s.TableGroup(acct, "Moved"); err != nil || !reflect.DeepEqual(g, want) {
 		t.Fatalf("TableGroup after a move and a reopen = %+v, %v", g, err)
 	}
-	if tg, ok := e.s.GroupTable(12); !ok || !reflect.DeepEqual(tg.Group, want) {
+	if tg, ok := mustGroupTable(t, e.s, 12); !ok || !reflect.DeepEqual(tg.Group, want) {
 		t.Fatalf("GroupTable(12) after a reopen = %+v, %v", tg, ok)
 	}
 	for name, c := range map[string]struct {
@@ -135,7 +135,7 @@ func TestSetGroupVoters(t *testing.T) {
 	if err := e.s.DeleteTable(ctx, acct, "Moved"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := e.s.GroupTable(12); ok {
+	if _, ok := mustGroupTable(t, e.s, 12); ok {
 		t.Fatal("GroupTable finds a dropped table")
 	}
 	if err := e.s.SetGroupVoters(ctx, acct, "Moved", 12, []uint64{1}); !IsCode(err, CodeTableNotFound) {
@@ -179,7 +179,7 @@ func TestSplitTableRange(t *testing.T) {
 	if got := e.s.TableGroups(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("TableGroups = %+v, want %+v", got, want)
 	}
-	if tg, ok := e.s.GroupTable(9); !ok || !reflect.DeepEqual(tg, want[1]) || tg.Span() != (Span{Account: acct, Table: "Split", LowPartitionKey: "m", HighPartitionKey: "t"}) {
+	if tg, ok := mustGroupTable(t, e.s, 9); !ok || !reflect.DeepEqual(tg, want[1]) || tg.Span() != (Span{Account: acct, Table: "Split", LowPartitionKey: "m", HighPartitionKey: "t"}) {
 		t.Fatalf("GroupTable(9) = %+v, %v", tg, ok)
 	}
 	for name, c := range map[string]struct {
@@ -202,7 +202,7 @@ func TestSplitTableRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []uint64{4, 9, 11} {
-		if _, ok := e.s.GroupTable(id); ok {
+		if _, ok := mustGroupTable(t, e.s, id); ok {
 			t.Fatalf("GroupTable(%d) finds a dropped table", id)
 		}
 	}

@@ -78,7 +78,7 @@ func TestTablesCloseWhenUnused(t *testing.T) {
 				t.Fatalf("%s: table %d's ranges %+v, %v: want one of 3 entities (its statistics saved when it closed)", what, i, infos, err)
 			}
 			if i%2 == 0 {
-				tg, ok := e.s.GroupTable(group(i))
+				tg, ok := mustGroupTable(t, e.s, group(i))
 				if !ok || tg.Table != name(i) || tg.Group.ID != group(i) {
 					t.Fatalf("%s: GroupTable(%d) = %+v, %v", what, group(i), tg, ok)
 				}
@@ -97,7 +97,7 @@ func TestTablesCloseWhenUnused(t *testing.T) {
 	for i := 1; i <= limit+1; i++ {
 		e.s.GetTable(ctx, acct, name(i)) // close Table00 again
 	}
-	if tg, ok := e.s.GroupTable(900); !ok || tg.Table != name(0) || tg.Group.Start != "m" {
+	if tg, ok := mustGroupTable(t, e.s, 900); !ok || tg.Table != name(0) || tg.Group.Start != "m" {
 		t.Fatalf("the split's child: %+v, %v", tg, ok)
 	}
 	if err := e.s.SplitTableRange(ctx, acct, name(2), group(2), "m", 900); !IsCode(err, CodeInvalidInput) {
@@ -106,7 +106,7 @@ func TestTablesCloseWhenUnused(t *testing.T) {
 	if err := e.s.DeleteTable(ctx, acct, name(38)); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := e.s.GroupTable(group(38)); ok {
+	if _, ok := mustGroupTable(t, e.s, group(38)); ok {
 		t.Fatal("a dropped table's group is still found")
 	}
 	if _, err := e.s.GetTable(ctx, acct, name(38)); !IsCode(err, CodeTableNotFound) {
@@ -196,7 +196,7 @@ func TestTableCacheUnderConcurrentUse(t *testing.T) {
 					written[[2]int{i, row}] = true
 					mu.Unlock()
 				case 2:
-					if _, ok := e.s.GroupTable(uint64(10 + i)); !ok {
+					if _, ok := mustGroupTable(t, e.s, uint64(10+i)); !ok {
 						t.Errorf("group %d not found", 10+i)
 						return
 					}
@@ -259,7 +259,7 @@ func TestOpenUpgradesLayout1(t *testing.T) {
 	}
 	e.reopen()
 	for i := range 10 {
-		if tg, ok := e.s.GroupTable(uint64(50 + i)); !ok || tg.Table != fmt.Sprintf("old%d", i) {
+		if tg, ok := mustGroupTable(t, e.s, uint64(50+i)); !ok || tg.Table != fmt.Sprintf("old%d", i) {
 			t.Fatalf("group %d after the upgrade: %+v, %v", 50+i, tg, ok)
 		}
 	}
@@ -331,5 +331,26 @@ func TestBusyTableStaysOpen(t *testing.T) {
 		if n := openCount(t, e.s); n > 2 {
 			t.Fatalf("%d tables open", n)
 		}
+	}
+}
+
+// TestGroupTableReportsUnreadableCatalog: a group whose table is not open
+// is looked up on disk, and a lookup that cannot read (here, a closed
+// engine) is an error, never "no such group": a cluster deletes the log
+// of a group the catalog does not name.
+func TestGroupTableReportsUnreadableCatalog(t *testing.T) {
+	e := newEnv(t, &Options{TableCacheSize: 1})
+	e.createTableInGroup("first", 7)
+	e.createTableInGroup("second", 8) // closes first
+	if _, ok := mustGroupTable(t, e.s, 8); !ok {
+		t.Fatal("group 8 not found")
+	}
+	s := e.s
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.s = nil
+	if _, ok, err := s.GroupTable(7); err == nil {
+		t.Fatalf("group 7 looked up in a closed store: ok %v and no error", ok)
 	}
 }
