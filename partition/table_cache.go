@@ -237,12 +237,7 @@ func (s *Store) acquireGroupTableLocked(id uint64) (*table, bool, error) {
 }
 
 func hasGroup(gs []RangeGroup, id uint64) bool {
-	for _, g := range gs {
-		if g.ID == id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(gs, func(g RangeGroup) bool { return g.ID == id })
 }
 
 // Group index value (docs/keys.md): version 1 | the catalog key of the
