@@ -336,12 +336,11 @@ func (n *Node) TransferLease(ctx context.Context, account, table, pk string, to 
 // (0 when it hosts no replica of it or knows no leader); an unloaded
 // replica's record names it (unload.go).
 func (n *Node) groupLeader(id uint64) uint64 {
-	n.replicasMu.RLock()
-	defer n.replicasMu.RUnlock()
-	if r := n.replicas[id]; r != nil {
+	if r := n.group(id); r != nil {
 		return r.leader.Load()
 	}
-	return n.unloaded[id].leader
+	u, _ := n.unloadedReplica(id)
+	return u.leader
 }
 
 // A lease hand-over drains first: the leader takes no new write or read

@@ -56,10 +56,11 @@ type Node struct {
 	replicas    map[uint64]*replica
 	replicaList []*replica // the same, to tick in a loop cheaper than a map's
 	touched     map[*replica]struct{}
-	// unloaded are the range groups hosted here whose replicas were
-	// unloaded (unload.go): the loop changes it, and the apply goroutine
-	// marks its records (markMoving), under replicasMu.
-	unloaded map[uint64]unloadedReplica
+	// unloadedCount counts the range groups hosted here whose replicas
+	// were unloaded (unload.go), whose records are in the raft log's
+	// engine (unload_record.go): the loop changes them, and the apply
+	// goroutine marks them (markMoving), under replicasMu.
+	unloadedCount int
 	// replicasPeak is the most replicas the node held since the map was
 	// last made again (shrink.Map; under replicasMu).
 	replicasPeak int
@@ -230,7 +231,6 @@ func NewNode(cfg Config) (*Node, error) {
 		dir:        dir,
 		storePtr:   ptr,
 		replicas:   make(map[uint64]*replica),
-		unloaded:   make(map[uint64]unloadedReplica),
 		touched:    make(map[*replica]struct{}),
 		splitWaits: catchUpWaits{}, orphanWaits: catchUpWaits{}, catalogWaits: map[uint64]catalogWait{},
 		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),

@@ -121,10 +121,15 @@ func (n *Node) startReplica(id uint64, boot *groupBoot, from *unloadedReplica) (
 		r.restore(from)
 	}
 	n.replicasMu.Lock()
-	delete(n.unloaded, id)
-	n.replicas[id] = r
-	n.replicaList = append(n.replicaList, r)
+	_, _, err = n.dropUnloaded(id)
+	if err == nil {
+		n.replicas[id] = r
+		n.replicaList = append(n.replicaList, r)
+	}
 	n.replicasMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 

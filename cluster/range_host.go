@@ -237,6 +237,19 @@ func (r *replica) wrongGroup(s *partition.Store, account, table, pk string) (ref
 // so that a node's memory at its start does not grow with the number of
 // ranges it hosts; its raft log state is dropped again once checked.
 func (n *Node) hostTableGroups() error {
+	// The records of the last run are not this one's: its replicas are
+	// all loaded or recorded cold below.
+	if _, err := n.cfg.Log.ClearUnloaded(); err != nil {
+		return fmt.Errorf("cluster: clear the unloaded records: %w", err)
+	}
+	cold := map[uint64]unloadedReplica{}
+	writeCold := func() error {
+		n.replicasMu.Lock()
+		defer n.replicasMu.Unlock()
+		err := n.setUnloaded(cold, len(cold))
+		clear(cold)
+		return err
+	}
 	groups := n.st().TableGroups()
 	inCatalog := len(groups)
 	outside, err := n.st().OutsideCatalog()
@@ -268,10 +281,15 @@ func (n *Node) hostTableGroups() error {
 				return err
 			}
 			if rest {
-				n.unloaded[id] = unloadedReplica{applied: applied, cold: true}
+				cold[id] = unloadedReplica{applied: applied, cold: true}
 				n.cfg.Log.Unload(id)
 				if voters := tg.Group.Voters; voters[id%uint64(len(voters))] == n.cfg.ID {
 					n.toWarm = append(n.toWarm, id)
+				}
+				if len(cold) >= coldBatch {
+					if err := writeCold(); err != nil {
+						return err
+					}
 				}
 				continue
 			}
@@ -295,8 +313,11 @@ func (n *Node) hostTableGroups() error {
 			}
 		}
 	}
-	return nil
+	return writeCold()
 }
+
+// coldBatch is how many cold records a start writes at once.
+const coldBatch = 4096
 
 // startsUnloaded says whether the node's replica of the range group of
 // tg, whose raft log is st, is at rest as the node starts, and so is
@@ -464,19 +485,23 @@ func (n *Node) awaitTableGroup(ctx context.Context, account, table string) {
 // and before the switch, so a crash leaves the old store in use.
 func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error) {
 	n.replicasMu.RLock()
-	hosted := make(map[uint64]bool, len(n.replicas)+len(n.unloaded))
+	hosted := make(map[uint64]bool, len(n.replicas)+n.unloadedCount)
 	for id, r := range n.replicas {
 		// A group without a table (tests) writes the tables that have
 		// no group, which the snapshot brings: nothing of it to carry,
 		// and no table of its own whose drop would end it.
 		hosted[id] = id != systemGroup && !r.tableless
 	}
-	unloaded := make([]uint64, 0, len(n.unloaded))
-	for id, u := range n.unloaded {
+	unloaded := make([]uint64, 0, n.unloadedCount)
+	err := n.eachUnloaded(func(id uint64, u unloadedReplica) bool {
 		hosted[id] = !u.tableless
 		unloaded = append(unloaded, id)
-	}
+		return true
+	})
 	n.replicasMu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
 	// The spans of the groups not hosted are emptied first: one may
 	// overlap the span of a hosted group that has not applied its split
 	// yet, whose copy then puts back what is its own.
@@ -568,7 +593,6 @@ func (n *Node) carryRangeGroups(old, next *partition.Store) ([]hostChange, error
 	if err := next.ForgetGroups(dropped); err != nil {
 		return nil, fmt.Errorf("cluster: carry range groups into the snapshot's store: %w", err)
 	}
-	slices.Sort(unloaded)
 	for _, id := range unloaded {
 		if !hosted[id] && !sameDescriptor(old, next, id) { // hosted[id]: dropped above
 			changes = append(changes, hostChange{group: id, wake: true})

@@ -320,14 +320,20 @@ func (n *Node) mergedHere(group uint64) uint64 {
 			return r.group
 		}
 	}
+	var by uint64
 	n.replicasMu.RLock()
-	defer n.replicasMu.RUnlock()
-	for id := range n.unloaded {
+	err := n.eachUnloaded(func(id uint64, _ unloadedReplica) bool {
 		if id != group && slices.Contains(s.GroupMerged(id), group) {
-			return id
+			by = id
 		}
+		return by == 0
+	})
+	n.replicasMu.RUnlock()
+	if err != nil {
+		n.fail(err)
+		return 0
 	}
-	return 0
+	return by
 }
 
 // dropLeftover drops a leftover that a span install or noteMerges

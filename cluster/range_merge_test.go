@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tabuladb/tabula/cluster/command"
+	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/lsm"
 	"github.com/tabuladb/tabula/partition"
 	"github.com/tabuladb/tabula/vfs"
@@ -393,7 +394,12 @@ func TestCarryKeepsFrozenGroups(t *testing.T) {
 	if err := old.FreezeGroupSpan(partition.WithStamp(ctx, partition.Stamp{Group: 9, Index: 20}), 9); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&Node{}).carryRangeGroups(old, next); err != nil {
+	rlog, err := raftlog.Open("/raft", &raftlog.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rlog.Close() })
+	if _, err := (&Node{cfg: Config{Log: rlog}}).carryRangeGroups(old, next); err != nil {
 		t.Fatal(err)
 	}
 	if frozen, err := next.GroupFrozen(9); err != nil || !frozen {

@@ -57,7 +57,7 @@ func (n *Node) snapshotStatus() {
 		}
 	}
 	n.replicasMu.RLock()
-	ns.Unloaded = len(n.unloaded)
+	ns.Unloaded = n.unloadedCount
 	n.replicasMu.RUnlock()
 	ns.RangeGroups += ns.Unloaded
 	ns.Quiesced += ns.Unloaded
@@ -176,7 +176,7 @@ func (n *Node) groupStatus() []GroupStatus {
 				Voters: nodesOf(cs.GetVoters()), Learners: nodesOf(cs.GetLearners())})
 		}
 	}
-	for id, u := range n.unloaded {
+	err := n.eachUnloaded(func(id uint64, u unloadedReplica) bool {
 		// Read without loading it: the voters from the catalog (an
 		// unloaded replica has no change of them under way).
 		gs := GroupStatus{Group: id, Leader: u.leader, Applied: u.applied, Unloaded: true}
@@ -184,8 +184,12 @@ func (n *Node) groupStatus() []GroupStatus {
 			gs.Voters = slices.Clone(tg.Group.Voters)
 		}
 		out = append(out, gs)
-	}
+		return true
+	})
 	n.replicasMu.RUnlock()
+	if err != nil {
+		n.fail(err)
+	}
 	slices.SortFunc(out, func(a, b GroupStatus) int { return cmp.Compare(a.Group, b.Group) })
 	return out
 }

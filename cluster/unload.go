@@ -16,8 +16,9 @@ import (
 // memory grew with the number of ranges it hosts, idle or not. One
 // dormant for unloadElections election timeouts more, with nothing of it
 // held anywhere but its raft log and the store, is unloaded: the node
-// keeps an unloadedReplica of it, a few dozen bytes, and its raft log
-// forgets the group's state (raftlog.Log.Unload).
+// keeps an unloadedReplica of it, a few dozen bytes in its raft log's
+// engine (unload_record.go), and its raft log forgets the group's state
+// (raftlog.Log.Unload).
 //
 // Anything that needs the replica loads it again (replicaOf on the loop,
 // groupLoaded on other goroutines): a message of its group, a request, a
@@ -156,13 +157,21 @@ func (n *Node) unload(rs []*replica) {
 	}
 	gone := make(map[*replica]bool, len(rs))
 	groups := make([]uint64, len(rs))
-	n.replicasMu.Lock()
-	n.replicasPeak = max(n.replicasPeak, len(n.replicas))
+	recs := make(map[uint64]unloadedReplica, len(rs))
 	for i, r := range rs {
 		gone[r], groups[i] = true, r.group
-		delete(n.replicas, r.group)
-		n.unloaded[r.group] = unloadedReplica{leader: r.leader.Load(), applied: r.applied.Load(), lastStamp: r.lastStamp, appliedTS: r.appliedTS.Load(),
+		recs[r.group] = unloadedReplica{leader: r.leader.Load(), applied: r.applied.Load(), lastStamp: r.lastStamp, appliedTS: r.appliedTS.Load(),
 			dormantLeader: r.dormantLeader.Load(), tableless: r.tableless, votersBehind: r.votersBehind}
+	}
+	n.replicasMu.Lock()
+	if err := n.setUnloaded(recs, len(recs)); err != nil {
+		n.replicasMu.Unlock()
+		n.fail(fmt.Errorf("cluster: unload replicas: %w", err))
+		return
+	}
+	n.replicasPeak = max(n.replicasPeak, len(n.replicas))
+	for _, r := range rs {
+		delete(n.replicas, r.group)
 		if r.dormantLeader.Load() {
 			n.unloadedLeaders++
 		}
@@ -184,13 +193,22 @@ func (n *Node) unload(rs []*replica) {
 		// drop, a retirement) is queued here behind this. A group gone
 		// (dropped) is left alone.
 		unsynced := map[uint64]uint64{}
+		var err error
 		n.replicasMu.RLock()
 		for _, r := range rs {
-			if _, unloaded := n.unloaded[r.group]; r.sinceSync > 0 && (unloaded || n.replicas[r.group] != nil) {
+			var unloaded bool
+			if _, unloaded, err = n.unloadedOf(r.group); err != nil {
+				break
+			}
+			if r.sinceSync > 0 && (unloaded || n.replicas[r.group] != nil) {
 				unsynced[r.group] = r.applied.Load()
 			}
 		}
 		n.replicasMu.RUnlock()
+		if err != nil {
+			n.fail(err)
+			return err
+		}
 		if len(unsynced) > 0 {
 			// Not under the lock: the loop and the request goroutines
 			// need it meanwhile, and the fsync may be slow.
@@ -200,22 +218,40 @@ func (n *Node) unload(rs []*replica) {
 			}
 		}
 		n.replicasMu.RLock()
-		defer n.replicasMu.RUnlock()
 		for _, g := range groups {
-			if u, ok := n.unloaded[g]; ok && !u.loading {
+			var u unloadedReplica
+			var ok bool
+			if u, ok, err = n.unloadedOf(g); err != nil {
+				break
+			}
+			if ok && !u.loading {
 				n.cfg.Log.Unload(g)
 			}
 		}
-		return nil
+		n.replicasMu.RUnlock()
+		if err != nil {
+			n.fail(err)
+		}
+		return err
 	}}
 }
 
-// hostsGroup says whether the node hosts a replica of group id, loaded or not.
+// hostsGroup says whether the node hosts a replica of group id, loaded or
+// not. A record it cannot read makes the node fail, and counts as hosted:
+// no caller then drops what the group may hold.
 func (n *Node) hostsGroup(id uint64) bool {
 	n.replicasMu.RLock()
-	defer n.replicasMu.RUnlock()
-	_, unloaded := n.unloaded[id]
-	return unloaded || n.replicas[id] != nil
+	if n.replicas[id] != nil {
+		n.replicasMu.RUnlock()
+		return true
+	}
+	_, unloaded, err := n.unloadedOf(id)
+	n.replicasMu.RUnlock()
+	if err != nil {
+		n.fail(err)
+		return true
+	}
+	return unloaded
 }
 
 // replicaOf returns the node's replica of group id, loading it again if
@@ -229,12 +265,16 @@ func (n *Node) replicaOf(id uint64) *replica {
 	// record stays until the replica takes its place (startReplica), so
 	// other goroutines see the group hosted throughout.
 	n.replicasMu.Lock()
-	u, ok := n.unloaded[id]
+	u, ok, err := n.unloadedOf(id)
 	if ok {
 		u.loading = true
-		n.unloaded[id] = u
+		err = n.setUnloaded(map[uint64]unloadedReplica{id: u}, 0)
 	}
 	n.replicasMu.Unlock()
+	if err != nil {
+		n.fail(fmt.Errorf("cluster: load the replica of range group %d again: %w", id, err))
+		return nil
+	}
 	if !ok {
 		return nil
 	}
@@ -253,8 +293,11 @@ func (n *Node) replicaOf(id uint64) *replica {
 	if r == nil {
 		// Its raft log says it was removed meanwhile (it cannot be).
 		n.replicasMu.Lock()
-		delete(n.unloaded, id)
+		_, _, err := n.dropUnloaded(id)
 		n.replicasMu.Unlock()
+		if err != nil {
+			n.fail(err)
+		}
 		return nil
 	}
 	if u.cold {
@@ -291,13 +334,17 @@ func (r *replica) restore(u *unloadedReplica) {
 func (n *Node) loadWhere(keep func(group uint64, u unloadedReplica) bool) {
 	var ids []uint64
 	n.replicasMu.RLock() // the apply goroutine marks records (markMoving)
-	for id, u := range n.unloaded {
+	err := n.eachUnloaded(func(id uint64, u unloadedReplica) bool {
 		if keep(id, u) {
 			ids = append(ids, id)
 		}
-	}
+		return true
+	})
 	n.replicasMu.RUnlock()
-	slices.Sort(ids)
+	if err != nil {
+		n.fail(err)
+		return
+	}
 	for _, id := range ids {
 		n.replicaOf(id)
 	}
@@ -305,8 +352,8 @@ func (n *Node) loadWhere(keep func(group uint64, u unloadedReplica) bool) {
 
 // loadLeaderToMove loads one unloaded dormant leader again and returns
 // it, if any is and a live peer holds few enough leases to take one
-// (leaseTarget), so that balanceLeases can hand its lease over. Which
-// one is left to the map's order: balanceLeases moves one lease a look.
+// (leaseTarget), so that balanceLeases can hand its lease over: the one
+// of the lowest group, since balanceLeases moves one lease a look.
 func (n *Node) loadLeaderToMove() *replica {
 	if n.unloadedLeaders == 0 {
 		return nil
@@ -320,13 +367,17 @@ func (n *Node) loadLeaderToMove() *replica {
 	}
 	var leader uint64
 	n.replicasMu.RLock()
-	for id, u := range n.unloaded {
+	err := n.eachUnloaded(func(id uint64, u unloadedReplica) bool {
 		if u.dormantLeader {
 			leader = id
-			break
 		}
-	}
+		return leader == 0
+	})
 	n.replicasMu.RUnlock()
+	if err != nil {
+		n.fail(err)
+		return nil
+	}
 	if leader == 0 {
 		return nil
 	}
@@ -337,14 +388,10 @@ func (n *Node) loadLeaderToMove() *replica {
 // loaded again by the loop. It returns nil if the node hosts none, or if
 // ctx ends or the node stops first.
 func (n *Node) groupLoaded(ctx context.Context, id uint64) *replica {
-	n.replicasMu.RLock()
-	r := n.replicas[id]
-	unloaded := r == nil && hasKey(n.unloaded, id)
-	n.replicasMu.RUnlock()
-	if !unloaded {
+	if r := n.group(id); r != nil || !n.hostsGroup(id) {
 		return r
 	}
-	r, _ = callOnLoop(ctx, n, func() *replica { return n.replicaOf(id) })
+	r, _ := callOnLoop(ctx, n, func() *replica { return n.replicaOf(id) })
 	return r
 }
 
@@ -354,19 +401,27 @@ func (n *Node) groupLoaded(ctx context.Context, id uint64) *replica {
 // loop loads it for the host change that follows.
 func (n *Node) markMoving(id uint64) {
 	n.replicasMu.Lock()
-	defer n.replicasMu.Unlock()
-	if u, ok := n.unloaded[id]; ok {
+	u, ok, err := n.unloadedOf(id)
+	if ok && !u.moving {
 		u.moving = true
-		n.unloaded[id] = u
+		err = n.setUnloaded(map[uint64]unloadedReplica{id: u}, 0)
+	}
+	n.replicasMu.Unlock()
+	if err != nil {
+		n.fail(err)
 	}
 }
 
 // unloadedReplica returns the node's record of its replica of group id,
-// if it was unloaded.
+// if it was unloaded. A record it cannot read makes the node fail, and
+// is none.
 func (n *Node) unloadedReplica(id uint64) (unloadedReplica, bool) {
 	n.replicasMu.RLock()
-	defer n.replicasMu.RUnlock()
-	u, ok := n.unloaded[id]
+	u, ok, err := n.unloadedOf(id)
+	n.replicasMu.RUnlock()
+	if err != nil {
+		n.fail(err)
+	}
 	return u, ok
 }
 

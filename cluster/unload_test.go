@@ -2,9 +2,16 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/tabuladb/tabula/cluster/raftlog"
+	"github.com/tabuladb/tabula/lsm"
+	"github.com/tabuladb/tabula/vfs"
 )
 
 // waitUnloaded waits until every range replica of every node but slack
@@ -200,9 +207,15 @@ func TestRestartLeavesReplicasUnloaded(t *testing.T) {
 	}
 	// A node dies and comes back: its peers, which know no leader of
 	// these groups to lose, load nothing; it starts them unloaded too.
+	// A record left from before the crash, of a group the node no longer
+	// hosts, is not this run's: the start clears it.
 	disk := c.crash(3, nil)
+	staleRecord(t, disk, 999_999)
 	time.Sleep(idle)
 	c.start(3, disk)
+	if c.nodes[3].node.hostsGroup(999_999) {
+		t.Fatal("a record left from the last run counts as a group hosted")
+	}
 	time.Sleep(idle)
 	for _, tn := range c.nodes {
 		if loads := tn.node.replicaLoads.Load(); !unloaded(tn) || loads != 0 {
@@ -448,11 +461,9 @@ func TestRestartDuringAMergeLoadsItsGroupOnly(t *testing.T) {
 				starts = []string{"", "p20"}
 			}
 			unloaded := func(tn *testNode) []uint64 {
-				tn.node.replicasMu.RLock()
-				defer tn.node.replicasMu.RUnlock()
 				var ids []uint64
 				for _, id := range idle {
-					if _, ok := tn.node.unloaded[id]; ok {
+					if _, ok := tn.node.unloadedReplica(id); ok {
 						ids = append(ids, id)
 					}
 				}
@@ -581,11 +592,16 @@ func (n *Node) allUnloaded(want int) bool {
 }
 
 // unloadedNow counts the node's unloaded replicas (Status counts them as
-// of its last tick).
+// of its last tick): its records in the raft log's engine, or -1 if their
+// count is not the node's count of them, or one does not decode.
 func (n *Node) unloadedNow() int {
 	n.replicasMu.RLock()
 	defer n.replicasMu.RUnlock()
-	return len(n.unloaded)
+	records := 0
+	if err := n.eachUnloaded(func(uint64, unloadedReplica) bool { records++; return true }); err != nil || records != n.unloadedCount {
+		return -1
+	}
+	return records
 }
 
 // rangeReplicasLoaded counts the node's range replicas in memory.
@@ -593,4 +609,44 @@ func (n *Node) rangeReplicasLoaded() int {
 	n.replicasMu.RLock()
 	defer n.replicasMu.RUnlock()
 	return len(n.replicas) - 1
+}
+
+// TestUnloadedRecordEncoding: every field of a record survives its
+// encoding, and a value cut short, padded or flagged beyond what is known
+// is refused as corruption.
+func TestUnloadedRecordEncoding(t *testing.T) {
+	recs := []unloadedReplica{
+		{},
+		{leader: 1<<32 | 3, applied: ^uint64(0), lastStamp: math.MaxInt64, appliedTS: math.MinInt64},
+		{dormantLeader: true}, {tableless: true}, {votersBehind: true}, {cold: true}, {loading: true}, {moving: true},
+		{leader: 2, applied: 9, lastStamp: 5, appliedTS: 4, dormantLeader: true, tableless: true, votersBehind: true, cold: true, loading: true, moving: true},
+	}
+	for _, u := range recs {
+		v := u.encode()
+		got, err := decodeUnloaded(v)
+		if err != nil || got != u {
+			t.Fatalf("%+v reads back as %+v (%v)", u, got, err)
+		}
+		for _, bad := range [][]byte{v[:len(v)-1], append(slices.Clone(v), 0), append(slices.Clone(v[:len(v)-1]), 64), append([]byte{2}, v[1:]...), nil} {
+			if _, err := decodeUnloaded(bad); !errors.Is(err, lsm.ErrCorruption) {
+				t.Fatalf("value %x decoded with error %v; want corruption", bad, err)
+			}
+		}
+	}
+}
+
+// staleRecord writes into the raft log on disk a record of group, as a
+// run before the node's next start could have left it.
+func staleRecord(t *testing.T, disk *vfs.MemFS, group uint64) {
+	t.Helper()
+	rlog, err := raftlog.Open("/raft", &raftlog.Options{FS: disk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rlog.SetUnloaded(map[uint64][]byte{group: unloadedReplica{leader: 1, applied: 5, dormantLeader: true}.encode()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rlog.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -69,6 +69,27 @@ type memHandle struct {
 	closed   bool
 }
 
+// Bytes returns the memory its files' contents take, those a crash would
+// bring back included: what a test's disk costs the process's heap, which
+// a test measuring the heap subtracts.
+func (m *MemFS) Bytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	seen := map[*memFile]bool{}
+	for _, files := range []map[string]*memFile{m.files, m.durable} {
+		for _, f := range files {
+			if !seen[f] {
+				seen[f] = true
+				f.mu.RLock()
+				n += int64(cap(f.data) + cap(f.under))
+				f.mu.RUnlock()
+			}
+		}
+	}
+	return n
+}
+
 func (m *MemFS) Create(name string) (File, error) {
 	name = filepath.Clean(name)
 	m.mu.Lock()

@@ -9,12 +9,13 @@ import (
 
 // The key layout (docs/raftlog.md). The first byte of every key is its
 // namespace: 01 for the meta keys of the engine, 02 for the state of the
-// groups. A group's keys are 02 | u64be(group) | kind [| u64be(index)], so
-// every key of a group is contiguous and its entries are in index order
-// after its other state.
+// groups, 03 for the unloaded records (unloaded.go). A group's keys are
+// 02 | u64be(group) | kind [| u64be(index)], so every key of a group is
+// contiguous and its entries are in index order after its other state.
 const (
-	nsMeta  = 0x01
-	nsGroup = 0x02
+	nsMeta     = 0x01
+	nsGroup    = 0x02
+	nsUnloaded = 0x03 // 03 | u64be(group); value: the caller's
 
 	// metaFormatVersion is the key 01 01; its value is uvarint(version).
 	metaFormatVersion = 0x01
@@ -28,6 +29,7 @@ const (
 	groupPrefixLen = 1 + 8
 	stateKeyLen    = groupPrefixLen + 1
 	entryKeyLen    = stateKeyLen + 8
+	unloadedKeyLen = 1 + 8
 )
 
 // FormatVersion is the version of the layout this build writes and reads.
