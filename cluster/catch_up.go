@@ -148,7 +148,7 @@ func (n *Node) forgetWaits() {
 		}
 	}
 	for g := range n.orphanWaits {
-		if !n.st().SpanRecorded(g) {
+		if recorded, err := n.st().SpanRecorded(g); err == nil && !recorded {
 			delete(n.orphanWaits, g)
 		}
 	}

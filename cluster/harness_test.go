@@ -370,7 +370,11 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		// cluster.
 		tableCache = 3
 	}
-	storeOpts := &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}, SplitBytes: c.splitBytes, TableCacheSize: tableCache}
+	// Four span records cached, and a sweep past the fifth: the splits,
+	// merges and snapshots of every test read records back from the
+	// store (partition/span_cache.go).
+	storeOpts := &partition.Options{LSM: lsm.Options{FS: fs, MemTableSize: 1 << 20}, SplitBytes: c.splitBytes,
+		TableCacheSize: tableCache, SpanCacheSize: 4}
 	store, err := OpenStore("/node", storeOpts)
 	if err != nil {
 		c.t.Fatalf("node %d: open store: %v", id, err)

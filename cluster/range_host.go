@@ -379,7 +379,13 @@ func (n *Node) deleteMergedLogs() error {
 		if err != nil {
 			return err
 		}
-		if id == systemGroup || named || !n.catalogKnew(id) || n.hostsGroup(id) || n.st().SpanRecorded(id) {
+		if id == systemGroup || named || !n.catalogKnew(id) || n.hostsGroup(id) {
+			continue
+		}
+		if recorded, err := n.st().SpanRecorded(id); err != nil || recorded {
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		if err := n.cfg.Log.DeleteGroup(id); err != nil {

@@ -119,8 +119,9 @@ func (r *replica) unbornAfter(tg partition.TableGroup, sp partition.Span) bool {
 }
 
 // rangeAfter returns the group of the catalog's range that starts where
-// tg's ends (0 if none: tg's is the table's last), and whether a log of it
-// started here: hosted, or its span recorded.
+// tg's ends (0 if none: tg's is the table's last, or the store could not
+// tell), and whether a log of it started here: hosted, or its span
+// recorded.
 func (n *Node) rangeAfter(tg partition.TableGroup) (group uint64, started bool) {
 	if tg.End == "" {
 		return 0, false
@@ -129,7 +130,11 @@ func (n *Node) rangeAfter(tg partition.TableGroup) (group uint64, started bool) 
 	if err != nil || next.Group.ID == 0 || next.Group.Start != tg.End {
 		return 0, false
 	}
-	return next.Group.ID, n.hostsGroup(next.Group.ID) || n.st().SpanRecorded(next.Group.ID)
+	recorded, err := n.st().SpanRecorded(next.Group.ID)
+	if err != nil {
+		return 0, false
+	}
+	return next.Group.ID, recorded || n.hostsGroup(next.Group.ID)
 }
 
 // maybeFreeze proposes, on the ready leader of a group the catalog no

@@ -108,7 +108,7 @@ func TestSplitChildHostedPastASkippedMerge(t *testing.T) {
 	if x.node.Status().SpanSnapshotsInstalled < installed+2 {
 		t.Fatalf("node %d installed %d span snapshots, want one of each group: the test lost its point", x.id, x.node.Status().SpanSnapshotsInstalled-installed)
 	}
-	if x.node.st().SpanRecorded(right.Group.ID) {
+	if mustRecorded(t, x.node.st(), right.Group.ID) {
 		t.Errorf("node %d still records group %d, merged away", x.id, right.Group.ID)
 	}
 	c.checkPairs("pairs", want, "after the child was hosted")
@@ -135,14 +135,14 @@ func TestLeftoverDroppedByTheMergeRecord(t *testing.T) {
 			overwriteLeft(c, want)
 			c.net.hear(x.id, left.ID)
 			c.convergeGroup(left.ID, 20*time.Second)
-			if got := x.node.st().GroupMerged(left.ID); !slices.Contains(got, right.Group.ID) {
+			if got := mustMerged(t, x.node.st(), left.ID); !slices.Contains(got, right.Group.ID) {
 				t.Fatalf("node %d's replica of group %d records %v merged, want group %d in it", x.id, left.ID, got, right.Group.ID)
 			}
 			deadline := time.Now().Add(20 * time.Duration(x.node.checkEveryTicks()) * c.tickInterval())
-			for x.node.st().SpanRecorded(right.Group.ID) && time.Now().Before(deadline) {
+			for mustRecorded(t, x.node.st(), right.Group.ID) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
-			if dropped := !x.node.st().SpanRecorded(right.Group.ID); dropped != records {
+			if dropped := !mustRecorded(t, x.node.st(), right.Group.ID); dropped != records {
 				t.Fatalf("node %d, deaf to the child, dropped the leftover group %d: %v, want %v", x.id, right.Group.ID, dropped, records)
 			}
 			c.net.hear(x.id, child.ID)
@@ -178,7 +178,7 @@ func TestOrphanDropWaitsForTheMergingReplica(t *testing.T) {
 	}
 	c.net.hear(x.id, left.ID)
 	c.convergeGroup(left.ID, 20*time.Second)
-	for deadline := time.Now().Add(20 * time.Second); x.node.st().SpanRecorded(right.Group.ID); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); mustRecorded(t, x.node.st(), right.Group.ID); time.Sleep(10 * time.Millisecond) {
 		if err := x.node.Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestLeftoverFrozenSpanIsNotMergedAgain(t *testing.T) {
 		t.Fatalf("node %d no longer holds group %d frozen: the test lost its point", x.id, right.Group.ID)
 	}
 	c.moveLease(left.ID, "pairs", "", x)
-	for deadline := time.Now().Add(20 * time.Second); x.node.st().SpanRecorded(right.Group.ID); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); mustRecorded(t, x.node.st(), right.Group.ID); time.Sleep(10 * time.Millisecond) {
 		for _, tn := range c.nodes {
 			if err := tn.node.Err(); err != nil {
 				t.Fatalf("node %d: %v", tn.id, err)
@@ -370,7 +370,7 @@ func TestSplitAfterItsMergeIsRefused(t *testing.T) {
 		merged := true
 		for _, tn := range c.nodes {
 			sp, _, _ := tn.node.st().GroupSpan(left.ID)
-			merged = merged && sp == whole && !tn.node.st().SpanRecorded(right.Group.ID)
+			merged = merged && sp == whole && !mustRecorded(t, tn.node.st(), right.Group.ID)
 		}
 		if merged {
 			break
@@ -420,9 +420,9 @@ func TestSplitAfterItsMergeIsRefused(t *testing.T) {
 		if err := tn.node.Err(); err != nil {
 			t.Fatalf("node %d stopped: %v", tn.id, err)
 		}
-		if sp, _, _ := tn.node.st().GroupSpan(left.ID); sp != whole || tn.node.st().SpanRecorded(right.Group.ID) || tn.node.testGroup(right.Group.ID) != nil {
+		if sp, _, _ := tn.node.st().GroupSpan(left.ID); sp != whole || mustRecorded(t, tn.node.st(), right.Group.ID) || tn.node.testGroup(right.Group.ID) != nil {
 			t.Fatalf("node %d after the split of a group merged already: group %d's span %+v, group %d recorded %v, hosted %v", tn.id,
-				left.ID, sp, right.Group.ID, tn.node.st().SpanRecorded(right.Group.ID), tn.node.testGroup(right.Group.ID) != nil)
+				left.ID, sp, right.Group.ID, mustRecorded(t, tn.node.st(), right.Group.ID), tn.node.testGroup(right.Group.ID) != nil)
 		}
 	}
 	c.net.hear(x.id, systemGroup)
@@ -489,4 +489,24 @@ func TestCatalogWaitRestarts(t *testing.T) {
 	if r := ld.node.testGroup(g.ID); r == nil || !r.holdsLease() {
 		t.Fatalf("node %d lost group %d's lease: the test lost its point", ld.id, g.ID)
 	}
+}
+
+// mustRecorded is s.SpanRecorded(group), failing the test on an error.
+func mustRecorded(t testing.TB, s *partition.Store, group uint64) bool {
+	t.Helper()
+	recorded, err := s.SpanRecorded(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recorded
+}
+
+// mustMerged is s.GroupMerged(group), failing the test on an error.
+func mustMerged(t testing.TB, s *partition.Store, group uint64) []uint64 {
+	t.Helper()
+	merged, err := s.GroupMerged(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return merged
 }

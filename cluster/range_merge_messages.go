@@ -309,21 +309,26 @@ func (n *Node) dropMergedCopy(group uint64) error {
 // record must (splitPending, dropOrphan, the merge's word counting).
 
 // mergedHere returns a group hosted here whose span record says it
-// merged group, 0 for none.
+// merged group, 0 for none: a record it cannot read says nothing, and
+// nothing is dropped for it.
 func (n *Node) mergedHere(group uint64) uint64 {
 	if n.ignoreMergeRecords {
 		return 0
 	}
 	s := n.st()
+	merged := func(id uint64) bool {
+		ids, err := s.GroupMerged(id)
+		return id != group && err == nil && slices.Contains(ids, group)
+	}
 	for _, r := range n.replicaList {
-		if r.group != group && slices.Contains(s.GroupMerged(r.group), group) {
+		if merged(r.group) {
 			return r.group
 		}
 	}
 	var by uint64
 	n.replicasMu.RLock()
 	err := n.eachUnloaded(func(id uint64, _ unloadedReplica) bool {
-		if id != group && slices.Contains(s.GroupMerged(id), group) {
+		if merged(id) {
 			by = id
 		}
 		return by == 0
@@ -341,8 +346,8 @@ func (n *Node) mergedHere(group uint64) uint64 {
 // catalog, a group hosted here recording its merge, and no install of it
 // under way.
 func (n *Node) dropLeftover(group uint64) error {
-	if !n.st().SpanRecorded(group) {
-		return nil // dropped already, by this or another path
+	if recorded, err := n.st().SpanRecorded(group); err != nil || !recorded {
+		return err // dropped already, by this or another path
 	}
 	by := n.mergedHere(group)
 	if by == 0 || !n.catalogKnew(group) {
@@ -495,8 +500,8 @@ func (n *Node) forgetRetired(group uint64) error {
 	if err := n.cfg.Log.DeleteGroup(group); err != nil {
 		return fmt.Errorf("cluster: forget retired range group %d: %w", group, err)
 	}
-	if !n.st().SpanRecorded(group) {
-		return nil
+	if recorded, err := n.st().SpanRecorded(group); err != nil || !recorded {
+		return err
 	}
 	return n.st().ForgetGroup(group)
 }

@@ -552,7 +552,7 @@ func TestMergedOverRefusesAStaleSpanSnapshot(t *testing.T) {
 	if got := dump(t, s, "pairs"); got != before {
 		t.Fatalf("the refused ingest changed the table:\n%s\nwas\n%s", got, before)
 	}
-	if s.SpanRecorded(right.Group.ID) {
+	if mustRecorded(t, s, right.Group.ID) {
 		t.Fatal("the refused ingest recorded the merged group's span")
 	}
 	unnamed := tn.node.applied.Load() + 1000
@@ -584,7 +584,7 @@ func TestOrphanDropKeepsKeysAnotherGroupHolds(t *testing.T) {
 	if err := tn.node.onApply(func() error { return tn.node.dropOrphanSpan(orphan) }); err != nil {
 		t.Fatal(err)
 	}
-	if s.SpanRecorded(orphan) {
+	if mustRecorded(t, s, orphan) {
 		t.Fatal("the orphan's span record stayed")
 	}
 	if got := dumpSpan(t, s, sp); !strings.Contains(got, "q1/r@") {
@@ -603,7 +603,7 @@ func TestOrphanDropKeepsKeysAnotherGroupHolds(t *testing.T) {
 	upsertVia(c, "pairs", "q7", "r", 7)
 	want["q7"] = 7
 	c.convergeGroup(right.ID, 10*time.Second)
-	if !s.SpanRecorded(right.ID) {
+	if !mustRecorded(t, s, right.ID) {
 		t.Fatalf("group %d has no span record on node %d after the split", right.ID, tn.id)
 	}
 	if err := tn.node.onApply(func() error { return tn.node.dropOrphanSpan(orphan + 1) }); err != nil {
@@ -663,7 +663,7 @@ func TestOrphanDropEmptiesWhatNoGroupHolds(t *testing.T) {
 	if want := []string{"a/r", "p5/r", "y/r"}; !slices.Equal(got, want) {
 		t.Fatalf("node %d holds %v after the orphan's drop; want %v", tn.id, got, want)
 	}
-	if s.SpanRecorded(orphan) {
+	if mustRecorded(t, s, orphan) {
 		t.Fatal("the orphan's span record stayed")
 	}
 }
@@ -737,7 +737,7 @@ func TestSupersededGroupDroppedAfterACrash(t *testing.T) {
 	c.waitMerged("pairs", []string{""}, right, 30*time.Second)
 	// The drop deletes the group's log, which waitMerged sees, and then
 	// its span record, in one turn of the apply goroutine.
-	for deadline := time.Now().Add(10 * time.Second); back.node.st().SpanRecorded(right); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); mustRecorded(t, back.node.st(), right); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("node %d still records the span of group %d, merged away", gone, right)
 		}

@@ -84,7 +84,10 @@ func (r *replica) leaderSpanSnapshot(first uint64) (*raftpb.Snapshot, error) {
 	confIndex := r.confIndex
 	l := r.spans.latest
 	if l == nil || l.meta.GetIndex()+1 < first || l.meta.GetIndex() < confIndex || time.Since(l.made) > snapshotReuse {
-		recorded := n.st().SpanRecorded(r.group)
+		recorded, err := n.st().SpanRecorded(r.group)
+		if err != nil {
+			return nil, err
+		}
 		sp, ok := n.groupSpan(r.group)
 		if frozen, err := n.st().GroupFrozen(r.group); !ok || err != nil || frozen {
 			// Its table is being dropped; or it is frozen, to be merged:

@@ -216,7 +216,11 @@ func (r *replica) endSpanInstall(st *stagedSpan, applied uint64) error {
 	// A snapshot made past merges names them: what the node still holds
 	// of those groups is a leftover, dropped now (dropLeftover checks it
 	// on the loop) rather than at noteMerges's next look.
-	for _, g := range n.st().GroupMerged(r.group) {
+	merged, err := n.st().GroupMerged(r.group)
+	if err != nil {
+		return err
+	}
+	for _, g := range merged {
 		n.hosts.add(hostChange{group: g, leftover: true})
 	}
 	if st.ts > r.appliedTS.Load() {

@@ -492,7 +492,7 @@ func TestRestartDuringAMergeLoadsItsGroupOnly(t *testing.T) {
 			}
 			c.net.hear(x.id, left.ID)
 			c.waitSplit("pairs", starts, 20*time.Second)
-			for deadline := time.Now().Add(20 * time.Second); x.node.st().SpanRecorded(right.Group.ID); time.Sleep(10 * time.Millisecond) {
+			for deadline := time.Now().Add(20 * time.Second); mustRecorded(t, x.node.st(), right.Group.ID); time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("node %d still records group %d", x.id, right.Group.ID)
 				}

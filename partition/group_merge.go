@@ -65,11 +65,9 @@ func (s *Store) FreezeGroupSpan(ctx context.Context, group uint64) error {
 	b := s.db.NewBatch()
 	setGroupSpan(b, group, g)
 	recordStamp(ctx, b)
-	if err := s.db.Apply(b, s.syncWO); err != nil {
+	if err := s.commitSpans(b, s.syncWO, spanChange{group: group, g: g}); err != nil {
 		return fmt.Errorf("partition: freeze the span of group %d: %w", group, err)
 	}
-	s.spans.Store(group, g)
-	s.countFrozen()
 	return nil
 }
 
@@ -115,12 +113,9 @@ func (s *Store) MergeGroupSpan(ctx context.Context, left, right uint64, at strin
 	b.Delete(groupMetaKey(metaGroupSpan, right))
 	b.Delete(groupMetaKey(metaGroupApplied, right))
 	recordStamp(ctx, b)
-	if err := s.db.Apply(b, s.syncWO); err != nil {
+	if err := s.commitSpans(b, s.syncWO, spanChange{group: left, g: l}, spanChange{group: right, deleted: true}); err != nil {
 		return fmt.Errorf("partition: merge group %d into group %d: %w", right, left, err)
 	}
-	s.spans.Store(left, l)
-	s.spans.Delete(right)
-	s.countFrozen()
 	return nil
 }
 
@@ -138,17 +133,15 @@ func (s *Store) ForgetGroups(groups []uint64) error {
 		return nil
 	}
 	b := s.db.NewBatch()
-	for _, g := range groups {
+	changes := make([]spanChange, len(groups))
+	for i, g := range groups {
 		b.Delete(groupMetaKey(metaGroupSpan, g))
 		b.Delete(groupMetaKey(metaGroupApplied, g))
+		changes[i] = spanChange{group: g, deleted: true}
 	}
-	if err := s.db.Apply(b, s.syncWO); err != nil {
+	if err := s.commitSpans(b, s.syncWO, changes...); err != nil {
 		return fmt.Errorf("partition: forget groups %v: %w", groups, err)
 	}
-	for _, g := range groups {
-		s.spans.Delete(g)
-	}
-	s.countFrozen()
 	return nil
 }
 
@@ -166,9 +159,9 @@ type GroupSpanOf struct {
 // SpanRecorded says whether range group group's span is recorded here:
 // a group started by a split, or given a snapshot; not a range the
 // catalog names that no log here has started.
-func (s *Store) SpanRecorded(group uint64) bool {
-	_, ok := s.spans.Load(group) // every record is cached: groupSpanOf
-	return ok
+func (s *Store) SpanRecorded(group uint64) (bool, error) {
+	_, recorded, err := s.spanRecord(group)
+	return recorded, err
 }
 
 // GroupMerged returns the groups whose spans range group group's span
@@ -178,9 +171,9 @@ func (s *Store) SpanRecorded(group uint64) bool {
 // the merged group's frozen span only as a leftover: no log of the node
 // will merge it again. The slice is the cached record's: the caller must
 // not change it.
-func (s *Store) GroupMerged(group uint64) []uint64 {
-	g, _, _ := s.groupSpanOf(group) // a cached record, or none: no error
-	return g.merged
+func (s *Store) GroupMerged(group uint64) ([]uint64, error) {
+	g, _, err := s.spanRecord(group)
+	return g.merged, err
 }
 
 // MergeThresholds returns when two neighbouring ranges are cold enough to
@@ -189,35 +182,6 @@ func (s *Store) GroupMerged(group uint64) []uint64 {
 // bytes (Options.SplitOpsPerSecond/10, Options.MergeBytes).
 func (s *Store) MergeThresholds() (opsPerSecond float64, bytes int64) {
 	return s.opts.SplitOpsPerSecond / 10, s.opts.MergeBytes
-}
-
-// HasFrozen says whether the store holds a frozen span.
-func (s *Store) HasFrozen() bool { return s.frozenSpans.Load() > 0 }
-
-// loadSpans caches every span record, as the store opens, and counts the
-// frozen ones.
-func (s *Store) loadSpans() error {
-	err := s.scanGroupSpans(func(group uint64, g groupSpan) error {
-		s.spans.Store(group, g)
-		return nil
-	})
-	s.countFrozen()
-	return err
-}
-
-// countFrozen counts the frozen span records again, in the cache, which
-// holds every one (groupSpanOf).
-func (s *Store) countFrozen() {
-	s.frozenMu.Lock()
-	defer s.frozenMu.Unlock()
-	var n int64
-	s.spans.Range(func(_, v any) bool {
-		if v.(groupSpan).frozen {
-			n++
-		}
-		return true
-	})
-	s.frozenSpans.Store(n)
 }
 
 // scanGroupSpans hands fn every span record, by group.
@@ -261,8 +225,14 @@ func (s *Store) SpanHolders(group uint64, sp Span) ([]GroupSpanOf, error) {
 // empties its span before it starts.
 func (s *Store) spanHolders(t *table, group uint64, sp Span) ([]GroupSpanOf, error) {
 	var holders []GroupSpanOf
-	if gs := t.rangeGroups(); len(gs) > 0 && gs[0].ID != group && gs[0].Start == "" && !s.SpanRecorded(gs[0].ID) {
-		holders = append(holders, GroupSpanOf{Group: gs[0].ID, Span: Span{Account: t.account, Table: t.name}})
+	if gs := t.rangeGroups(); len(gs) > 0 && gs[0].ID != group && gs[0].Start == "" {
+		recorded, err := s.SpanRecorded(gs[0].ID)
+		if err != nil {
+			return nil, err
+		}
+		if !recorded {
+			holders = append(holders, GroupSpanOf{Group: gs[0].ID, Span: Span{Account: t.account, Table: t.name}})
+		}
 	}
 	err := s.scanGroupSpans(func(g uint64, gs groupSpan) error {
 		if g != group && gs.tableID == t.id && sp.overlaps(gs.span) {

@@ -157,14 +157,14 @@ func TestMergedGroupsRecorded(t *testing.T) {
 	if err := e.s.FreezeGroupSpan(WithStamp(ctx, Stamp{Group: 9, Index: 20}), 9); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.s.GroupMerged(9); got != nil {
+	if got := mustMerged(t, e.s, 9); got != nil {
 		t.Fatalf("a frozen group records %v merged, want none", got)
 	}
 	if err := e.s.MergeGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 12}), 5, 9, "m"); err != nil {
 		t.Fatal(err)
 	}
 	e.reopen()
-	if got := e.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
+	if got := mustMerged(t, e.s, 5); !slices.Equal(got, []uint64{9}) {
 		t.Fatalf("group 5 after merging group 9 and a reopen records %v merged, want [9]", got)
 	}
 	// A leader whose catalog lags proposes the split that made group 9
@@ -177,14 +177,14 @@ func TestMergedGroupsRecorded(t *testing.T) {
 	if sp, ok, _ := e.s.GroupSpan(5); !ok || sp.HighPartitionKey != "" {
 		t.Fatalf("group 5's span after the refused split: %+v, want it whole", sp)
 	}
-	if e.s.SpanRecorded(9) {
+	if mustRecorded(t, e.s, 9) {
 		t.Fatal("the refused split recorded group 9's span")
 	}
 	split(5, 14, "m", 13)
-	if got := e.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
+	if got := mustMerged(t, e.s, 5); !slices.Equal(got, []uint64{9}) {
 		t.Fatalf("group 5 after a split records %v merged, want [9] still", got)
 	}
-	if got := e.s.GroupMerged(14); got != nil {
+	if got := mustMerged(t, e.s, 14); got != nil {
 		t.Fatalf("the split's child records %v merged, want none", got)
 	}
 
@@ -214,13 +214,13 @@ func TestMergedGroupsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.reopen()
-	if got := f.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
+	if got := mustMerged(t, f.s, 5); !slices.Equal(got, []uint64{9}) {
 		t.Fatalf("the follower after the ingest and a reopen records %v merged, want [9]", got)
 	}
 	if _, err := f.s.IngestSpan(5, left, bytes.NewReader(EmptySpanStream(5, left))); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.s.GroupMerged(5); got != nil {
+	if got := mustMerged(t, f.s, 5); got != nil {
 		t.Fatalf("the follower after a snapshot of a span that merged nothing records %v merged, want none", got)
 	}
 
@@ -240,7 +240,7 @@ func TestMergedGroupsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.reopen()
-	if got := f.s.GroupMerged(5); !slices.Equal(got, []uint64{9}) {
+	if got := mustMerged(t, f.s, 5); !slices.Equal(got, []uint64{9}) {
 		t.Fatalf("the follower after a move finished at Open records %v merged, want [9]", got)
 	}
 
@@ -261,11 +261,11 @@ func TestMergedGroupsRecorded(t *testing.T) {
 	}
 	split(14, 20, "t", 30)
 	merge(14, 20, "t", 31)
-	if got := e.s.GroupMerged(14); !slices.Equal(got, []uint64{20}) {
+	if got := mustMerged(t, e.s, 14); !slices.Equal(got, []uint64{20}) {
 		t.Fatalf("group 14 after merging group 20 records %v merged, want [20]", got)
 	}
 	merge(5, 14, "m", 33)
-	if got := e.s.GroupMerged(5); !slices.Equal(got, []uint64{9, 14}) {
+	if got := mustMerged(t, e.s, 5); !slices.Equal(got, []uint64{9, 14}) {
 		t.Fatalf("group 5 after merging group 14 records %v merged, want [9 14]", got)
 	}
 }
@@ -354,7 +354,7 @@ func TestForgetGroups(t *testing.T) {
 	if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 11}), 5, 9, "m"); err != nil {
 		t.Fatal(err)
 	}
-	if !e.s.SpanRecorded(5) || !e.s.SpanRecorded(9) {
+	if !mustRecorded(t, e.s, 5) || !mustRecorded(t, e.s, 9) {
 		t.Fatal("the split recorded no spans")
 	}
 	if err := e.s.ForgetGroups([]uint64{5, 9}); err != nil {
@@ -362,7 +362,7 @@ func TestForgetGroups(t *testing.T) {
 	}
 	e.reopen()
 	for _, g := range []uint64{5, 9} {
-		if e.s.SpanRecorded(g) {
+		if mustRecorded(t, e.s, g) {
 			t.Errorf("group %d's span is still recorded", g)
 		}
 		if a, err := e.s.AppliedIndex(g); err != nil || a != 0 {

@@ -178,9 +178,8 @@ func readGroupIDsFrom(v []byte) ([]uint64, []byte, error) {
 	return ids, v[len(v)-r.Len():], err
 }
 
-// setGroupSpan adds to b the record of a group's span; once b is
-// written, the caller must cache it (s.spans): groupSpanOf takes a group
-// missing from the cache to have no record.
+// setGroupSpan adds to b the record of a group's span; b is written by
+// commitSpans, which caches the record (span_cache.go).
 func setGroupSpan(b *lsm.Batch, group uint64, g groupSpan) {
 	b.Set(groupMetaKey(metaGroupSpan, group), encodeGroupSpan(g))
 }
@@ -189,23 +188,21 @@ func setGroupSpan(b *lsm.Batch, group uint64, g groupSpan) {
 // whole table as the catalog has it; ok is false for a group with
 // neither.
 func (s *Store) groupSpanOf(group uint64) (groupSpan, bool, error) {
-	if v, ok := s.spans.Load(group); ok {
-		return v.(groupSpan), true, nil
+	g, recorded, err := s.spanRecord(group)
+	if recorded || err != nil {
+		return g, recorded, err
 	}
-	// No record: every record is cached, from the store's opening
-	// (loadSpans) and by each writer after its write, so none is read
-	// (a read per command was a fifth of a replica's apply). The span
-	// is derived, not cached, for a split writes the record, which then
-	// rules. A table's first group without one never split: it holds the
-	// whole table (whatever split the catalog has recorded and its log
-	// not made yet). Any other group without one is a range this store
-	// never held: its range as the catalog has it.
+	// No record. The span is derived, not cached, for a split writes the
+	// record, which then rules. A table's first group without one never
+	// split: it holds the whole table (whatever split the catalog has
+	// recorded and its log not made yet). Any other group without one
+	// is a range this store never held: its range as the catalog has it.
 	t, ok, err := s.acquireGroupTable(group)
 	if !ok || err != nil {
 		return groupSpan{}, false, err
 	}
 	defer t.release()
-	g := groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name}}
+	g = groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name}}
 	gs := t.rangeGroups()
 	if i := slices.IndexFunc(gs, func(g RangeGroup) bool { return g.ID == group }); i > 0 {
 		g.span = t.tableGroup(gs, i).Span()
@@ -286,15 +283,13 @@ func (s *Store) SplitGroupSpan(ctx context.Context, parent, child uint64, at str
 		start = st.Index
 	}
 	setAppliedIndex(b, child, start)
-	if err := s.db.Apply(b, s.writeOptions(ctx, b)); err != nil {
-		return fmt.Errorf("partition: split group %d at %q: %w", parent, at, err)
-	}
 	// The child first: the cache is read without a lock (a read's
 	// GroupHolds, on a request's goroutine), and between the two stores
 	// a lookup of either group then finds the keys past at held, never
-	// by neither. (A walk of the whole cache is no snapshot either way:
-	// what must see a split whole, spansGivenUp, scans the store.)
-	s.spans.Store(child, high)
-	s.spans.Store(parent, low)
+	// by neither. (What must see a split whole, spansGivenUp, scans the
+	// store.)
+	if err := s.commitSpans(b, s.writeOptions(ctx, b), spanChange{group: child, g: high}, spanChange{group: parent, g: low}); err != nil {
+		return fmt.Errorf("partition: split group %d at %q: %w", parent, at, err)
+	}
 	return nil
 }

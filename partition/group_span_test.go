@@ -43,7 +43,7 @@ func TestGroupSpans(t *testing.T) {
 	if sp, _, _ := e.s.GroupSpan(5); sp != whole {
 		t.Fatalf("the catalog's split moved group 5's span before its log did: %+v", sp)
 	}
-	if e.s.SpanRecorded(5) || e.s.SpanRecorded(9) {
+	if mustRecorded(t, e.s, 5) || mustRecorded(t, e.s, 9) {
 		t.Fatal("a span recorded before the split")
 	}
 	if err := e.s.SplitGroupSpan(WithStamp(ctx, Stamp{Group: 5, Index: 11}), 5, 9, "m"); err != nil {
@@ -53,7 +53,7 @@ func TestGroupSpans(t *testing.T) {
 	high := Span{Account: acct, Table: "Halves", LowPartitionKey: "m"}
 	// Before any reopen: the split caches its records as it writes them
 	// (lookups read no record from the store).
-	if sp, _, err := e.s.GroupSpan(5); err != nil || sp != low || !e.s.SpanRecorded(5) {
+	if sp, _, err := e.s.GroupSpan(5); err != nil || sp != low || !mustRecorded(t, e.s, 5) {
 		t.Fatalf("the parent's span right after the split = %+v, %v", sp, err)
 	}
 	e.reopen()
@@ -108,7 +108,7 @@ func TestGroupSpans(t *testing.T) {
 	if _, _, err := CheckSpanSnapshotOf(5, acct, "halves", bytes.NewReader(stream)); !errors.Is(err, ErrBadSpanSnapshot) {
 		t.Fatalf("a stream of another group passed: %v", err)
 	}
-	if got, _, err := f.s.GroupSpan(9); err != nil || got != high || f.s.SpanRecorded(9) {
+	if got, _, err := f.s.GroupSpan(9); err != nil || got != high || mustRecorded(t, f.s, 9) {
 		t.Fatalf("the follower's child span from the catalog = %+v, %v", got, err)
 	}
 	if _, err := f.s.IngestSpan(9, sp, bytes.NewReader(stream)); err != nil {

@@ -197,3 +197,23 @@ func mustGroupTable(t testing.TB, s *Store, id uint64) (TableGroup, bool) {
 	}
 	return tg, ok
 }
+
+// mustRecorded is s.SpanRecorded(group), failing the test on an error.
+func mustRecorded(t testing.TB, s *Store, group uint64) bool {
+	t.Helper()
+	recorded, err := s.SpanRecorded(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recorded
+}
+
+// mustMerged is s.GroupMerged(group), failing the test on an error.
+func mustMerged(t testing.TB, s *Store, group uint64) []uint64 {
+	t.Helper()
+	merged, err := s.GroupMerged(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return merged
+}

@@ -427,11 +427,9 @@ func (s *Store) moveStaged(t *table, m spanIngest) error {
 	gs := groupSpan{tableID: t.id, span: Span{Account: t.account, Table: t.name, LowPartitionKey: m.low, HighPartitionKey: m.high}, merged: m.merged}
 	setGroupSpan(b, m.group, gs)
 	b.Delete(groupMetaKey(metaSpanIngest, m.group))
-	if err := s.db.Apply(b, s.syncWO); err != nil {
+	if err := s.commitSpans(b, s.syncWO, spanChange{group: m.group, g: gs}); err != nil {
 		return wrap("commit", err)
 	}
-	s.spans.Store(m.group, gs)
-	s.countFrozen() // the span it replaced may have been frozen
 	// The entities' timestamps may be past this store's clock: later
 	// writes must commit above them.
 	s.clock.observe(newest)

@@ -660,7 +660,7 @@ func TestSnapshotGroupSpanChecksTheRecord(t *testing.T) {
 	high := Span{Account: acct, Table: "Halves", LowPartitionKey: "m"}
 	snapshot := func(group uint64, sp Span) error {
 		t.Helper()
-		ss, err := e.s.SnapshotGroupSpan(group, sp, e.s.SpanRecorded(group))
+		ss, err := e.s.SnapshotGroupSpan(group, sp, mustRecorded(t, e.s, group))
 		if err == nil {
 			ss.Close()
 		}

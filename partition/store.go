@@ -38,6 +38,10 @@ type Options struct {
 	// when used (table_cache.go). Tables in use are never closed, so more
 	// may be open for a while. Default 10,000.
 	TableCacheSize int
+	// SpanCacheSize is about how many range groups' span records the
+	// store keeps in memory (span_cache.go): up to an eighth more between
+	// sweeps. Default 10,000.
+	SpanCacheSize int
 }
 
 func (o *Options) withDefaults() Options {
@@ -62,6 +66,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.TableCacheSize <= 0 {
 		r.TableCacheSize = 10000
+	}
+	if r.SpanCacheSize <= 0 {
+		r.SpanCacheSize = 10000
 	}
 	return r
 }
@@ -88,18 +95,11 @@ type Store struct {
 	open   int       // under catMu
 	born   time.Time // when the store opened: the clock of table uses
 	// groups maps a range group's id to the open *table whose catalog
-	// entry names it; spans holds every span record of the groups
-	// (group_span.go).
+	// entry names it; spans caches the groups' span records
+	// (span_cache.go).
 	groups  sync.Map
-	spans   sync.Map
+	spans   spanCache
 	deleted atomic.Pointer[map[uint64]struct{}]
-	// frozenSpans counts the frozen span records, counted again whenever
-	// one may have changed (group_merge.go): a cluster looks for frozen
-	// groups only when there are some. frozenMu orders the counts (the
-	// apply goroutine's and a span ingest's), so that the last one stored
-	// follows every change before it.
-	frozenSpans atomic.Int64
-	frozenMu    sync.Mutex
 
 	// Maintenance state, owned by maintain (maintMu keeps a test's manual
 	// ticks from overlapping the goroutine's).
@@ -143,6 +143,7 @@ func open(dir string, opts *Options, tune tuning) (*Store, error) {
 		born:    time.Now(),
 	}
 	s.dropCond = sync.NewCond(&s.dropMu)
+	s.spans.limit = s.opts.SpanCacheSize
 	s.clock = &clock{now: s.opts.Now, saveLease: s.saveLease}
 	lo := s.opts.LSM
 	if lo.InitialMemTableSize == 0 {
