@@ -212,6 +212,7 @@ func (r *replica) applyEntry(e *raftpb.Entry) (reply, error) {
 			// that is to go ticks again, to learn it went.
 			n.markMoving(c.Group)
 			n.hosts.add(hostChange{group: c.Group, wake: true})
+			n.names.note(c.Group, time.Now())
 		}
 	case command.KindSetACL:
 		res.err = s.SetTableACL(ctx, c.Account, c.Table, c.ACL)

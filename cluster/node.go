@@ -66,6 +66,9 @@ type Node struct {
 	replicasPeak int
 	// unloadedLeaders counts the dormant leaders among them (loop-owned).
 	unloadedLeaders int
+	// names are the groups whose voters were named within the placement
+	// controller's settle window (recent_names.go).
+	names recentNames
 	// toWarm are the cold records this node is to warm, in turn, and
 	// warm where it is in that (warmCold; loop-owned).
 	toWarm []uint64
@@ -231,6 +234,7 @@ func NewNode(cfg Config) (*Node, error) {
 		dir:        dir,
 		storePtr:   ptr,
 		replicas:   make(map[uint64]*replica),
+		names:      recentNames{window: max(0, settleRounds*c.PlacementInterval)},
 		touched:    make(map[*replica]struct{}),
 		splitWaits: catchUpWaits{}, orphanWaits: catchUpWaits{}, catalogWaits: map[uint64]catalogWait{},
 		live: liveness{heard: make(map[uint64]uint64), notices: make(map[uint64][]byte), silent: make(map[uint64]bool),

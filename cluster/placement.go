@@ -77,10 +77,12 @@ func (n *Node) SetGroupVoters(ctx context.Context, group uint64, voters []uint64
 // A group named anew, by the controller or an operator, is left alone by
 // the balance for settleRounds rounds, time for its leader to move the
 // members, and the balance moves the group named longest ago first, so an
-// operator's move stays while another group can go instead.
-// The controller forgets its state when the leadership moves, but for the
-// nodes recorded down in the system group (recordLiveness): a new leader
-// counts every other node as alive from its first round.
+// operator's move stays while another group can go instead: every node
+// notes the names its system group applies (recentNames), for one settle
+// window. The controller forgets its own state when the leadership
+// moves, but for the nodes recorded down in the system group
+// (recordLiveness): a new leader counts every other node as alive from
+// its first round.
 
 // settleRounds is how many rounds the balance leaves a group named.
 const settleRounds = 10
@@ -92,11 +94,6 @@ const maxNamedPerRound = 4
 // placement is the controller's state; its goroutine owns it.
 type placement struct {
 	lastAlive map[uint64]time.Time // by node, while this node leads
-	// named is when each group's voters were last named, by the
-	// controller or anyone else (an operator's move, seen as a change of
-	// the descriptor since the last round: seen).
-	named map[uint64]time.Time
-	seen  map[uint64][]uint64
 	// rounds counts the rounds while this node leads.
 	rounds int
 	// coldSince is when each range (by its group) was first seen cold
@@ -126,7 +123,7 @@ func (n *Node) runPlacement() {
 			continue
 		}
 		if p.lastAlive == nil {
-			p = placement{lastAlive: map[uint64]time.Time{}, named: map[uint64]time.Time{}, seen: map[uint64][]uint64{}, coldSince: map[uint64]time.Time{}}
+			p = placement{lastAlive: map[uint64]time.Time{}, coldSince: map[uint64]time.Time{}}
 		}
 		p.round(n, time.Now())
 	}
@@ -174,10 +171,6 @@ func (p *placement) round(n *Node, now time.Time) {
 		for _, v := range tg.Group.Voters {
 			load[v]++
 		}
-		if seen, ok := p.seen[tg.Group.ID]; ok && !slices.Equal(seen, tg.Group.Voters) {
-			p.named[tg.Group.ID] = now // named by someone else since the last round
-		}
-		p.seen[tg.Group.ID] = tg.Group.Voters
 	}
 	// pick returns the usable node outside have named in the fewest groups.
 	pick := func(have []uint64) uint64 {
@@ -214,7 +207,7 @@ func (p *placement) round(n *Node, now time.Time) {
 			want = append(want, to)
 			load[to]++
 		}
-		if !slices.Equal(want, tg.Group.Voters) && p.name(n, tg, want, now, "re-replication") {
+		if !slices.Equal(want, tg.Group.Voters) && p.name(n, tg, want, "re-replication") {
 			named++
 		}
 	}
@@ -224,13 +217,15 @@ func (p *placement) round(n *Node, now time.Time) {
 	// Balance: one group from the most loaded usable node to the least.
 	// The group named longest ago among those that even the two out goes:
 	// an operator's recent move stays as long as another can go instead.
+	recent := n.names.since(now)
 	settled := func(tg partition.TableGroup) bool {
-		return now.Sub(p.named[tg.Group.ID]) > settleRounds*n.cfg.PlacementInterval
+		_, named := recent[tg.Group.ID]
+		return !named
 	}
-	if move, from, to := balanceMove(usable, groups, p.groupWeight, settled, p.named); move != nil {
+	if move, from, to := balanceMove(usable, groups, p.groupWeight, settled, recent); move != nil {
 		want := slices.Clone(move.Group.Voters)
 		want[slices.Index(want, from)] = to
-		p.name(n, *move, want, now, "balance")
+		p.name(n, *move, want, "balance")
 	}
 }
 
@@ -326,14 +321,13 @@ func (p *placement) recordLiveness(n *Node, voters []uint64, down map[uint64]tim
 
 // name proposes want as a group's voters, and reports whether the system
 // group took it.
-func (p *placement) name(n *Node, tg partition.TableGroup, want []uint64, now time.Time, why string) bool {
+func (p *placement) name(n *Node, tg partition.TableGroup, want []uint64, why string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 	defer cancel()
 	if err := n.SetGroupVoters(ctx, tg.Group.ID, want); err != nil {
 		n.log.Warn("cluster: placement: naming a range group's voters failed", "group", tg.Group.ID, "table", tg.Table, "voters", want, "err", err)
 		return false
 	}
-	p.named[tg.Group.ID], p.seen[tg.Group.ID] = now, want
 	n.log.Info("cluster: placement: a range group's voters named anew", "group", tg.Group.ID, "table", tg.Table,
 		"from", tg.Group.Voters, "to", want, "why", why)
 	return true
@@ -457,7 +451,7 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 		}
 		if !sameNodes(left.Replicas, right.Replicas) {
 			tg, ok, err := n.st().GroupTable(right.Group)
-			return err == nil && ok && p.name(n, tg, slices.Clone(left.Replicas), now, "merge into the range before it")
+			return err == nil && ok && p.name(n, tg, slices.Clone(left.Replicas), "merge into the range before it")
 		}
 		allLive := true
 		for _, v := range left.Replicas {

@@ -467,3 +467,57 @@ func starts(ranges []partition.TableGroup) []string {
 	}
 	return out
 }
+
+// TestVoterNamesNotedOnEveryNode: an operator's naming of a group's
+// voters is noted by every node as it applies it (recentNames), so that
+// any controller, this leader's or one elected later, leaves the group to
+// settle; and it is forgotten once the settle window is over.
+func TestVoterNamesNotedOnEveryNode(t *testing.T) {
+	c := &testCluster{t: t, net: newSimNet(7), nodes: map[uint64]*testNode{}, rangeGroups: true, placementInterval: time.Second}
+	c.startAll(3)
+	createVia(c, "named")
+	g := c.agreedRanges("named", 10*time.Second)[0].Group
+	reversed := slices.Clone(g.Voters)
+	slices.Reverse(reversed)
+	if _, err := retryAny(c, func(s *Store) (struct{}, error) {
+		return struct{}{}, s.n.SetGroupVoters(context.Background(), g.ID, reversed)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitAll("the naming noted", func(tn *testNode) bool {
+		_, ok := tn.node.names.since(time.Now())[g.ID]
+		return ok
+	})
+	for _, tn := range c.nodes {
+		later := time.Now().Add(settleRounds*time.Second + time.Millisecond)
+		if names := tn.node.names.since(later); len(names) != 0 {
+			t.Fatalf("node %d still notes %v past the settle window", tn.id, names)
+		}
+	}
+}
+
+// TestRecentNamesForget: names older than the window are forgotten as
+// others are noted or read, and a node whose controller never runs keeps
+// none.
+func TestRecentNamesForget(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := recentNames{window: 10 * time.Second}
+	for g := range uint64(3000) {
+		r.note(g, t0.Add(time.Duration(g)*time.Millisecond))
+	}
+	if got := len(r.since(t0.Add(3 * time.Second))); got != 3000 {
+		t.Fatalf("%d names within the window; want 3000", got)
+	}
+	r.note(5000, t0.Add(12*time.Second+500*time.Millisecond))
+	if got := r.since(t0.Add(12*time.Second + 500*time.Millisecond)); len(got) != 501 || !got[5000].Equal(t0.Add(12*time.Second+500*time.Millisecond)) {
+		t.Fatalf("%d names kept after 2.5 s forgotten; want the last 500 and the new one", len(got))
+	}
+	if len(r.at) != 501 {
+		t.Fatalf("%d names held; want 501", len(r.at))
+	}
+	none := recentNames{}
+	none.note(1, t0)
+	if got := none.since(t0); len(got) != 0 {
+		t.Fatalf("a node with no settle window noted %v", got)
+	}
+}
