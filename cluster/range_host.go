@@ -382,10 +382,11 @@ func (n *Node) deleteMergedLogs() error {
 		if id == systemGroup || named || !n.catalogKnew(id) || n.hostsGroup(id) {
 			continue
 		}
-		if recorded, err := n.st().SpanRecorded(id); err != nil || recorded {
-			if err != nil {
-				return err
-			}
+		recorded, err := n.st().SpanRecorded(id)
+		if err != nil {
+			return err
+		}
+		if recorded {
 			continue
 		}
 		if err := n.cfg.Log.DeleteGroup(id); err != nil {

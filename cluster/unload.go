@@ -196,11 +196,16 @@ func (n *Node) unload(rs []*replica) {
 		var err error
 		n.replicasMu.RLock()
 		for _, r := range rs {
-			var unloaded bool
-			if _, unloaded, err = n.unloadedOf(r.group); err != nil {
-				break
+			if r.sinceSync == 0 {
+				continue
 			}
-			if r.sinceSync > 0 && (unloaded || n.replicas[r.group] != nil) {
+			hosted := n.replicas[r.group] != nil
+			if !hosted {
+				if _, hosted, err = n.unloadedOf(r.group); err != nil {
+					break
+				}
+			}
+			if hosted {
 				unsynced[r.group] = r.applied.Load()
 			}
 		}
