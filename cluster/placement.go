@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/cluster/command"
+	"github.com/tabuladb/tabula/internal/shrink"
 	"github.com/tabuladb/tabula/partition"
 )
 
@@ -97,12 +99,21 @@ type placement struct {
 	// rounds counts the rounds while this node leads.
 	rounds int
 	// coldSince is when each range (by its group) was first seen cold
-	// with the range before it, in the looks since.
+	// with the range before it, in the looks since: at most maxTracked.
 	coldSince map[uint64]time.Time
-	// weights are the range groups' bytes and load, as weight counts
-	// them, at the last look at the ranges (reshape).
+	coldPeak  int // see shrink.Map
+	// weights are the heaviest range groups' bytes and load, as weight
+	// counts them, at the last look at the ranges (reshape): see
+	// heaviestGroups.
 	weights map[uint64]float64
 }
+
+// maxTracked bounds what the controller keeps per range group between
+// its looks, so that the system group's leader holds no entry per range
+// of the cluster: the cold ranges it times for a merge, and the weights
+// of the heaviest groups. One merge is made per look, so a few thousand
+// candidates are more than the merges can use.
+const maxTracked = 4096
 
 // runPlacement runs the controller until the node stops.
 func (n *Node) runPlacement() {
@@ -236,7 +247,8 @@ const groupBaseWeight = 16 << 20
 
 // groupWeight is a range group's weight on each node that holds it: its
 // range's bytes and load as the last look at the ranges saw them
-// (reshape), plus groupBaseWeight.
+// (reshape; nothing for a group heaviestGroups left out), plus
+// groupBaseWeight.
 func (p *placement) groupWeight(g uint64) float64 {
 	return groupBaseWeight + p.weights[g]
 }
@@ -346,11 +358,45 @@ func (p *placement) reshape(n *Node, now time.Time, live map[uint64]bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 	defer cancel()
 	stats := n.rangeStats(ctx)
-	p.weights = map[uint64]float64{}
-	for _, rs := range stats {
-		p.weights[rs.Group] += weight(rs.RangeInfo)
-	}
+	p.weights = heaviestGroups(stats, maxTracked)
 	return p.split(ctx, n, stats) || p.merge(ctx, n, stats, now, live)
+}
+
+// weighedFloor is the weight under which the controller counts a range
+// group as empty (groupWeight): a sixty-fourth of groupBaseWeight, so
+// that idle groups, the most numerous, cost it nothing between looks.
+const weighedFloor = groupBaseWeight / 64
+
+// heaviestGroups returns the weights of the range groups the ranges of
+// stats belong to, of the limit heaviest at or above weighedFloor: the
+// others count as empty. A group's bytes and load are what set it apart
+// from another's, and past the limit the groups left out are the lightest.
+func heaviestGroups(stats []RangeStatus, limit int) map[uint64]float64 {
+	all := map[uint64]float64{}
+	for _, rs := range stats {
+		all[rs.Group] += weight(rs.RangeInfo)
+	}
+	type weighed struct {
+		group  uint64
+		weight float64
+	}
+	var heavy []weighed
+	for g, w := range all {
+		if w >= weighedFloor {
+			heavy = append(heavy, weighed{g, w})
+		}
+	}
+	if len(heavy) > limit {
+		slices.SortFunc(heavy, func(a, b weighed) int {
+			return cmp.Or(cmp.Compare(b.weight, a.weight), cmp.Compare(a.group, b.group))
+		})
+		heavy = heavy[:limit]
+	}
+	out := make(map[uint64]float64, len(heavy))
+	for _, gw := range heavy {
+		out[gw.group] = gw.weight
+	}
+	return out
 }
 
 // rangeStats gathers every range's status from its leaseholder
@@ -432,6 +478,7 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 				delete(p.coldSince, g) // warm again, or gone
 			}
 		}
+		p.coldSince = shrink.Map(p.coldSince, &p.coldPeak)
 	}()
 	for _, right := range stats {
 		if right.Group == systemGroup || right.StartPartitionKey == "" {
@@ -444,6 +491,9 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 		}
 		cold[right.Group] = true
 		if p.coldSince[right.Group].IsZero() {
+			if len(p.coldSince) >= maxTracked {
+				continue // timed from a later look, once others merged or warmed
+			}
 			p.coldSince[right.Group] = now
 		}
 		if now.Sub(p.coldSince[right.Group]) < n.cfg.MergeAfter {
