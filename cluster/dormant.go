@@ -92,7 +92,7 @@ func (r *replica) maybeDoze() {
 		r.leaderMu.Lock()
 		r.isLeader = false
 		r.ready.Store(false)
-		r.lease = readLease{}
+		r.dropLease()
 		r.wakeAsked.Store(false)
 		r.dormantLeader.Store(true)
 		r.leaderMu.Unlock()

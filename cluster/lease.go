@@ -381,7 +381,7 @@ func (r *replica) continueHandOver() {
 		r.endHandOver() // raft gave the transfer up, or never took it (a target not a voter)
 	case !h.sent && (r.waiters.empty() || elapsed >= timeout):
 		h.sent = true
-		r.lease.void()
+		r.voidLease()
 		r.rawNode().TransferLeader(h.to)
 		r.n.touch(r)
 	}

@@ -467,7 +467,7 @@ func (n *Node) handleMemberRequest(r memberRequest) {
 			// before its successor is known.
 			for pid, pr := range st.Progress {
 				if pid != id && !pr.IsLearner {
-					n.replica.lease.void()
+					n.replica.voidLease()
 					n.rn.TransferLeader(pid)
 					break
 				}

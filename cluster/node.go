@@ -118,6 +118,8 @@ type Node struct {
 	hosts  hostQueue                  // range groups to start or drop
 	status atomic.Pointer[nodeStatus] // see snapshotStatus
 	live   liveness                   // loop-owned
+	// tickCount is live.ticks, for the request goroutines (leaseCovers).
+	tickCount atomic.Uint64
 
 	stopped chan struct{}
 	failed  atomic.Pointer[error]

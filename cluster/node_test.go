@@ -342,6 +342,58 @@ func TestLeaseReads(t *testing.T) {
 	}
 }
 
+// TestLeaseReadsNeedNoLoop: a read in the first half of the leader's
+// lease is answered while the leader's loop is held (busy writing the
+// raft log, say), and once the lease is voided for a hand-over none is.
+func TestLeaseReadsNeedNoLoop(t *testing.T) {
+	c := startRangeCluster(t, 3, 8, 0, 50*time.Millisecond)
+	ctx := context.Background()
+	ld := c.leader(10 * time.Second)
+	s := ld.node.Store()
+	if _, err := s.CreateTable(ctx, acct, "loopless"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, acct, "loopless", opUpsert("p", "k", 1)); err != nil {
+		t.Fatal(err)
+	}
+	// held runs during while the loop is held, after it ran onLoop.
+	held := func(onLoop, during func()) {
+		in, release := make(chan struct{}), make(chan struct{})
+		ld.node.calls <- func() {
+			onLoop()
+			close(in)
+			<-release
+		}
+		<-in
+		defer close(release)
+		during()
+	}
+	read := func() error {
+		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := s.GetEntity(rctx, acct, "loopless", "p", "k")
+		return err
+	}
+	covered := false
+	for range 20 {
+		if covered {
+			break
+		}
+		if _, err := s.GetEntity(ctx, acct, "loopless", "p", "k"); err != nil { // starts or renews the lease
+			t.Fatal(err)
+		}
+		held(func() {}, func() { covered = read() == nil })
+	}
+	if !covered {
+		t.Fatal("no read was answered while the loop was held: every read waited for it")
+	}
+	held(ld.node.replica.voidLease, func() {
+		if err := read(); err == nil {
+			t.Fatal("a read was answered from a voided lease")
+		}
+	})
+}
+
 // TestCatchUpBySnapshot stops a node while the others write far past
 // what their logs keep: restarted, it cannot catch up from the log and
 // is sent a snapshot of the leader's store, installs it, and goes on

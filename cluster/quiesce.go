@@ -223,6 +223,7 @@ func (n *Node) heardLiveness(m *raftpb.Message) {
 // ones and waking the quiesced ones whose peers went silent.
 func (n *Node) tickReplicas(unreachable []uint64) {
 	n.live.ticks++
+	n.tickCount.Store(n.live.ticks)
 	peers := n.peers()
 	n.sendLiveness(peers)
 	fell, back := n.livenessChanged()

@@ -23,11 +23,17 @@ type readIndex struct {
 
 // readBarrier returns once this node may answer a linearizable read: it
 // is the leader (confirmed by a quorum after the read began: raft's
-// ReadIndex) and has applied everything committed before. Concurrent
-// reads share one round.
+// ReadIndex, or its lease) and has applied everything committed before.
+// A read in the first half of a lease returns at once (leaseCovers);
+// others go through the loop, where concurrent reads share one round.
 func (r *replica) readBarrier(ctx context.Context) error {
 	if err := r.refuseRequest(); err != nil {
 		return err
+	}
+	// ready is read again after the view: a view found is then never of
+	// a later term than the ready flag read.
+	if r.leaseCovers(time.Now()) && r.ready.Load() {
+		return nil
 	}
 	n := r.n
 	rw := &readWaiter{r: r, done: make(chan readIndex, 1)}
@@ -128,7 +134,7 @@ func (r *replica) readDone(rs raft.ReadState) {
 // failReads ends the reads waiting for an index, when leadership is lost:
 // raft drops their requests.
 func (r *replica) failReads(err error) {
-	r.lease = readLease{}
+	r.dropLease()
 	for k, round := range r.readsByCtx {
 		for _, rw := range round.batch {
 			rw.done <- readIndex{err: err}
@@ -213,11 +219,58 @@ func (l *readLease) granted(r *replica, round readRound) {
 	if until := round.began.Add(d); l.term != round.term || until.After(l.until) {
 		l.term, l.until = round.term, until
 		l.untilTick = round.beganTick + uint64(r.n.cfg.ElectionTicks-2)
+		r.publishLease()
 	}
 }
 
-// void ends the lease, and keeps rounds under way from granting one: the
-// leader is about to ask raft to transfer its leadership.
-func (l *readLease) void() {
-	*l = readLease{voidBefore: time.Now()}
+// voidLease ends the lease, and keeps rounds under way from granting
+// one: the leader is about to ask raft to transfer its leadership.
+func (r *replica) voidLease() {
+	r.leaseView.Store(nil)
+	r.lease = readLease{voidBefore: time.Now()}
+}
+
+// dropLease ends the lease: the replica no longer leads, or dozes.
+func (r *replica) dropLease() {
+	r.leaseView.Store(nil)
+	r.lease = readLease{}
+}
+
+// A read the lease covers needs nothing of the loop, so reads of a range
+// under writes no longer wait behind the loop's raft log writes: the
+// loop publishes the first half of each lease it is granted (leaseView),
+// and a read begun within it is answered from the replica's state as it
+// is. That is linearizable, as a read at the commit index is: the
+// replica is ready (refuseRequest), so it applied every entry of the
+// terms before its own; a write it acknowledged was applied before its
+// answer; and no other leader can have acknowledged anything while the
+// lease holds. The view is cleared before the loop asks raft for a
+// transfer and when the replica stops leading, so a read that found it
+// began before either. The second half is left to the loop, which
+// answers from the lease too and renews it (requestRead): a read there
+// takes the loop's turn, and its renewal extends the view.
+
+// leaseView is the part of a lease the request goroutines read.
+type leaseView struct {
+	until     time.Time // on the monotonic wall clock
+	untilTick uint64    // in the node's ticks (Node.tickCount)
+}
+
+// publishLease publishes the first half of the lease for the request
+// goroutines.
+func (r *replica) publishLease() {
+	l, n := &r.lease, r.n
+	half := n.leaseDuration() / 2
+	halfTicks := uint64(max(n.cfg.ElectionTicks-2, 0)) / 2
+	if l.term == 0 || half == 0 || l.untilTick < halfTicks {
+		return
+	}
+	r.leaseView.Store(&leaseView{until: l.until.Add(-half), untilTick: l.untilTick - halfTicks})
+}
+
+// leaseCovers says whether a read begun at now is covered by the lease's
+// first half, and so answered from the replica's state without the loop.
+func (r *replica) leaseCovers(now time.Time) bool {
+	v := r.leaseView.Load()
+	return v != nil && now.Before(v.until) && r.n.tickCount.Load() < v.untilTick
 }

@@ -71,6 +71,9 @@ type replica struct {
 	readSeq    uint64
 	readsByCtx map[string]readRound
 	lease      readLease
+	// leaseView is the first half of lease, for the request goroutines:
+	// a read it covers is answered without the loop (read.go).
+	leaseView atomic.Pointer[leaseView]
 	// catchUp is the replica's last question of its leader's commit
 	// index (catch_up.go), nil until it asks one.
 	catchUp *catchUp
