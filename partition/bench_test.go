@@ -148,12 +148,6 @@ func BenchmarkManyTables(b *testing.B) {
 	if err := s.Close(); err != nil {
 		b.Fatal(err)
 	}
-	heap := func() int64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
 	for _, cache := range []int{tables, tables / 10} {
 		b.Run(fmt.Sprintf("cache=%d", cache), func(b *testing.B) {
 			s, err := Open(dir, &Options{TableCacheSize: cache})
@@ -161,13 +155,13 @@ func BenchmarkManyTables(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			before := heap()
+			before := liveHeap()
 			for i := range tables {
 				if _, err := s.GetEntity(ctx, acct, name(i), "p", "r"); err != nil {
 					b.Fatal(err)
 				}
 			}
-			opened := heap() - before
+			opened := liveHeap() - before
 			rng := rand.New(rand.NewPCG(1, 2))
 			b.ResetTimer()
 			for range b.N {
@@ -206,12 +200,6 @@ func BenchmarkManySpans(b *testing.B) {
 	if err := s.Close(); err != nil {
 		b.Fatal(err)
 	}
-	heap := func() int64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
 	for _, cache := range []int{groups, groups / 10} {
 		b.Run(fmt.Sprintf("cache=%d", cache), func(b *testing.B) {
 			s, err := Open(dir, &Options{SpanCacheSize: cache})
@@ -219,13 +207,13 @@ func BenchmarkManySpans(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			before := heap()
+			before := liveHeap()
 			for g := uint64(1); g <= groups; g++ {
 				if _, ok, err := s.GroupSpan(g); err != nil || !ok {
 					b.Fatalf("group %d: %v, %v", g, ok, err)
 				}
 			}
-			cached := heap() - before
+			cached := liveHeap() - before
 			rng := rand.New(rand.NewPCG(1, 2))
 			b.ResetTimer()
 			for range b.N {
@@ -236,4 +224,12 @@ func BenchmarkManySpans(b *testing.B) {
 			b.ReportMetric(float64(cached)/groups, "cached-heap-B/group")
 		})
 	}
+}
+
+// liveHeap returns the heap in use after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
