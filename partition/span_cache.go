@@ -138,7 +138,8 @@ type spanChange struct {
 // commitSpans applies b, which writes the span records changes name
 // (and anything else), and then caches them, in their order: a lookup
 // without a lock sees one change, then the next. The frozen count
-// follows, from the records they replace.
+// follows, from the records they replace, so changes name each group
+// once.
 func (s *Store) commitSpans(b *lsm.Batch, wo *lsm.WriteOptions, changes ...spanChange) error {
 	s.spans.mu.Lock()
 	defer s.spans.mu.Unlock()
