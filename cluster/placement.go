@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"time"
@@ -176,9 +177,16 @@ func (p *placement) round(n *Node, now time.Time) {
 	gone := func(v uint64) bool {
 		return !slices.Contains(voters, v) || book.draining[v] || now.Sub(p.lastAlive[v]) > n.cfg.DeadAfter
 	}
-	groups := n.st().TableGroups()
+	// The catalog is walked, never held: a round keeps per node, not per
+	// group, whatever the cluster's size.
+	var walkErr error
+	groups := func(yield func(partition.TableGroup) bool) {
+		if walkErr == nil {
+			walkErr = n.st().EachTableGroup(yield)
+		}
+	}
 	load := map[uint64]int{}
-	for _, tg := range groups {
+	for tg := range groups {
 		for _, v := range tg.Group.Voters {
 			load[v]++
 		}
@@ -193,10 +201,14 @@ func (p *placement) round(n *Node, now time.Time) {
 		}
 		return best
 	}
-	named := 0
-	for _, tg := range groups {
-		if named == maxNamedPerRound {
-			return
+	type rename struct {
+		tg   partition.TableGroup
+		want []uint64
+	}
+	var renames []rename // named once the walk is over, not under its iterator
+	for tg := range groups {
+		if len(renames) == maxNamedPerRound {
+			break
 		}
 		want := slices.DeleteFunc(slices.Clone(tg.Group.Voters), gone)
 		for _, v := range tg.Group.Voters {
@@ -218,7 +230,17 @@ func (p *placement) round(n *Node, now time.Time) {
 			want = append(want, to)
 			load[to]++
 		}
-		if !slices.Equal(want, tg.Group.Voters) && p.name(n, tg, want, "re-replication") {
+		if !slices.Equal(want, tg.Group.Voters) {
+			renames = append(renames, rename{tg, want})
+		}
+	}
+	if walkErr != nil {
+		n.log.Warn("cluster: placement: read the catalog's range groups", "err", walkErr)
+		return
+	}
+	named := 0
+	for _, r := range renames {
+		if p.name(n, r.tg, r.want, "re-replication") {
 			named++
 		}
 	}
@@ -233,7 +255,12 @@ func (p *placement) round(n *Node, now time.Time) {
 		_, named := recent[tg.Group.ID]
 		return !named
 	}
-	if move, from, to := balanceMove(usable, groups, p.groupWeight, settled, recent); move != nil {
+	move, from, to := balanceMove(usable, groups, p.groupWeight, settled, recent)
+	if walkErr != nil {
+		n.log.Warn("cluster: placement: read the catalog's range groups", "err", walkErr)
+		return
+	}
+	if move != nil {
 		want := slices.Clone(move.Group.Voters)
 		want[slices.Index(want, from)] = to
 		p.name(n, *move, want, "balance")
@@ -263,13 +290,13 @@ func (p *placement) groupWeight(g uint64) float64 {
 // group of one weight it moves one group while the counts differ by two
 // or more, as counting groups did. It returns a nil group when no move
 // evens the load out.
-func balanceMove(usable []uint64, groups []partition.TableGroup, weight func(uint64) float64,
+func balanceMove(usable []uint64, groups iter.Seq[partition.TableGroup], weight func(uint64) float64,
 	settled func(partition.TableGroup) bool, named map[uint64]time.Time) (*partition.TableGroup, uint64, uint64) {
 	if len(usable) < 2 {
 		return nil, 0, 0
 	}
 	load := map[uint64]float64{}
-	for _, tg := range groups {
+	for tg := range groups {
 		for _, v := range tg.Group.Voters {
 			load[v] += weight(tg.Group.ID)
 		}
@@ -286,14 +313,14 @@ func balanceMove(usable []uint64, groups []partition.TableGroup, weight func(uin
 	diff := load[most] - load[least]
 	var move *partition.TableGroup
 	var moveGap float64 // |diff - 2w| of move: how uneven the two are left
-	for i, tg := range groups {
+	for tg := range groups {
 		w := weight(tg.Group.ID)
 		if !tg.Group.Has(most) || tg.Group.Has(least) || w >= diff || !settled(tg) {
 			continue
 		}
 		gap := math.Abs(diff - 2*w)
 		if move == nil || gap < moveGap || gap == moveGap && named[tg.Group.ID].Before(named[move.Group.ID]) {
-			move, moveGap = &groups[i], gap
+			move, moveGap = &tg, gap
 		}
 	}
 	return move, most, least

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func TestBalanceMove(t *testing.T) {
 				}
 				return true
 			}
-			move, from, to := balanceMove(c.usable, c.groups, weight, settled, named)
+			move, from, to := balanceMove(c.usable, slices.Values(c.groups), weight, settled, named)
 			switch {
 			case c.group == 0 && move != nil:
 				t.Errorf("moved group %d from %d to %d, want no move", move.Group.ID, from, to)

@@ -233,3 +233,44 @@ func liveHeap() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
 }
+
+// BenchmarkCatalogGroups compares listing every range group of 10,000
+// tables (TableGroups, which a placement round used to hold for its
+// length) with walking them (EachTableGroup): held-B is the heap the
+// list keeps alive while its holder uses it, none for the walk, which
+// keeps one catalog entry at a time.
+func BenchmarkCatalogGroups(b *testing.B) {
+	const tables = 10_000
+	s, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for i := range tables {
+		if _, err := s.CreateTableInGroup(ctx, acct, fmt.Sprintf("t%05d", i), RangeGroup{ID: uint64(i + 1), Voters: []uint64{1, 2, 3}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("list", func(b *testing.B) {
+		before := liveHeap()
+		groups := s.TableGroups()
+		held := liveHeap() - before
+		if len(groups) != tables {
+			b.Fatalf("%d groups listed", len(groups))
+		}
+		for range b.N {
+			groups = s.TableGroups()
+		}
+		b.ReportMetric(float64(held)/tables, "held-B/group")
+		runtime.KeepAlive(groups)
+	})
+	b.Run("walk", func(b *testing.B) {
+		for range b.N {
+			n := 0
+			if err := s.EachTableGroup(func(TableGroup) bool { n++; return true }); err != nil || n != tables {
+				b.Fatalf("%d groups walked, %v", n, err)
+			}
+		}
+	})
+}

@@ -1,5 +1,7 @@
 package partition
 
+import "errors"
+
 // TableRef names a table of an account, as it was created.
 type TableRef struct {
 	Account, Name string
@@ -23,6 +25,30 @@ type CatalogTable struct {
 	TableRef
 	Groups []TableGroup
 }
+
+// EachTableGroup calls fn with every range group of the live tables, in
+// the catalog's order (by account and table), until fn returns false. It
+// reads the catalog as Catalog does, holding only the entry it is at: a
+// cluster's placement controller walks every group each round, and a
+// list of them all would grow with the cluster.
+func (s *Store) EachTableGroup(fn func(TableGroup) bool) error {
+	err := s.scanCatalog(func(e catalogEntry) error {
+		t := table{account: e.account, name: e.name}
+		for i := range e.groups {
+			if !fn(t.tableGroup(e.groups, i)) {
+				return errStopWalk
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errStopWalk) {
+		return nil
+	}
+	return err
+}
+
+// errStopWalk ends a catalog walk whose caller has seen enough.
+var errStopWalk = errors.New("partition: walk stopped")
 
 // Catalog lists every live table with its range groups, in AllTables'
 // order. It reads the catalog and opens no table, so a cluster node's

@@ -179,6 +179,16 @@ func TestSplitTableRange(t *testing.T) {
 	if got := e.s.TableGroups(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("TableGroups = %+v, want %+v", got, want)
 	}
+	for _, stopAfter := range []int{1, 2, len(want) + 1} {
+		var walked []TableGroup
+		err := e.s.EachTableGroup(func(tg TableGroup) bool {
+			walked = append(walked, tg)
+			return len(walked) < stopAfter
+		})
+		if n := min(stopAfter, len(want)); err != nil || !reflect.DeepEqual(walked, want[:n]) {
+			t.Fatalf("EachTableGroup stopped after %d: %+v, %v; want %+v", stopAfter, walked, err, want[:n])
+		}
+	}
 	if tg, ok := mustGroupTable(t, e.s, 9); !ok || !reflect.DeepEqual(tg, want[1]) || tg.Span() != (Span{Account: acct, Table: "Split", LowPartitionKey: "m", HighPartitionKey: "t"}) {
 		t.Fatalf("GroupTable(9) = %+v, %v", tg, ok)
 	}
