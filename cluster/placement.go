@@ -185,6 +185,12 @@ func (p *placement) round(n *Node, now time.Time) {
 			walkErr = n.st().EachTableGroup(yield)
 		}
 	}
+	walkFailed := func() bool {
+		if walkErr != nil {
+			n.log.Warn("cluster: placement: read the catalog's range groups", "err", walkErr)
+		}
+		return walkErr != nil
+	}
 	load := map[uint64]int{}
 	for tg := range groups {
 		for _, v := range tg.Group.Voters {
@@ -234,8 +240,7 @@ func (p *placement) round(n *Node, now time.Time) {
 			renames = append(renames, rename{tg, want})
 		}
 	}
-	if walkErr != nil {
-		n.log.Warn("cluster: placement: read the catalog's range groups", "err", walkErr)
+	if walkFailed() {
 		return
 	}
 	named := 0
@@ -256,15 +261,12 @@ func (p *placement) round(n *Node, now time.Time) {
 		return !named
 	}
 	move, from, to := balanceMove(usable, groups, p.groupWeight, settled, recent)
-	if walkErr != nil {
-		n.log.Warn("cluster: placement: read the catalog's range groups", "err", walkErr)
+	if walkFailed() || move == nil {
 		return
 	}
-	if move != nil {
-		want := slices.Clone(move.Group.Voters)
-		want[slices.Index(want, from)] = to
-		p.name(n, *move, want, "balance")
-	}
+	want := slices.Clone(move.Group.Voters)
+	want[slices.Index(want, from)] = to
+	p.name(n, *move, want, "balance")
 }
 
 // groupBaseWeight is what a range group weighs on its nodes beyond its
