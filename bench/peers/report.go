@@ -483,6 +483,9 @@ func (rep *engineReport) header() string {
 	if pr.SyncOps > 0 {
 		p(" or %d ops", pr.SyncOps)
 	}
+	if pr.FillRate > 0 {
+		p("; fills capped at %s sets/s", fmtOps(pr.FillRate))
+	}
 	p("; seed %d; %d repeats, engines interleaved\n", pr.Seed, rep.Repeats)
 	return b.String()
 }

@@ -42,6 +42,7 @@ func (f *engineFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.params.ReadDur, "read-dur", 5*time.Second, "time limit of a read/scan run (0: none)")
 	fs.IntVar(&f.params.SyncOps, "sync-ops", 0, "synced writes per fillsync run (0: until -sync-dur)")
 	fs.DurationVar(&f.params.SyncDur, "sync-dur", 5*time.Second, "duration of a fillsync run")
+	fs.Float64Var(&f.params.FillRate, "fill-rate", 0, "sets per second fillseq and fillrandom make at most (0: no cap), to compare latencies at one rate of work")
 	fs.StringVar(&f.profile, "profile", "auto", "CPU profiles of extra tabula and pebble runs: auto (workloads where tabula is below its bar), all, none")
 	fs.StringVar(&f.results, "results", "", "also write the full report (machine, method, tables) to this file, e.g. ../RESULTS.md")
 	fs.StringVar(&f.from, "from", "", "run nothing: render the reports again from a past run's engine.json (into its folder, or -out)")

@@ -24,6 +24,9 @@ type params struct {
 	// fillsync stops after SyncOps writes (0: no limit) or SyncDur.
 	SyncOps int
 	SyncDur time.Duration
+	// FillRate caps fillseq's and fillrandom's sets per second (0: none),
+	// so that engines' latencies compare at one rate of work.
+	FillRate float64 `json:",omitempty"`
 }
 
 // phase is what a workload did in its measured phase.
@@ -122,13 +125,19 @@ func findWorkload(name string) (workload, error) {
 	return workload{}, fmt.Errorf("unknown workload %q (have %v)", name, workloadNames())
 }
 
-// fill writes the keys of order (indexes into the key space), one set each.
-func fill(e Engine, order func(j int) int, count int, seed uint64) (phase, error) {
+// fill writes the keys of order (indexes into the key space), one set
+// each, at most rate a second (0: as fast as the engine takes them).
+func fill(e Engine, order func(j int) int, count int, seed uint64, rate float64) (phase, error) {
 	g := newValueGen(seed)
 	key := make([]byte, 0, keyLen)
 	val := make([]byte, valueLen)
 	ph := phase{Ops: int64(count), LogicalBytes: int64(count) * entryLen, LiveBytes: int64(count) * entryLen}
+	began := time.Now()
 	for j := range count {
+		if rate > 0 && j%fillPaceEvery == 0 {
+			// Outside any set's timing: only the sets' latencies count.
+			time.Sleep(time.Until(began.Add(time.Duration(float64(j) / rate * float64(time.Second)))))
+		}
 		i := order(j)
 		key = appendKey(key[:0], i, false)
 		g.fill(val, i)
@@ -141,17 +150,21 @@ func fill(e Engine, order func(j int) int, count int, seed uint64) (phase, error
 	return ph, nil
 }
 
+// fillPaceEvery is how many sets a paced fill makes between its sleeps.
+const fillPaceEvery = 256
+
 func runFillSeq(e Engine, p params) (phase, error) {
-	return fill(e, func(j int) int { return j }, p.N, p.Seed+seedFill)
+	return fill(e, func(j int) int { return j }, p.N, p.Seed+seedFill, p.FillRate)
 }
 
 func runFillRandom(e Engine, p params) (phase, error) {
 	perm := permutation(p.N, p.Seed+seedFill)
-	return fill(e, func(j int) int { return int(perm[j]) }, p.N, p.Seed+seedFill)
+	return fill(e, func(j int) int { return int(perm[j]) }, p.N, p.Seed+seedFill, p.FillRate)
 }
 
 // prefill fills a DB for the prefilled workloads: fillrandom, then Settle.
 func prefill(e Engine, p params) error {
+	p.FillRate = 0 // not measured: as fast as it goes
 	if _, err := runFillRandom(e, p); err != nil {
 		return err
 	}
@@ -160,7 +173,7 @@ func prefill(e Engine, p params) error {
 
 func runOverwrite(e Engine, p params) (phase, error) {
 	rng := rand.New(rand.NewPCG(p.Seed+seedOverwrite, 0))
-	ph, err := fill(e, func(int) int { return rng.IntN(p.N) }, p.N, p.Seed+seedOverwrite)
+	ph, err := fill(e, func(int) int { return rng.IntN(p.N) }, p.N, p.Seed+seedOverwrite, 0)
 	// Overwrites leave the same N keys live.
 	ph.LiveBytes = int64(p.N) * entryLen
 	return ph, err
