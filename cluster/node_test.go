@@ -394,6 +394,51 @@ func TestLeaseReadsNeedNoLoop(t *testing.T) {
 	})
 }
 
+// TestSteppedDownLeaderDropsItsLeaseView: a leader cut off from the
+// others steps down (CheckQuorum), and with its leadership goes the lease
+// view its reads were answered from without the loop.
+func TestSteppedDownLeaderDropsItsLeaseView(t *testing.T) {
+	c := newTestCluster(t, 3, 12)
+	ctx := context.Background()
+	old := c.leader(10 * time.Second)
+	s := old.node.Store()
+	if _, err := s.CreateTable(ctx, acct, "viewed"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetEntity(ctx, acct, "viewed", "p", "k"); codeOf(err) != partition.CodeResourceNotFound {
+		t.Fatalf("a read before the cut: %v", err)
+	}
+	if old.node.replica.leaseView.Load() == nil {
+		t.Fatal("no lease view after a read round: the test lost its point")
+	}
+	var others []uint64
+	for _, id := range c.peers {
+		if id != old.id {
+			others = append(others, id)
+		}
+	}
+	c.net.partition([]uint64{old.id}, others)
+	for deadline := time.Now().Add(10 * time.Second); old.node.IsLeader(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the cut-off leader never stepped down")
+		}
+	}
+	// ready goes a moment before the view, in the same turn of the loop;
+	// a view nothing drops would stay for good.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		v := old.node.replica.leaseView.Load()
+		if v == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stepped-down leader keeps a lease view until %v", v.until)
+		}
+	}
+	if _, err := s.GetEntity(ctx, acct, "viewed", "p", "k"); err == nil || codeOf(err) == partition.CodeResourceNotFound {
+		t.Fatalf("the stepped-down leader answered a read: %v", err)
+	}
+}
+
 // TestCatchUpBySnapshot stops a node while the others write far past
 // what their logs keep: restarted, it cannot catch up from the log and
 // is sent a snapshot of the leader's store, installs it, and goes on
