@@ -99,11 +99,14 @@ func (n *Node) Status() nodeStatus {
 func (n *Node) ranges(ctx context.Context) []RangeStatus {
 	st := n.st()
 	var out []RangeStatus
-	tables, err := st.Catalog()
-	if err != nil {
-		n.log.Warn("range report: reading the catalog", "err", err)
+	// Walked, not listed: a node reports what it leads, and the catalog
+	// is every table of the cluster.
+	tables := func(yield func(partition.CatalogTable) bool) {
+		if err := st.EachCatalogTable(yield); err != nil {
+			n.log.Warn("range report: reading the catalog", "err", err)
+		}
 	}
-	for _, t := range tables {
+	for t := range tables {
 		if len(t.Groups) == 0 {
 			// The system group replicates the table: its leader reports
 			// the table's range partitions.
@@ -146,6 +149,7 @@ func (n *Node) ranges(ctx context.Context) []RangeStatus {
 			}
 			rs.StartPartitionKey, rs.EndPartitionKey = tg.Group.Start, tg.End
 			if infos == nil {
+				var err error
 				if infos, err = st.Ranges(ctx, t.Account, t.Name); err != nil {
 					break // dropped meanwhile
 				}

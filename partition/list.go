@@ -28,16 +28,34 @@ type CatalogTable struct {
 
 // EachTableGroup calls fn with every range group of the live tables, in
 // the catalog's order (by account and table), until fn returns false. It
-// reads the catalog as Catalog does, holding only the entry it is at: a
-// cluster's placement controller walks every group each round, and a
-// list of them all would grow with the cluster.
+// reads the catalog as EachCatalogTable does: a cluster's placement
+// controller walks every group each round, and a list of them all would
+// grow with the cluster.
 func (s *Store) EachTableGroup(fn func(TableGroup) bool) error {
+	return s.EachCatalogTable(func(ct CatalogTable) bool {
+		for _, tg := range ct.Groups {
+			if !fn(tg) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// EachCatalogTable calls fn with every live table and its range groups,
+// in AllTables' order, until fn returns false. It reads the catalog,
+// holding only the entry it is at, and opens no table, so a cluster
+// node's periodic reports neither cycle every table of the cluster
+// through the store's open tables nor list them all at once.
+func (s *Store) EachCatalogTable(fn func(CatalogTable) bool) error {
 	err := s.scanCatalog(func(e catalogEntry) error {
+		ct := CatalogTable{TableRef: TableRef{Account: e.account, Name: e.name}}
 		t := table{account: e.account, name: e.name}
 		for i := range e.groups {
-			if !fn(t.tableGroup(e.groups, i)) {
-				return errStopWalk
-			}
+			ct.Groups = append(ct.Groups, t.tableGroup(e.groups, i))
+		}
+		if !fn(ct) {
+			return errStopWalk
 		}
 		return nil
 	})
@@ -51,19 +69,12 @@ func (s *Store) EachTableGroup(fn func(TableGroup) bool) error {
 var errStopWalk = errors.New("partition: walk stopped")
 
 // Catalog lists every live table with its range groups, in AllTables'
-// order. It reads the catalog and opens no table, so a cluster node's
-// periodic reports do not cycle every table of the cluster through the
-// store's open tables.
+// order (EachCatalogTable, collected).
 func (s *Store) Catalog() ([]CatalogTable, error) {
 	var out []CatalogTable
-	err := s.scanCatalog(func(e catalogEntry) error {
-		ct := CatalogTable{TableRef: TableRef{Account: e.account, Name: e.name}}
-		t := table{account: e.account, name: e.name}
-		for i := range e.groups {
-			ct.Groups = append(ct.Groups, t.tableGroup(e.groups, i))
-		}
+	err := s.EachCatalogTable(func(ct CatalogTable) bool {
 		out = append(out, ct)
-		return nil
+		return true
 	})
 	return out, err
 }
