@@ -132,7 +132,6 @@ func (s *Store) ForgetGroups(groups []uint64) error {
 	if len(groups) == 0 {
 		return nil
 	}
-	groups = slices.Compact(slices.Sorted(slices.Values(groups))) // commitSpans counts each change once
 	b := s.db.NewBatch()
 	changes := make([]spanChange, len(groups))
 	for i, g := range groups {

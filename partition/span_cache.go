@@ -138,23 +138,30 @@ type spanChange struct {
 // commitSpans applies b, which writes the span records changes name
 // (and anything else), and then caches them, in their order: a lookup
 // without a lock sees one change, then the next. The frozen count
-// follows, from the records they replace, so changes name each group
-// once.
+// follows, from the records they replace: the engine's, or an earlier
+// change's of the same group.
 func (s *Store) commitSpans(b *lsm.Batch, wo *lsm.WriteOptions, changes ...spanChange) error {
 	s.spans.mu.Lock()
 	defer s.spans.mu.Unlock()
 	var frozen int64
+	wasFrozen := make(map[uint64]bool, len(changes)) // by group, as the changes so far leave it
 	for _, c := range changes {
-		old, recorded, err := s.spanRecordLocked(c.group)
-		if err != nil {
-			return err
+		was, seen := wasFrozen[c.group]
+		if !seen {
+			old, recorded, err := s.spanRecordLocked(c.group)
+			if err != nil {
+				return err
+			}
+			was = recorded && old.frozen
 		}
-		if recorded && old.frozen {
+		now := !c.deleted && c.g.frozen
+		if was {
 			frozen--
 		}
-		if !c.deleted && c.g.frozen {
+		if now {
 			frozen++
 		}
+		wasFrozen[c.group] = now
 	}
 	if err := s.db.Apply(b, wo); err != nil {
 		return err
