@@ -224,11 +224,11 @@ func (s *Store) GroupTable(id uint64) (tg TableGroup, ok bool, err error) {
 // as the catalog has them (read from disk: most tables may not be open).
 // A failure to read the catalog lists what was read before it.
 func (s *Store) TableGroups() []TableGroup {
-	tables, _ := s.Catalog()
 	var out []TableGroup
-	for _, t := range tables {
-		out = append(out, t.Groups...)
-	}
+	_ = s.EachTableGroup(func(tg TableGroup) bool {
+		out = append(out, tg)
+		return true
+	})
 	slices.SortFunc(out, func(a, b TableGroup) int { return cmp.Compare(a.Group.ID, b.Group.ID) })
 	return out
 }
