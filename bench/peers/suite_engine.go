@@ -110,6 +110,9 @@ func (f *engineFlags) check() error {
 	if f.params.SyncDur <= 0 {
 		return errors.New("-sync-dur must be positive")
 	}
+	if !(f.params.FillRate >= 0) || math.IsInf(f.params.FillRate, 1) {
+		return fmt.Errorf("-fill-rate %v: want a number of sets per second, 0 for no cap", f.params.FillRate)
+	}
 	if !slices.Contains([]string{"auto", "all", "none"}, f.profile) {
 		return fmt.Errorf("-profile %q: want auto, all or none", f.profile)
 	}
