@@ -256,16 +256,12 @@ type leaseView struct {
 	untilTick uint64    // in the node's ticks (Node.tickCount)
 }
 
-// publishLease publishes the first half of the lease for the request
-// goroutines.
+// publishLease publishes the first half of the lease granted just now
+// for the request goroutines.
 func (r *replica) publishLease() {
 	l, n := &r.lease, r.n
-	half := n.leaseDuration() / 2
-	halfTicks := uint64(max(n.cfg.ElectionTicks-2, 0)) / 2
-	if l.term == 0 || half == 0 || l.untilTick < halfTicks {
-		return
-	}
-	r.leaseView.Store(&leaseView{until: l.until.Add(-half), untilTick: l.untilTick - halfTicks})
+	halfTicks := uint64(n.cfg.ElectionTicks-2) / 2 // granted: ElectionTicks > 2
+	r.leaseView.Store(&leaseView{until: l.until.Add(-n.leaseDuration() / 2), untilTick: l.untilTick - halfTicks})
 }
 
 // leaseCovers says whether a read begun at now is covered by the lease's
