@@ -447,19 +447,25 @@ func (c *testCluster) follower(ld *testNode) uint64 {
 	return 0
 }
 
+// cutOff partitions node id from the other peers, and returns them.
+func (c *testCluster) cutOff(id uint64) []uint64 {
+	var others []uint64
+	for _, p := range c.peers {
+		if p != id {
+			others = append(others, p)
+		}
+	}
+	c.net.partition([]uint64{id}, others)
+	return others
+}
+
 // stallAndCutOff stops old's raft clock (its process stalls) and cuts it
 // off from the others, and returns the leader they elect: old still
 // believes it leads.
 func (c *testCluster) stallAndCutOff(old *testNode) *testNode {
 	c.t.Helper()
 	old.paused.Store(true)
-	var others []uint64
-	for _, id := range c.peers {
-		if id != old.id {
-			others = append(others, id)
-		}
-	}
-	c.net.partition([]uint64{old.id}, others)
+	others := c.cutOff(old.id)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for _, id := range others {
 			if tn := c.nodes[id]; tn != nil && tn.node.IsLeader() { // a stopped node is not among them

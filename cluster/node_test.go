@@ -189,13 +189,9 @@ func TestFailoverTakesOneElectionTimeout(t *testing.T) {
 // waited an election timeout before electing another, past the lease's
 // end, and the ReadIndex round, which needs a quorum, makes it refuse.
 func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
-	c := newTestCluster(t, 3, 4)
+	c, old := leaderWithTable(t, 4, 0, "stale")
 	ctx := context.Background()
-	old := c.leader(10 * time.Second)
 	s := old.node.Store()
-	if _, err := s.CreateTable(ctx, acct, "stale"); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := s.Apply(ctx, acct, "stale", partition.Op{Kind: partition.OpInsertOrReplace, Entity: ent("p", "k", 1)}); err != nil {
 		t.Fatal(err)
 	}
@@ -232,13 +228,7 @@ func TestDeposedLeaderTellsWhatBecameOfItsWrites(t *testing.T) {
 	if _, err := old.node.Store().CreateTable(ctx, acct, "orphans"); err != nil {
 		t.Fatal(err)
 	}
-	var others []uint64
-	for _, id := range c.peers {
-		if id != old.id {
-			others = append(others, id)
-		}
-	}
-	c.net.partition([]uint64{old.id}, others)
+	others := c.cutOff(old.id)
 	const writes = 5
 	errs := make(chan error, writes)
 	for i := range writes {
@@ -307,19 +297,28 @@ func TestAnsweredProposalIsNotProposed(t *testing.T) {
 	}
 }
 
+// leaderWithTable starts three nodes (tick: their raft tick, 0 for the
+// tests' default) and creates table, in the system group, through the
+// leader it returns.
+func leaderWithTable(t *testing.T, seed uint64, tick time.Duration, table string) (*testCluster, *testNode) {
+	t.Helper()
+	c := startRangeCluster(t, 3, seed, 0, tick)
+	ld := c.leader(10 * time.Second)
+	if _, err := ld.node.Store().CreateTable(context.Background(), acct, table); err != nil {
+		t.Fatal(err)
+	}
+	return c, ld
+}
+
 // TestLeaseReads: a leader confirmed by a quorum answers the reads that
 // follow by itself, with no round to its followers, for most of an
 // election timeout; a read then sees every write acknowledged before it.
 func TestLeaseReads(t *testing.T) {
 	// 50 ms ticks: a 400 ms lease, renewed every 200 ms or so, however
 	// slow a loaded machine makes each write.
-	c := startRangeCluster(t, 3, 6, 0, 50*time.Millisecond)
+	_, ld := leaderWithTable(t, 6, 50*time.Millisecond, "leased")
 	ctx := context.Background()
-	ld := c.leader(10 * time.Second)
 	s := ld.node.Store()
-	if _, err := s.CreateTable(ctx, acct, "leased"); err != nil {
-		t.Fatal(err)
-	}
 	const reads = 200
 	before := ld.node.readRounds.Load()
 	for i := range reads {
@@ -346,13 +345,9 @@ func TestLeaseReads(t *testing.T) {
 // lease is answered while the leader's loop is held (busy writing the
 // raft log, say), and once the lease is voided for a hand-over none is.
 func TestLeaseReadsNeedNoLoop(t *testing.T) {
-	c := startRangeCluster(t, 3, 8, 0, 50*time.Millisecond)
+	_, ld := leaderWithTable(t, 8, 50*time.Millisecond, "loopless")
 	ctx := context.Background()
-	ld := c.leader(10 * time.Second)
 	s := ld.node.Store()
-	if _, err := s.CreateTable(ctx, acct, "loopless"); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := s.Apply(ctx, acct, "loopless", opUpsert("p", "k", 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -398,26 +393,16 @@ func TestLeaseReadsNeedNoLoop(t *testing.T) {
 // others steps down (CheckQuorum), and with its leadership goes the lease
 // view its reads were answered from without the loop.
 func TestSteppedDownLeaderDropsItsLeaseView(t *testing.T) {
-	c := newTestCluster(t, 3, 12)
+	c, old := leaderWithTable(t, 12, 0, "viewed")
 	ctx := context.Background()
-	old := c.leader(10 * time.Second)
 	s := old.node.Store()
-	if _, err := s.CreateTable(ctx, acct, "viewed"); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := s.GetEntity(ctx, acct, "viewed", "p", "k"); codeOf(err) != partition.CodeResourceNotFound {
 		t.Fatalf("a read before the cut: %v", err)
 	}
 	if old.node.replica.leaseView.Load() == nil {
 		t.Fatal("no lease view after a read round: the test lost its point")
 	}
-	var others []uint64
-	for _, id := range c.peers {
-		if id != old.id {
-			others = append(others, id)
-		}
-	}
-	c.net.partition([]uint64{old.id}, others)
+	c.cutOff(old.id)
 	for deadline := time.Now().Add(10 * time.Second); old.node.IsLeader(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the cut-off leader never stepped down")
