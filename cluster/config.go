@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"io"
+	"iter"
 	"log/slog"
 	"time"
 
@@ -94,11 +95,11 @@ type Config struct {
 	// minutes: a range split by a burst of load stays split through a
 	// lull.
 	MergeAfter time.Duration
-	// RangeStats gathers every range's status from its leaseholder (the
+	// RangeStats yields every range's status from its leaseholder (the
 	// HTTP's RangeStats, over the network), for the placement controller
-	// to split range groups by their partitions; nil means the ranges
-	// this node holds the leases of.
-	RangeStats func(ctx context.Context) []RangeStatus
+	// to split and merge range groups and weigh them; nil means the
+	// ranges this node holds the leases of.
+	RangeStats func(ctx context.Context) iter.Seq[RangeStatus]
 }
 
 func (c *Config) withDefaults() Config {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -117,20 +118,24 @@ func (s *simNet) fetchSnapshot(ctx context.Context, from uint64, token []byte) (
 	return pr, nil
 }
 
-// rangeStats gathers the ranges every node of the network reports, each
+// rangeStats yields the ranges every node of the network reports, each
 // from its leaseholder, as the HTTP transport does between processes.
-func (s *simNet) rangeStats(ctx context.Context) []RangeStatus {
-	s.mu.Lock()
-	nodes := make([]*Node, 0, len(s.nodes))
-	for _, n := range s.nodes {
-		nodes = append(nodes, n)
+func (s *simNet) rangeStats(ctx context.Context) iter.Seq[RangeStatus] {
+	return func(yield func(RangeStatus) bool) {
+		s.mu.Lock()
+		nodes := make([]*Node, 0, len(s.nodes))
+		for _, n := range s.nodes {
+			nodes = append(nodes, n)
+		}
+		s.mu.Unlock()
+		for _, n := range nodes {
+			for rs := range n.eachRange(ctx) {
+				if !yield(rs) {
+					return
+				}
+			}
+		}
 	}
-	s.mu.Unlock()
-	var out []RangeStatus
-	for _, n := range nodes {
-		out = append(out, n.ranges(ctx)...)
-	}
-	return out
 }
 
 // partition cuts every link between the two sides.
@@ -281,6 +286,8 @@ type testCluster struct {
 	tick   time.Duration
 	// rangeGroups is the nodes' Config.RangeGroups: tables get groups.
 	rangeGroups bool
+	// members is the nodes' Config.Members: none by default.
+	members map[uint64]string
 	// prepare, when set, is called on each node started, before it runs.
 	prepare func(*testNode)
 	// placementInterval and deadAfter are the nodes' Config's (0: the
@@ -393,7 +400,7 @@ func (c *testCluster) startAs(id uint64, fs *vfs.MemFS, join bool) *testNode {
 		// Small: the log is compacted often, so lagging nodes catch up by
 		// snapshot in every run.
 		SyncEvery: 50, LogRetention: 30, RequestTimeout: 300 * time.Millisecond,
-		Now: c.clock, SnapshotKeep: c.snapshotKeep, RangeGroups: c.rangeGroups,
+		Now: c.clock, SnapshotKeep: c.snapshotKeep, RangeGroups: c.rangeGroups, Members: c.members,
 		Logger:            testLogger(),
 		PlacementInterval: c.placementInterval, DeadAfter: c.deadAfter, MergeAfter: c.mergeAfter,
 		RangeStats: c.net.rangeStats, StoreOptions: storeOpts,

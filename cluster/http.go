@@ -35,6 +35,7 @@ const (
 // Paths of the internal address.
 const (
 	statusPath    = "/cluster/status"
+	rangesPath    = "/cluster/ranges"
 	helloPath     = "/cluster/hello"
 	snapshotPath  = "/cluster/snapshot"
 	membersPath   = "/cluster/members"
@@ -227,6 +228,7 @@ func (h *HTTP) Internal() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(transport.StreamPath, h.raft)
 	mux.HandleFunc(statusPath, h.status)
+	mux.HandleFunc(rangesPath, h.rangeReport)
 	mux.HandleFunc(membersPath, h.membersHandler)
 	mux.HandleFunc(leasePath, h.leaseHandler)
 	mux.HandleFunc(placementPath, h.placementHandler)
@@ -492,33 +494,4 @@ func withForward(ctx context.Context, to uint64, hops int) context.Context {
 func forwardOf(ctx context.Context) (to uint64, hops int) {
 	f, _ := ctx.Value(forwardKey{}).(forward)
 	return f.to, f.hops
-}
-
-// RangeStats gathers the ranges every member reports, each from its
-// leaseholder, over the internal address: it fits Config.RangeStats. A
-// member that does not answer within a second is left out.
-func (h *HTTP) RangeStats(ctx context.Context) []RangeStatus {
-	var out []RangeStatus
-	for id, addr := range h.node.members.all() {
-		if a := h.routes[id]; a != "" {
-			addr = a
-		}
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+addr+statusPath, nil)
-		if err != nil {
-			cancel()
-			continue
-		}
-		transport.Sign(req, h.secret, purposeStatus, h.node.cfg.ID, id, h.now())
-		resp, err := h.proxy.Transport.RoundTrip(req)
-		if err == nil {
-			var st Status
-			if resp.StatusCode == http.StatusOK && json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st) == nil {
-				out = append(out, st.Ranges...)
-			}
-			resp.Body.Close()
-		}
-		cancel()
-	}
-	return out
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"iter"
@@ -105,15 +104,16 @@ type placement struct {
 	coldPeak  int // see shrink.Map
 	// weights are the heaviest range groups' bytes and load, as weight
 	// counts them, at the last look at the ranges (reshape): see
-	// heaviestGroups.
+	// rangeSurvey.
 	weights map[uint64]float64
 }
 
-// maxTracked bounds what the controller keeps per range group between
-// its looks, so that the system group's leader holds no entry per range
-// of the cluster: the cold ranges it times for a merge, and the weights
-// of the heaviest groups. One merge is made per look, so a few thousand
-// candidates are more than the merges can use.
+// maxTracked bounds what the controller keeps per range group, in its
+// looks at the ranges (rangeSurvey) and between them, so that the system
+// group's leader holds no entry per range of the cluster: the cold
+// ranges it times for a merge, and the weights of the heaviest groups.
+// One merge is made per look, so a few thousand candidates are more than
+// the merges can use.
 const maxTracked = 4096
 
 // runPlacement runs the controller until the node stops.
@@ -386,60 +386,30 @@ func (p *placement) reshape(n *Node, now time.Time, live map[uint64]bool) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 	defer cancel()
-	stats := n.rangeStats(ctx)
-	p.weights = heaviestGroups(stats, maxTracked)
-	return p.split(ctx, n, stats) || p.merge(ctx, n, stats, now, live)
+	coldOps, mergeBytes := n.st().MergeThresholds()
+	if n.cfg.MergeAfter < 0 {
+		coldOps = 0
+	}
+	survey := newRangeSurvey(maxTracked, coldOps, mergeBytes)
+	for rs := range n.rangeStats(ctx) {
+		survey.add(rs)
+	}
+	p.weights = survey.heaviestWeights()
+	return p.split(ctx, n, survey.splits) || p.merge(ctx, n, survey.coldRanges(), now, live)
 }
 
-// weighedFloor is the weight under which the controller counts a range
-// group as empty (groupWeight): a sixty-fourth of groupBaseWeight, so
-// that idle groups, the most numerous, cost it nothing between looks.
-const weighedFloor = groupBaseWeight / 64
-
-// heaviestGroups returns the weights of the range groups the ranges of
-// stats belong to, of the limit heaviest at or above weighedFloor: the
-// others count as empty. A group's bytes and load are what set it apart
-// from another's, and past the limit the groups left out are the lightest.
-func heaviestGroups(stats []RangeStatus, limit int) map[uint64]float64 {
-	all := map[uint64]float64{}
-	for _, rs := range stats {
-		all[rs.Group] += weight(rs.RangeInfo)
-	}
-	type weighed struct {
-		group  uint64
-		weight float64
-	}
-	var heavy []weighed
-	for g, w := range all {
-		if w >= weighedFloor {
-			heavy = append(heavy, weighed{g, w})
-		}
-	}
-	if len(heavy) > limit {
-		slices.SortFunc(heavy, func(a, b weighed) int {
-			return cmp.Or(cmp.Compare(b.weight, a.weight), cmp.Compare(a.group, b.group))
-		})
-		heavy = heavy[:limit]
-	}
-	out := make(map[uint64]float64, len(heavy))
-	for _, gw := range heavy {
-		out[gw.group] = gw.weight
-	}
-	return out
-}
-
-// rangeStats gathers every range's status from its leaseholder
+// rangeStats yields every range's status from its leaseholder
 // (Config.RangeStats), or the ranges this node leads without it.
-func (n *Node) rangeStats(ctx context.Context) []RangeStatus {
+func (n *Node) rangeStats(ctx context.Context) iter.Seq[RangeStatus] {
 	if n.cfg.RangeStats != nil {
 		return n.cfg.RangeStats(ctx)
 	}
-	return n.ranges(ctx)
+	return n.eachRange(ctx)
 }
 
-// split splits the range of one range group whose leaseholder's store
-// holds two or more range partitions in it (the store splits its
-// partitions past a size or a load: Options.SplitBytes,
+// split splits the range of one of the range groups of stats whose
+// leaseholder's store holds two or more range partitions in it (the
+// store splits its partitions past a size or a load: Options.SplitBytes,
 // SplitOpsPerSecond), at the partition boundary that halves its bytes
 // and load best, so a group follows its partitions. It reports whether
 // it split one.
@@ -487,7 +457,8 @@ func weight(ri partition.RangeInfo) float64 {
 // merge their own partitions: partition.Store.MergeThresholds): it names
 // the left group's voters for the right group, and once both groups'
 // members are there, all live, records the merge. It reports whether it
-// did either.
+// did either. It pairs the ranges of stats: the cold ones of a survey,
+// at most maxTracked, so it times at most as many.
 func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now time.Time, live map[uint64]bool) bool {
 	if n.cfg.MergeAfter < 0 {
 		return false
@@ -520,9 +491,6 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 		}
 		cold[right.Group] = true
 		if p.coldSince[right.Group].IsZero() {
-			if len(p.coldSince) >= maxTracked {
-				continue // timed from a later look, once others merged or warmed
-			}
 			p.coldSince[right.Group] = now
 		}
 		if now.Sub(p.coldSince[right.Group]) < n.cfg.MergeAfter {

@@ -333,7 +333,11 @@ func (n *Node) mergeTable(ctx context.Context, account, table, at string, stats 
 		return fmt.Errorf("%w: the first range of table %s has none before it to merge into", ErrBadPlacement, table)
 	}
 	if stats == nil {
-		stats = n.rangeStats(ctx)
+		for rs := range n.rangeStats(ctx) {
+			if rs.Group == ranges[i-1].Group.ID || rs.Group == ranges[i].Group.ID {
+				stats = append(stats, rs)
+			}
+		}
 	}
 	if err := mergeable(stats, ranges[i-1], ranges[i]); err != nil {
 		return err

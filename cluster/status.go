@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"iter"
 	"slices"
 
 	"go.etcd.io/raft/v3"
@@ -92,81 +93,92 @@ func (n *Node) Status() nodeStatus {
 }
 
 // ranges lists the range partitions of the tables this node answers
+// for (eachRange).
+func (n *Node) ranges(ctx context.Context) []RangeStatus {
+	return slices.Collect(n.eachRange(ctx))
+}
+
+// eachRange yields the range partitions of the tables this node answers
 // for: those of its range groups it leads, and, when it leads the system
 // group, those of the tables without a range group. Their statistics are
 // the leaseholder's, which serves the reads. A table dropped while it is
-// listed is left out.
-func (n *Node) ranges(ctx context.Context) []RangeStatus {
-	st := n.st()
-	var out []RangeStatus
-	// Walked, not listed: a node reports what it leads, and the catalog
-	// is every table of the cluster.
-	tables := func(yield func(partition.CatalogTable) bool) {
-		if err := st.EachCatalogTable(yield); err != nil {
-			n.log.Warn("range report: reading the catalog", "err", err)
+// walked is left out. One status is made at a time, so a report costs
+// memory per table, not per range of the node.
+func (n *Node) eachRange(ctx context.Context) iter.Seq[RangeStatus] {
+	return func(yield func(RangeStatus) bool) {
+		st := n.st()
+		// Walked, not listed: a node reports what it leads, and the catalog
+		// is every table of the cluster.
+		tables := func(each func(partition.CatalogTable) bool) {
+			if err := st.EachCatalogTable(each); err != nil {
+				n.log.Warn("range report: reading the catalog", "err", err)
+			}
+		}
+		for t := range tables {
+			if len(t.Groups) == 0 {
+				// The system group replicates the table: its leader reports
+				// the table's range partitions.
+				if !n.ready.Load() {
+					continue
+				}
+				infos, err := st.Ranges(ctx, t.Account, t.Name)
+				if err != nil {
+					continue
+				}
+				n.confMu.Lock()
+				voters := slices.Clone(n.conf.GetVoters())
+				n.confMu.Unlock()
+				for _, ri := range infos {
+					if !yield(RangeStatus{Account: t.Account, Table: t.Name, RangeInfo: ri, Group: systemGroup,
+						Replicas: voters, Members: voters, Leaseholder: n.cfg.ID}) {
+						return
+					}
+				}
+				continue
+			}
+			// One status per range group this node leads: its range, with
+			// the statistics of the range partitions that start in it. A
+			// table is opened for its statistics only if this node leads one
+			// of its groups.
+			var infos []partition.RangeInfo
+			for _, tg := range t.Groups {
+				rs := RangeStatus{Account: t.Account, Table: t.Name, Group: tg.Group.ID, Replicas: tg.Group.Voters, Leaseholder: n.cfg.ID}
+				if r := n.group(tg.Group.ID); r != nil && r.holdsLease() {
+					cs := r.confState()
+					rs.Members, rs.Learners = nodesOf(cs.GetVoters()), nodesOf(cs.GetLearners())
+				} else if u, ok := n.unloadedReplica(tg.Group.ID); ok && u.dormantLeader {
+					// Not loaded for this (the placement asks every few
+					// seconds): its members are its descriptor's, with no
+					// change of them under way; none known while one is to
+					// start (so the range is not settled).
+					if !u.moving {
+						rs.Members = tg.Group.Voters
+					}
+				} else {
+					continue
+				}
+				rs.StartPartitionKey, rs.EndPartitionKey = tg.Group.Start, tg.End
+				if infos == nil {
+					var err error
+					if infos, err = st.Ranges(ctx, t.Account, t.Name); err != nil {
+						break // dropped meanwhile
+					}
+				}
+				for _, ri := range infos {
+					if tg.Span().Contains(ri.StartPartitionKey) {
+						rs.Entities += ri.Entities
+						rs.Bytes += ri.Bytes
+						rs.ReadsPerSecond += ri.ReadsPerSecond
+						rs.WritesPerSecond += ri.WritesPerSecond
+						rs.Partitions = append(rs.Partitions, ri)
+					}
+				}
+				if !yield(rs) {
+					return
+				}
+			}
 		}
 	}
-	for t := range tables {
-		if len(t.Groups) == 0 {
-			// The system group replicates the table: its leader reports
-			// the table's range partitions.
-			if !n.ready.Load() {
-				continue
-			}
-			infos, err := st.Ranges(ctx, t.Account, t.Name)
-			if err != nil {
-				continue
-			}
-			n.confMu.Lock()
-			voters := slices.Clone(n.conf.GetVoters())
-			n.confMu.Unlock()
-			for _, ri := range infos {
-				out = append(out, RangeStatus{Account: t.Account, Table: t.Name, RangeInfo: ri, Group: systemGroup,
-					Replicas: voters, Members: voters, Leaseholder: n.cfg.ID})
-			}
-			continue
-		}
-		// One status per range group this node leads: its range, with
-		// the statistics of the range partitions that start in it. A
-		// table is opened for its statistics only if this node leads one
-		// of its groups.
-		var infos []partition.RangeInfo
-		for _, tg := range t.Groups {
-			rs := RangeStatus{Account: t.Account, Table: t.Name, Group: tg.Group.ID, Replicas: tg.Group.Voters, Leaseholder: n.cfg.ID}
-			if r := n.group(tg.Group.ID); r != nil && r.holdsLease() {
-				cs := r.confState()
-				rs.Members, rs.Learners = nodesOf(cs.GetVoters()), nodesOf(cs.GetLearners())
-			} else if u, ok := n.unloadedReplica(tg.Group.ID); ok && u.dormantLeader {
-				// Not loaded for this (the placement asks every few
-				// seconds): its members are its descriptor's, with no
-				// change of them under way; none known while one is to
-				// start (so the range is not settled).
-				if !u.moving {
-					rs.Members = tg.Group.Voters
-				}
-			} else {
-				continue
-			}
-			rs.StartPartitionKey, rs.EndPartitionKey = tg.Group.Start, tg.End
-			if infos == nil {
-				var err error
-				if infos, err = st.Ranges(ctx, t.Account, t.Name); err != nil {
-					break // dropped meanwhile
-				}
-			}
-			for _, ri := range infos {
-				if tg.Span().Contains(ri.StartPartitionKey) {
-					rs.Entities += ri.Entities
-					rs.Bytes += ri.Bytes
-					rs.ReadsPerSecond += ri.ReadsPerSecond
-					rs.WritesPerSecond += ri.WritesPerSecond
-					rs.Partitions = append(rs.Partitions, ri)
-				}
-			}
-			out = append(out, rs)
-		}
-	}
-	return out
 }
 
 // groupStatus lists the range groups this node hosts, by id.

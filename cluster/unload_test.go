@@ -416,7 +416,7 @@ func TestRestartWarmsIdleGroups(t *testing.T) {
 		return true
 	})
 	reported := map[uint64]bool{}
-	for _, rs := range c.net.rangeStats(context.Background()) {
+	for rs := range c.net.rangeStats(context.Background()) {
 		if rs.Group != systemGroup {
 			reported[rs.Group] = true
 		}

@@ -69,9 +69,11 @@ func (n *Node) warmCold() {
 func (n *Node) askReported() {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 	defer cancel()
-	reported := map[uint64]bool{}
-	for _, rs := range n.rangeStats(ctx) {
-		reported[rs.Group] = true
+	reported := map[uint64]bool{} // of the groups hosted here: the others are not to warm
+	for rs := range n.rangeStats(ctx) {
+		if n.hostsGroup(rs.Group) {
+			reported[rs.Group] = true
+		}
 	}
 	select {
 	case n.calls <- func() {

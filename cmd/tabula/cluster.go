@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"log/slog"
 	"maps"
 	"net"
@@ -360,7 +361,7 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 		FetchSnapshot: func(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
 			return httpFace.FetchSnapshot(ctx, from, token)
 		},
-		RangeStats: func(ctx context.Context) []cluster.RangeStatus { return httpFace.RangeStats(ctx) },
+		RangeStats: func(ctx context.Context) iter.Seq[cluster.RangeStatus] { return httpFace.RangeStats(ctx) },
 	})
 	if err != nil {
 		c.tr.Close()
