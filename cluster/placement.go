@@ -100,12 +100,20 @@ type placement struct {
 	rounds int
 	// coldSince is when each range (by its group) was first seen cold
 	// with the range before it, in the looks since: at most maxTracked.
-	coldSince map[uint64]time.Time
+	coldSince map[uint64]coldPair
 	coldPeak  int // see shrink.Map
 	// weights are the heaviest range groups' bytes and load, as weight
 	// counts them, at the last look at the ranges (reshape): see
 	// rangeSurvey.
 	weights map[uint64]float64
+}
+
+// coldPair is a range timed cold with the one before it (placement's
+// coldSince, by the range's group): since when, and the group of the
+// range before it.
+type coldPair struct {
+	since time.Time
+	left  uint64
 }
 
 // maxTracked bounds what the controller keeps per range group, in its
@@ -135,7 +143,7 @@ func (n *Node) runPlacement() {
 			continue
 		}
 		if p.lastAlive == nil {
-			p = placement{lastAlive: map[uint64]time.Time{}, coldSince: map[uint64]time.Time{}}
+			p = placement{lastAlive: map[uint64]time.Time{}, coldSince: map[uint64]coldPair{}}
 		}
 		p.round(n, time.Now())
 	}
@@ -276,7 +284,7 @@ const groupBaseWeight = 16 << 20
 
 // groupWeight is a range group's weight on each node that holds it: its
 // range's bytes and load as the last look at the ranges saw them
-// (reshape; nothing for a group heaviestGroups left out), plus
+// (reshape; nothing for a group the rangeSurvey left out), plus
 // groupBaseWeight.
 func (p *placement) groupWeight(g uint64) float64 {
 	return groupBaseWeight + p.weights[g]
@@ -390,7 +398,7 @@ func (p *placement) reshape(n *Node, now time.Time, live map[uint64]bool) bool {
 	if n.cfg.MergeAfter < 0 {
 		coldOps = 0
 	}
-	survey := newRangeSurvey(maxTracked, coldOps, mergeBytes)
+	survey := newRangeSurvey(maxTracked, coldOps, mergeBytes, p.coldSince)
 	for rs := range n.rangeStats(ctx) {
 		survey.add(rs)
 	}
@@ -457,8 +465,8 @@ func weight(ri partition.RangeInfo) float64 {
 // merge their own partitions: partition.Store.MergeThresholds): it names
 // the left group's voters for the right group, and once both groups'
 // members are there, all live, records the merge. It reports whether it
-// did either. It pairs the ranges of stats: the cold ones of a survey,
-// at most maxTracked, so it times at most as many.
+// did either. It pairs the ranges of stats, the cold ones of a survey,
+// and times at most maxTracked pairs.
 func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now time.Time, live map[uint64]bool) bool {
 	if n.cfg.MergeAfter < 0 {
 		return false
@@ -490,10 +498,16 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 			continue
 		}
 		cold[right.Group] = true
-		if p.coldSince[right.Group].IsZero() {
-			p.coldSince[right.Group] = now
+		pair, timed := p.coldSince[right.Group]
+		if !timed {
+			if len(p.coldSince) >= maxTracked {
+				continue // timed from a later look, once others merged or warmed
+			}
+			pair.since = now
 		}
-		if now.Sub(p.coldSince[right.Group]) < n.cfg.MergeAfter {
+		pair.left = left.Group
+		p.coldSince[right.Group] = pair
+		if now.Sub(pair.since) < n.cfg.MergeAfter {
 			continue
 		}
 		if !sameNodes(left.Replicas, right.Replicas) {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestSurveyWeights(t *testing.T) {
 		{2, map[uint64]float64{2: 6 << 20, 5: 4 << 20}},
 		{0, map[uint64]float64{}},
 	} {
-		s := newRangeSurvey(c.limit, 0, 0)
+		s := newRangeSurvey(c.limit, 0, 0, nil)
 		for _, rs := range stats {
 			s.add(rs)
 		}
@@ -68,47 +69,91 @@ func TestColdRangesTrackedUpToALimit(t *testing.T) {
 		stats[i] = RangeStatus{Account: "a", Table: "t", Group: uint64(100 + i), Replicas: []uint64{n.cfg.ID}, Members: []uint64{n.cfg.ID},
 			RangeInfo: partition.RangeInfo{StartPartitionKey: key(i), EndPartitionKey: key(i + 1)}}
 	}
-	p := placement{coldSince: map[uint64]time.Time{}}
+	p := placement{coldSince: map[uint64]coldPair{}}
 	coldOps, mergeBytes := n.st().MergeThresholds()
 	rng := rand.New(rand.NewPCG(11, 0))
-	look := func(at time.Time) bool {
+	look := func(seconds int) bool {
 		// The nodes report in any order.
-		s := newRangeSurvey(maxTracked, coldOps, mergeBytes)
+		s := newRangeSurvey(maxTracked, coldOps, mergeBytes, p.coldSince)
 		for _, i := range rng.Perm(len(stats)) {
 			s.add(stats[i])
 		}
-		return p.merge(context.Background(), n, s.coldRanges(), at, nil)
+		return p.merge(context.Background(), n, s.coldRanges(), time.Unix(1e9+int64(seconds), 0), nil)
 	}
-	now := time.Now()
-	if look(now) {
+	if look(0) {
 		t.Fatal("merged before MergeAfter")
 	}
 	// The survey keeps the maxTracked ranges with the lowest keys: every
-	// one of them but the first is timed with its left neighbour.
+	// one of them but the first is timed with its left neighbour. The
+	// next look keeps those and the lowest of the others, and times one
+	// more pair, up to maxTracked.
 	if len(p.coldSince) != maxTracked-1 {
 		t.Fatalf("%d cold ranges timed, want %d", len(p.coldSince), maxTracked-1)
 	}
-	first := p.coldSince[stats[3].Group]
+	look(1)
+	if len(p.coldSince) != maxTracked {
+		t.Fatalf("%d cold ranges timed after a second look, want %d", len(p.coldSince), maxTracked)
+	}
+	first := p.coldSince[stats[3].Group].since
 	// The first right-hand range warms up: it and the range after it
-	// (whose left neighbour it is) are timed no more, and the next look
-	// times the first range left out.
+	// (whose left neighbour it is) are timed no more, and the look after
+	// that times two of the ranges left out in their place.
 	stats[1].WritesPerSecond = coldOps
-	for i := 1; i <= 2; i++ {
-		look(now.Add(time.Duration(i) * time.Second))
+	for i := 2; i <= 3; i++ {
+		look(i)
 		for _, r := range []int{1, 2} {
 			if _, ok := p.coldSince[stats[r].Group]; ok {
 				t.Fatalf("look %d: range %d is timed, after it or its left neighbour warmed", i, r)
 			}
 		}
 	}
-	if len(p.coldSince) != maxTracked-2 {
-		t.Fatalf("%d cold ranges timed after one warmed, want %d", len(p.coldSince), maxTracked-2)
+	if len(p.coldSince) != maxTracked {
+		t.Fatalf("%d cold ranges timed after two warmed, want %d", len(p.coldSince), maxTracked)
 	}
-	if got := p.coldSince[stats[3].Group]; !got.Equal(first) {
+	if got := p.coldSince[stats[3].Group].since; !got.Equal(first) {
 		t.Fatalf("a range timed since %v is timed since %v after more looks", first, got)
 	}
-	if _, ok := p.coldSince[stats[maxTracked].Group]; !ok {
-		t.Fatal("the first range left out is not timed once a place freed")
+	if _, ok := p.coldSince[stats[maxTracked+1].Group]; !ok {
+		t.Fatal("the first range left out is not timed once two places freed")
+	}
+}
+
+// TestSurveyKeepsPairs checks which cold ranges a survey keeps past its
+// limit: never a table's only range (it has no neighbour), and the
+// ranges of a timed pair whatever lower keys come.
+func TestSurveyKeepsPairs(t *testing.T) {
+	const limit, coldOps, mergeBytes = 4, 10, 1 << 20
+	rs := func(table string, group uint64, start, end string) RangeStatus {
+		return RangeStatus{Account: "a", Table: table, Group: group, RangeInfo: partition.RangeInfo{StartPartitionKey: start, EndPartitionKey: end}}
+	}
+	groups := func(kept []RangeStatus) []uint64 {
+		var out []uint64
+		for _, r := range kept {
+			out = append(out, r.Group)
+		}
+		return out
+	}
+	// Tables of one range each, at lower keys than a pair.
+	s := newRangeSurvey(limit, coldOps, mergeBytes, nil)
+	for i := range 3 * limit {
+		s.add(rs(fmt.Sprintf("a%02d", i), uint64(10+i), "", ""))
+	}
+	s.add(rs("z", 100, "", "m"))
+	s.add(rs("z", 101, "m", ""))
+	if got := groups(s.coldRanges()); !slices.Equal(got, []uint64{100, 101}) {
+		t.Errorf("with one-range tables before a pair: kept %v, want [100 101]", got)
+	}
+	// A timed pair, and more cold ranges at lower keys than the limit;
+	// the pair's right range reported twice.
+	s = newRangeSurvey(limit, coldOps, mergeBytes, map[uint64]coldPair{101: {left: 100}})
+	for i := range 3 * limit {
+		s.add(rs("a", uint64(10+i), fmt.Sprintf("k%02d", i), fmt.Sprintf("k%02d", i+1)))
+	}
+	s.add(rs("z", 101, "m", ""))
+	s.add(rs("z", 100, "", "m"))
+	s.add(rs("z", 101, "m", ""))
+	if got := groups(s.coldRanges()); !slices.Equal(got, []uint64{10, 11, 12, 13, 100, 101}) {
+		t.Errorf("with a timed pair after more cold ranges than the limit: kept %v, want [10 11 12 13 100 101]", got)
 	}
 }
 
@@ -134,7 +179,7 @@ func TestSurveyBounded(t *testing.T) {
 		all[i] = rs
 	}
 	const coldOps, mergeBytes = 10, 4 << 20
-	s := newRangeSurvey(limit, coldOps, mergeBytes)
+	s := newRangeSurvey(limit, coldOps, mergeBytes, nil)
 	var splits []uint64
 	for _, rs := range all {
 		s.add(rs)
@@ -164,7 +209,9 @@ func TestSurveyBounded(t *testing.T) {
 			cold = append(cold, rs)
 		}
 	}
-	wantCold := lowestKeys(cold, limit)
+	key := func(rs RangeStatus) string { return rs.Account + "/" + rs.Table + "/" + rs.StartPartitionKey }
+	slices.SortStableFunc(cold, func(a, b RangeStatus) int { return strings.Compare(key(a), key(b)) })
+	wantCold := cold[:limit]
 	if got := s.coldRanges(); !slices.EqualFunc(got, wantCold, func(a, b RangeStatus) bool { return a.Group == b.Group }) {
 		t.Errorf("cold ranges %v, want %v", got, wantCold)
 	}
@@ -209,7 +256,7 @@ func BenchmarkRangeSurvey(b *testing.B) {
 			var held int64
 			for range b.N {
 				before := liveHeap()
-				s := newRangeSurvey(maxTracked, 10, 64<<20)
+				s := newRangeSurvey(maxTracked, 10, 64<<20, nil)
 				for i := range ranges {
 					s.add(status(i))
 				}

@@ -30,11 +30,18 @@ const maxRangeStatus = 4 << 20
 // build.
 const maxStatusReport = 16 << 20
 
+// reportWriteTimeout bounds how long a node writes its report: it walks
+// the catalog meanwhile, holding an engine iterator (the controller
+// gives up on a member after a second).
+const reportWriteTimeout = 10 * time.Second
+
 // rangeReport streams the ranges this node reports, one a line.
 func (h *HTTP) rangeReport(w http.ResponseWriter, r *http.Request) {
 	if !h.verifyOperator(w, r, purposeStatus) {
 		return
 	}
+	// A writer that cannot take a deadline ends with the asker's request.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(reportWriteTimeout))
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)
 	for rs := range h.node.eachRange(r.Context()) {
@@ -70,10 +77,11 @@ func (h *HTTP) memberRanges(ctx context.Context, id uint64, addr string, yield f
 	if err != nil {
 		return true
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
+		resp.Body.Close()
 		return h.statusRanges(ctx, id, addr, yield)
 	}
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return true
 	}

@@ -98,9 +98,11 @@ func TestRangeReportsStream(t *testing.T) {
 	// An earlier build: no rangesPath, its report in its status. The
 	// node that leads the most groups is made the earlier build (leases
 	// gather on the node that created the groups).
-	old := slices.MaxFunc(c.peers, func(a, b uint64) int {
-		return cmp.Compare(len(c.nodes[a].node.ranges(context.Background())), len(c.nodes[b].node.ranges(context.Background())))
-	})
+	led := func(id uint64) int { return len(groupsOf(c.nodes[id].node.ranges(context.Background()))) }
+	old := slices.MaxFunc(c.peers, func(a, b uint64) int { return cmp.Compare(led(a), led(b)) })
+	if led(old) == 0 {
+		t.Fatal("no node reports a range group")
+	}
 	current := NewHTTP(c.nodes[old].node, http.NotFoundHandler(), nil, secret).Internal()
 	serve(old, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == rangesPath {

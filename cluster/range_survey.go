@@ -23,34 +23,50 @@ const weighedFloor = groupBaseWeight / 64
 //
 //   - splits: the first maxSplitCandidates ranges whose leaseholder's
 //     store holds two or more range partitions in them;
-//   - weights: the heaviest groups' weights, at or above weighedFloor;
-//   - cold: the ranges cold and small enough to merge with a neighbour,
-//     the limit with the lowest keys (account, table, start).
+//   - weights: the heaviest range groups' weights, at or above
+//     weighedFloor;
+//   - cold: the ranges cold and small enough to merge with a neighbour
+//     (a table's only range has none): those of the pairs the controller
+//     times already (at most two a pair), and of the others the limit
+//     with the lowest keys (account, table, start).
 //
 // Keeping the cold ranges with the lowest keys keeps pairs whole: a
 // range's left neighbour starts before it, so when the range is kept
 // and its neighbour is cold enough too, the neighbour is kept as well.
-// The merges find every pair in a prefix of the key space, and the same
-// prefix look after look, so a pair's cold time is not lost to another.
+// Keeping the timed pairs' ranges apart from that limit keeps a pair's
+// cold time when more cold ranges appear at lower keys.
 type rangeSurvey struct {
 	limit      int
 	coldOps    float64 // a range under this many operations a second is cold
 	mergeBytes int64   // a range under this many bytes may merge
+	// pinned are the groups of the timed pairs' ranges not seen yet in
+	// this look.
+	pinned map[uint64]bool
 
 	splits  []RangeStatus
 	weights map[uint64]float64
-	cold    []RangeStatus
+	cold    []RangeStatus // pruned to the limit with the lowest keys
+	timed   []RangeStatus // the pinned groups' cold ranges
 }
 
 // newRangeSurvey returns a survey keeping limit entries of each kind;
 // coldOps and mergeBytes pick the ranges to merge (none if coldOps is
-// zero).
-func newRangeSurvey(limit int, coldOps float64, mergeBytes int64) *rangeSurvey {
-	return &rangeSurvey{limit: limit, coldOps: coldOps, mergeBytes: mergeBytes, weights: map[uint64]float64{}}
+// zero), and the ranges of the pairs of timed are kept whatever their
+// keys.
+func newRangeSurvey(limit int, coldOps float64, mergeBytes int64, timed map[uint64]coldPair) *rangeSurvey {
+	s := &rangeSurvey{limit: limit, coldOps: coldOps, mergeBytes: mergeBytes, weights: map[uint64]float64{},
+		pinned: make(map[uint64]bool, 2*len(timed))}
+	for right, pair := range timed {
+		s.pinned[right], s.pinned[pair.left] = true, true
+	}
+	return s
 }
 
 // add takes one range's status into the survey.
 func (s *rangeSurvey) add(rs RangeStatus) {
+	if rs.Group == systemGroup {
+		return // neither split, merged, nor moved by the balance
+	}
 	if w := weight(rs.RangeInfo); w >= weighedFloor {
 		// A group reported twice (while its lease moves) sums its
 		// reports, unless the first was pruned meanwhile.
@@ -59,18 +75,22 @@ func (s *rangeSurvey) add(rs RangeStatus) {
 			s.weights = heaviest(s.weights, s.limit)
 		}
 	}
-	if rs.Group == systemGroup {
-		return
-	}
 	if len(rs.Partitions) >= 2 && len(s.splits) < maxSplitCandidates {
 		s.splits = append(s.splits, rs)
 	}
-	if rs.ReadsPerSecond+rs.WritesPerSecond < s.coldOps && rs.Bytes < s.mergeBytes && s.limit > 0 {
-		rs.Partitions = nil // not needed to merge
-		s.cold = append(s.cold, rs)
-		if len(s.cold) >= 2*s.limit {
-			s.cold = lowestKeys(s.cold, s.limit)
-		}
+	wholeTable := rs.StartPartitionKey == "" && rs.EndPartitionKey == ""
+	if wholeTable || rs.ReadsPerSecond+rs.WritesPerSecond >= s.coldOps || rs.Bytes >= s.mergeBytes || s.limit == 0 {
+		return
+	}
+	rs.Partitions = nil // not needed to merge
+	if s.pinned[rs.Group] {
+		delete(s.pinned, rs.Group) // a group reported twice is kept once
+		s.timed = append(s.timed, rs)
+		return
+	}
+	s.cold = append(s.cold, rs)
+	if len(s.cold) >= 2*s.limit {
+		s.cold = lowestKeys(s.cold, s.limit)
 	}
 }
 
@@ -79,10 +99,11 @@ func (s *rangeSurvey) heaviestWeights() map[uint64]float64 {
 	return heaviest(s.weights, s.limit)
 }
 
-// coldRanges returns the limit cold ranges with the lowest keys, in the
-// order of their keys.
+// coldRanges returns the cold ranges kept: those of the timed pairs and
+// the limit others with the lowest keys, in the order of their keys.
 func (s *rangeSurvey) coldRanges() []RangeStatus {
-	return lowestKeys(s.cold, s.limit)
+	all := slices.Concat(lowestKeys(s.cold, s.limit), s.timed)
+	return lowestKeys(all, len(all))
 }
 
 // heaviest returns the limit heaviest entries of weights, ties going to
