@@ -31,30 +31,43 @@ const maxRangeStatus = 4 << 20
 const maxStatusReport = 16 << 20
 
 // reportWriteTimeout bounds how long a node writes its report: it walks
-// the catalog meanwhile, holding an engine iterator (the controller
-// gives up on a member after a second).
+// the catalog meanwhile, holding an engine iterator.
 const reportWriteTimeout = 10 * time.Second
+
+// reportIdleTimeout is how long a member may send nothing of its report
+// before the controller leaves the rest of it out; a node sends what it
+// has at least this often.
+const (
+	reportIdleTimeout = time.Second
+	reportFlushEvery  = reportIdleTimeout / 10
+)
 
 // rangeReport streams the ranges this node reports, one a line.
 func (h *HTTP) rangeReport(w http.ResponseWriter, r *http.Request) {
 	if !h.verifyOperator(w, r, purposeStatus) {
 		return
 	}
+	rc := http.NewResponseController(w)
 	// A writer that cannot take a deadline ends with the asker's request.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(reportWriteTimeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(reportWriteTimeout))
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)
+	flushed := time.Now()
 	for rs := range h.node.eachRange(r.Context()) {
 		if enc.Encode(rs) != nil {
 			return // the asker is gone
+		}
+		if time.Since(flushed) >= reportFlushEvery {
+			rc.Flush()
+			flushed = time.Now()
 		}
 	}
 }
 
 // RangeStats yields the ranges every member reports, each from its
 // leaseholder, over the internal address: it fits Config.RangeStats. A
-// member that does not answer within a second is left out, as is what
-// it had not sent by then.
+// member that sends nothing for reportIdleTimeout is left out, as is
+// what it had not sent by then; yield's own time does not count.
 func (h *HTTP) RangeStats(ctx context.Context) iter.Seq[RangeStatus] {
 	return func(yield func(RangeStatus) bool) {
 		for id, addr := range h.node.members.all() {
@@ -71,14 +84,17 @@ func (h *HTTP) RangeStats(ctx context.Context) iter.Seq[RangeStatus] {
 // memberRanges yields the ranges one member reports. It returns false
 // if yield asked to stop.
 func (h *HTTP) memberRanges(ctx context.Context, id uint64, addr string, yield func(RangeStatus) bool) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	idle := time.AfterFunc(reportIdleTimeout, cancel)
+	defer idle.Stop()
 	resp, err := h.askStatus(ctx, id, addr, rangesPath)
 	if err != nil {
 		return true
 	}
 	if resp.StatusCode == http.StatusNotFound {
 		resp.Body.Close()
+		idle.Reset(reportIdleTimeout) // for the whole status
 		return h.statusRanges(ctx, id, addr, yield)
 	}
 	defer resp.Body.Close()
@@ -93,9 +109,11 @@ func (h *HTTP) memberRanges(ctx context.Context, id uint64, addr string, yield f
 		if dec.Decode(&rs) != nil {
 			return true // the report's end, or what cannot be read
 		}
+		idle.Stop()
 		if !yield(rs) {
 			return false
 		}
+		idle.Reset(reportIdleTimeout)
 	}
 }
 

@@ -75,13 +75,17 @@ func TestRangeReportsStream(t *testing.T) {
 	}
 	// Leases may move between a gather and the nodes' own reports: ask
 	// again until the two agree.
-	same := func(what string, nodes []uint64) []uint64 {
+	// Groups past 800 are made up by the test's own handlers.
+	same := func(what string, nodes []uint64, madeUp ...uint64) []uint64 {
 		t.Helper()
 		var got, want []uint64
 		for range 50 {
 			var reports []RangeStatus
 			for _, id := range nodes {
 				reports = slices.AppendSeq(reports, c.nodes[id].node.eachRange(context.Background()))
+			}
+			for _, g := range madeUp {
+				reports = append(reports, RangeStatus{Group: g})
 			}
 			if got, want = groupsOf(gather()), groupsOf(reports); slices.Equal(got, want) {
 				return got
@@ -122,5 +126,30 @@ func TestRangeReportsStream(t *testing.T) {
 	serve(bad, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "{\"group\": 900, \"table\": %q}\n{\"group\": 901}\n", strings.Repeat("x", maxRangeStatus))
 	}))
-	same("one node's report too large", slices.DeleteFunc(slices.Clone(c.peers), func(id uint64) bool { return id == bad }))
+	others := slices.DeleteFunc(slices.Clone(c.peers), func(id uint64) bool { return id == bad })
+	same("one node's report too large", others)
+
+	// A node slow to make its report, sending every 300 ms: all of it
+	// is read, though it takes longer than reportIdleTimeout in all.
+	// Then one that falls silent past reportIdleTimeout: what it sent
+	// before is kept.
+	sendEvery := func(pause time.Duration, groups ...uint64) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for i, g := range groups {
+				if i > 0 {
+					select {
+					case <-time.After(pause):
+					case <-r.Context().Done():
+						return
+					}
+				}
+				fmt.Fprintf(w, "{\"group\": %d}\n", g)
+				http.NewResponseController(w).Flush()
+			}
+		})
+	}
+	serve(bad, sendEvery(300*time.Millisecond, 801, 802, 803, 804, 805))
+	same("one node slow to report", others, 801, 802, 803, 804, 805)
+	serve(bad, sendEvery(reportIdleTimeout+500*time.Millisecond, 811, 812))
+	same("one node falling silent", others, 811)
 }
