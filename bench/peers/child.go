@@ -70,6 +70,9 @@ type result struct {
 	// CPU time of the whole child, from the parent's wait4.
 	UserSeconds float64 `json:"user_seconds,omitempty"`
 	SysSeconds  float64 `json:"sys_seconds,omitempty"`
+	// CPUSeconds is the child's CPU time (user and system, every thread:
+	// the engine's background work too) over the measured phase.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 
 	// Latency of an operation (a batch for batch100) in the measured
 	// phase, in microseconds.
@@ -204,9 +207,18 @@ func measure(res *result, e Engine, w workload, spec childSpec) error {
 		}
 	}
 
+	cpu0, err := processCPU()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	ph, runErr := w.Run(e, spec.Params)
 	elapsed := time.Since(t0)
+	cpu1, err := processCPU()
+	if err != nil {
+		return err
+	}
+	res.CPUSeconds = cpu1 - cpu0
 
 	if spec.CPUProfile != "" {
 		pprof.StopCPUProfile()

@@ -91,6 +91,9 @@ type engineSummary struct {
 	SpaceAmpFiles  num `json:"space_amp_files"`
 	SpaceAmpTables num `json:"space_amp_tables"`
 	PeakRSS        num `json:"peak_rss"`
+	// CPUMicrosPerOp is the median of the measured phases' CPU time per
+	// operation (result.CPUSeconds), 0 where no repeat recorded it.
+	CPUMicrosPerOp num `json:"cpu_us_per_op,omitempty"`
 	// Latency medians over the repeats, in microseconds: an operation's
 	// p50, p99 and p99.9 (0 in results recorded before it was), and the
 	// longest operation (a stall shows there).
@@ -205,7 +208,7 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 	for i := range ops {
 		ops[i] = math.NaN()
 	}
-	var wa, wan, sa, saf, sat, rss, p50, p99, p999, longest, longestWrite []float64
+	var wa, wan, sa, saf, sat, rss, cpu, p50, p99, p999, longest, longestWrite []float64
 	for _, r := range results {
 		if r.Engine != eng || r.Workload != wl || r.Error != "" || r.Repeat < 1 || r.Repeat > repeats {
 			continue
@@ -218,6 +221,9 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 		saf = append(saf, float64(r.SpaceAmpFiles))
 		sat = append(sat, float64(r.SpaceAmpTables))
 		rss = append(rss, float64(r.PeakRSS))
+		if r.CPUSeconds > 0 && r.Ops > 0 {
+			cpu = append(cpu, r.CPUSeconds*1e6/float64(r.Ops))
+		}
 		p50, p99, longest = append(p50, float64(r.P50Micros)), append(p99, float64(r.P99Micros)), append(longest, float64(r.MaxMicros))
 		p999 = append(p999, float64(r.P999Micros))
 		longestWrite = append(longestWrite, float64(r.MaxWriteMicros))
@@ -236,6 +242,9 @@ func summarizeEngine(results []result, eng, wl string, repeats int) engineSummar
 	es.SpaceAmpFiles = num(median(saf))
 	es.SpaceAmpTables = num(median(sat))
 	es.PeakRSS = num(median(rss))
+	if len(cpu) > 0 {
+		es.CPUMicrosPerOp = num(median(cpu))
+	}
 	es.P50Micros, es.P99Micros, es.MaxMicros = num(median(p50)), num(median(p99)), num(median(longest))
 	es.P999Micros = num(median(p999))
 	es.MaxWriteMicros = num(median(longestWrite))
@@ -405,6 +414,21 @@ func (rep *engineReport) markdown() string {
 			},
 			ratio: func(workloadSummary) string { return "–" },
 			skip:  never,
+		},
+		{
+			title: "CPU time per operation, a batch for batch100, over the measured phase: the whole process, the engine's background work included (what it leaves as compaction debt at the end is not)",
+			unit:  " µs",
+			cell:  func(e engineSummary) string { return fmtFloat(float64(e.CPUMicrosPerOp), 2) },
+			ratio: func(ws workloadSummary) string {
+				t, pb := ws.engine("tabula"), ws.engine("pebble")
+				if t == nil || pb == nil {
+					return "–"
+				}
+				return fmtRatio(num(ratio(float64(t.CPUMicrosPerOp), float64(pb.CPUMicrosPerOp))))
+			},
+			skip: func(ws workloadSummary) bool {
+				return !slices.ContainsFunc(ws.Engines, func(e engineSummary) bool { return e.CPUMicrosPerOp > 0 })
+			},
 		},
 		{
 			title: "Peak RSS during the measured phase",

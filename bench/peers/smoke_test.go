@@ -62,6 +62,9 @@ func TestSmoke(t *testing.T) {
 				if res.EngineStats == nil {
 					t.Errorf("no engine stats")
 				}
+				if res.CPUSeconds <= 0 {
+					t.Errorf("CPU time of the measured phase: %v s", res.CPUSeconds)
+				}
 				if counts := eng != "goleveldb"; counts != (res.Stalls != nil) {
 					t.Errorf("stalls %+v: want them counted %v", res.Stalls, counts)
 				}

@@ -79,6 +79,11 @@ func TestSummarize(t *testing.T) {
 	for i, p999 := range []num{100, 300, 200} {
 		rep.Results[i].P999Micros = p999
 	}
+	// CPU time on readrandom only: 2, 4 and 3 µs an operation for
+	// Tabula, 6 for Pebble.
+	for i, cpu := range []float64{0.002, 0.004, 0.003, 0.006, 0.006, 0.006} {
+		rep.Results[i].Ops, rep.Results[i].CPUSeconds = 1000, cpu
+	}
 	// A failed run counts for nothing.
 	rep.Results = append(rep.Results, result{Engine: "tabula", Workload: "readrandom", Repeat: 2, OpsPerSec: 1e9, Error: "boom"})
 	summarize(rep)
@@ -119,7 +124,13 @@ func TestSummarize(t *testing.T) {
 	if got := rr.engine("tabula").P999Micros; got != 200 {
 		t.Errorf("tabula readrandom p99.9 median = %v, want 200", got)
 	}
+	if got := rr.engine("tabula").CPUMicrosPerOp; math.Abs(float64(got)-3) > 1e-9 {
+		t.Errorf("tabula readrandom CPU per op = %v µs, want 3", got)
+	}
 	md := rep.markdown()
+	if !strings.Contains(md, "| readrandom | 3.00 | 6.00 | **0.50** |") || strings.Contains(md, "| fillsync1 | 0.00 |") {
+		t.Errorf("markdown's CPU rows: want readrandom's 3.00 against 6.00, and no row for fillsync1 (no CPU recorded):\n%s", md)
+	}
 	for _, cell := range []string{"0.0 / 0.0 / 200.0 / 0", "0.0 / 0.0 / – / 0"} {
 		if !strings.Contains(md, cell) {
 			t.Errorf("markdown lacks the latency cell %q:\n%s", cell, md)
