@@ -416,7 +416,7 @@ func (rep *engineReport) markdown() string {
 			skip:  never,
 		},
 		{
-			title: "CPU time per operation, a batch for batch100, over the measured phase: the whole process, the engine's background work included (what it leaves as compaction debt at the end is not)",
+			title: "CPU time per operation (per entry for batch100) over the measured phase: the whole process, the engine's background work included (what it leaves as compaction debt at the end is not)",
 			unit:  " µs",
 			cell:  func(e engineSummary) string { return fmtFloat(float64(e.CPUMicrosPerOp), 2) },
 			ratio: func(ws workloadSummary) string {
