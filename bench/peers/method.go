@@ -168,8 +168,13 @@ goleveldb's ` + "`*.ldb`" + `), the LSM's data layout; the raw JSON also has the
 prefill's. The whole child's peak is in the raw JSON (` + "`peak_rss_process`" + `). Pebble's block cache and
 memtables live outside the Go heap; RSS counts them like the Go heap of the others.
 
+**CPU time per operation** = the child's user and system time (` + "`getrusage`" + `, every thread) over the
+measured phase ÷ its operations (entries, for batch100): the engine's flushes and compactions count with
+the workload's own work. Compaction debt left at the phase's end is not in it, so an engine that falls
+behind looks cheaper than it is (the large run reports the debt).
+
 **Medians and ratios.** Each engine's figure is the median over the repeats; the ratio column is
-tabula ÷ pebble of the medians. For ops/s higher is better, for amplification and RSS lower is better.
+tabula ÷ pebble of the medians. For ops/s higher is better, for amplification, CPU and RSS lower is better.
 The per-repeat ratios (tabula ÷ pebble of the same repeat, run minutes apart) show how stable a ratio is.
 The bars are the project's targets for Tabula: ops/s ratio ≥ 0.8 on fillrandom, readrandom,
 readmissing, batch100 and fillsync8, ≥ 0.7 on scan, and Tabula's fillsync8 ≥ 4 × its fillsync1 (group
