@@ -298,19 +298,25 @@ func (h *HTTP) addr(id uint64) string {
 	return h.node.members.get(id)
 }
 
-// FetchSnapshot fetches a snapshot from node from's internal address: it
-// fits Config.FetchSnapshot (through a variable set once the HTTP exists).
-func (h *HTTP) FetchSnapshot(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
-	addr := h.addr(from)
+// ask sends node id a GET of path (with its query) on its internal
+// address, signed for purpose.
+func (h *HTTP) ask(ctx context.Context, id uint64, purpose, path string) (*http.Response, error) {
+	addr := h.addr(id)
 	if addr == "" {
-		return nil, fmt.Errorf("cluster: no address for node %d", from)
+		return nil, fmt.Errorf("cluster: no address for node %d", id)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+snapshotPath+"?token="+hex.EncodeToString(token), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	transport.Sign(req, h.secret, purposeSnapshot, h.node.cfg.ID, from, h.now())
-	resp, err := h.proxy.Transport.RoundTrip(req)
+	transport.Sign(req, h.secret, purpose, h.node.cfg.ID, id, h.now())
+	return h.proxy.Transport.RoundTrip(req)
+}
+
+// FetchSnapshot fetches a snapshot from node from's internal address: it
+// fits Config.FetchSnapshot (through a variable set once the HTTP exists).
+func (h *HTTP) FetchSnapshot(ctx context.Context, from uint64, token []byte) (io.ReadCloser, error) {
+	resp, err := h.ask(ctx, from, purposeSnapshot, snapshotPath+"?token="+hex.EncodeToString(token))
 	if err != nil {
 		return nil, err
 	}

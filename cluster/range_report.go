@@ -8,8 +8,6 @@ import (
 	"iter"
 	"net/http"
 	"time"
-
-	"github.com/tabuladb/tabula/cluster/transport"
 )
 
 // Range reports. Every node reports the ranges it holds the leases of
@@ -70,11 +68,8 @@ func (h *HTTP) rangeReport(w http.ResponseWriter, r *http.Request) {
 // what it had not sent by then; yield's own time does not count.
 func (h *HTTP) RangeStats(ctx context.Context) iter.Seq[RangeStatus] {
 	return func(yield func(RangeStatus) bool) {
-		for id, addr := range h.node.members.all() {
-			if a := h.routes[id]; a != "" {
-				addr = a
-			}
-			if !h.memberRanges(ctx, id, addr, yield) {
+		for id := range h.node.members.all() {
+			if !h.memberRanges(ctx, id, yield) {
 				return
 			}
 		}
@@ -83,19 +78,19 @@ func (h *HTTP) RangeStats(ctx context.Context) iter.Seq[RangeStatus] {
 
 // memberRanges yields the ranges one member reports. It returns false
 // if yield asked to stop.
-func (h *HTTP) memberRanges(ctx context.Context, id uint64, addr string, yield func(RangeStatus) bool) bool {
+func (h *HTTP) memberRanges(ctx context.Context, id uint64, yield func(RangeStatus) bool) bool {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	idle := time.AfterFunc(reportIdleTimeout, cancel)
 	defer idle.Stop()
-	resp, err := h.askStatus(ctx, id, addr, rangesPath)
+	resp, err := h.ask(ctx, id, purposeStatus, rangesPath)
 	if err != nil {
 		return true
 	}
 	if resp.StatusCode == http.StatusNotFound {
 		resp.Body.Close()
 		idle.Reset(reportIdleTimeout) // for the whole status
-		return h.statusRanges(ctx, id, addr, yield)
+		return h.statusRanges(ctx, id, yield)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -119,8 +114,8 @@ func (h *HTTP) memberRanges(ctx context.Context, id uint64, addr string, yield f
 
 // statusRanges yields the ranges in the status of a member of an
 // earlier build, which has no rangesPath.
-func (h *HTTP) statusRanges(ctx context.Context, id uint64, addr string, yield func(RangeStatus) bool) bool {
-	resp, err := h.askStatus(ctx, id, addr, statusPath)
+func (h *HTTP) statusRanges(ctx context.Context, id uint64, yield func(RangeStatus) bool) bool {
+	resp, err := h.ask(ctx, id, purposeStatus, statusPath)
 	if err != nil {
 		return true
 	}
@@ -135,16 +130,6 @@ func (h *HTTP) statusRanges(ctx context.Context, id uint64, addr string, yield f
 		}
 	}
 	return true
-}
-
-// askStatus sends a signed GET of path to member id.
-func (h *HTTP) askStatus(ctx context.Context, id uint64, addr, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	transport.Sign(req, h.secret, purposeStatus, h.node.cfg.ID, id, h.now())
-	return h.proxy.Transport.RoundTrip(req)
 }
 
 var errStatusTooLarge = errors.New("cluster: a range's status in a report is too large")
