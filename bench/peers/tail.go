@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"slices"
 	"syscall"
 	"time"
 )
@@ -45,84 +44,93 @@ func (c tailClass) String() string {
 
 // tailReport is what tailFill measured over its window.
 type tailReport struct {
-	Sets, Slow         int64
-	P50, P99, P999     time.Duration
-	Count              [tailClasses]int64
-	Time               [tailClasses]time.Duration
-	FastFaults         int64 // sets under the slow bound that faulted
-	SlowBound, Elapsed time.Duration
+	Lat        latency // every set of the window
+	Slow       int64
+	Count      [tailClasses]int64
+	Time       [tailClasses]time.Duration
+	FastFaults int64 // sets under the slow bound that faulted
+	SlowBound  time.Duration
+	Elapsed    time.Duration
 }
 
-// tailFill fills e with n random keys, as fillrandom does, and classifies
-// the sets from the from-th on that take longer than slow.
+// tailEngine is an Engine whose sets, from the from-th on, tailFill
+// times and classifies by the rusage of the calling thread around them.
+type tailEngine struct {
+	Engine
+	from, seen int
+	rep        *tailReport
+}
+
+func (t *tailEngine) Set(key, value []byte, sync bool) error {
+	var before, after syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &before); err != nil {
+		return fmt.Errorf("getrusage: %w", err)
+	}
+	start := time.Now()
+	err := t.Engine.Set(key, value, sync)
+	d := time.Since(start)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Getrusage(rusageThread, &after); err != nil {
+		return fmt.Errorf("getrusage: %w", err)
+	}
+	if t.seen++; t.seen > t.from {
+		t.rep.observe(d, &before, &after)
+	}
+	return nil
+}
+
+// observe counts one set of the window that took d, with the thread's
+// rusage before and after it.
+func (r *tailReport) observe(d time.Duration, before, after *syscall.Rusage) {
+	r.Lat.record(d)
+	faulted := after.Minflt+after.Majflt > before.Minflt+before.Majflt
+	if d <= r.SlowBound {
+		if faulted {
+			r.FastFaults++
+		}
+		return
+	}
+	c := tailUnseen
+	switch preempted := after.Nivcsw > before.Nivcsw; {
+	case after.Nvcsw > before.Nvcsw:
+		c = tailBlocked
+	case preempted && faulted:
+		c = tailPreemptFault
+	case preempted:
+		c = tailPreempted
+	case faulted:
+		c = tailFaulted
+	}
+	r.Slow++
+	r.Count[c]++
+	r.Time[c] += d
+}
+
+// tailFill runs the engine suite's fillrandom of n keys on e, and
+// classifies the sets from the from-th on that take longer than slow.
 func tailFill(e Engine, n, from int, slow time.Duration, seed uint64) (tailReport, error) {
 	if from < 0 || from >= n {
 		return tailReport{}, fmt.Errorf("-from %d: want 0 <= from < n (%d)", from, n)
 	}
+	// The fill runs on this goroutine: its thread is the one measured.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	perm := permutation(n, seed)
-	g := newValueGen(seed)
-	key := make([]byte, 0, keyLen)
-	val := make([]byte, valueLen)
 	rep := tailReport{SlowBound: slow}
-	lats := make([]time.Duration, 0, n-from)
-	var before, after syscall.Rusage
 	began := time.Now()
-	for j := range n {
-		i := int(perm[j])
-		key = appendKey(key[:0], i, false)
-		g.fill(val, i)
-		if err := syscall.Getrusage(rusageThread, &before); err != nil {
-			return tailReport{}, fmt.Errorf("getrusage: %w", err)
-		}
-		start := time.Now()
-		if err := e.Set(key, val, false); err != nil {
-			return tailReport{}, err
-		}
-		d := time.Since(start)
-		if err := syscall.Getrusage(rusageThread, &after); err != nil {
-			return tailReport{}, fmt.Errorf("getrusage: %w", err)
-		}
-		if j < from {
-			continue
-		}
-		lats = append(lats, d)
-		faulted := after.Minflt+after.Majflt > before.Minflt+before.Majflt
-		if d <= slow {
-			if faulted {
-				rep.FastFaults++
-			}
-			continue
-		}
-		c := tailUnseen
-		switch preempted := after.Nivcsw > before.Nivcsw; {
-		case after.Nvcsw > before.Nvcsw:
-			c = tailBlocked
-		case preempted && faulted:
-			c = tailPreemptFault
-		case preempted:
-			c = tailPreempted
-		case faulted:
-			c = tailFaulted
-		}
-		rep.Slow++
-		rep.Count[c]++
-		rep.Time[c] += d
+	if _, err := runFillRandom(&tailEngine{Engine: e, from: from, rep: &rep}, params{N: n, Seed: seed}); err != nil {
+		return tailReport{}, err
 	}
 	rep.Elapsed = time.Since(began)
-	rep.Sets = int64(len(lats))
-	slices.Sort(lats)
-	q := func(p float64) time.Duration { return lats[int(p*float64(len(lats)-1))] }
-	rep.P50, rep.P99, rep.P999 = q(0.5), q(0.99), q(0.999)
 	return rep, nil
 }
 
 func (r tailReport) write(w io.Writer, engine string) {
 	fmt.Fprintf(w, "%s: %d sets measured (of a fill taking %v): p50 %v, p99 %v, p99.9 %v\n",
-		engine, r.Sets, r.Elapsed.Round(time.Millisecond), r.P50, r.P99, r.P999)
+		engine, r.Lat.n, r.Elapsed.Round(time.Millisecond), r.Lat.quantile(0.5), r.Lat.quantile(0.99), r.Lat.quantile(0.999))
 	fmt.Fprintf(w, "%d sets over %v (%.2f%%); what their thread went through:\n", r.Slow, r.SlowBound,
-		100*float64(r.Slow)/float64(max(r.Sets, 1)))
+		100*float64(r.Slow)/float64(max(r.Lat.n, 1)))
 	for c := range tailClasses {
 		if r.Count[c] == 0 {
 			continue

@@ -30,7 +30,7 @@ func TestTailFill(t *testing.T) {
 		for _, n := range rep.Count {
 			classified += n
 		}
-		if rep.Sets != 3000 || rep.Slow != c.wantSlow || classified != rep.Slow || rep.P50 <= 0 || rep.P99 < rep.P50 {
+		if p50, p99 := rep.Lat.quantile(0.5), rep.Lat.quantile(0.99); rep.Lat.n != 3000 || rep.Slow != c.wantSlow || classified != rep.Slow || p50 <= 0 || p99 < p50 {
 			t.Errorf("bound %v: %+v; want 3000 sets measured, %d slow, all classified", c.slow, rep, c.wantSlow)
 		}
 	}
