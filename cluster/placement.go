@@ -403,7 +403,7 @@ func (p *placement) reshape(n *Node, now time.Time, live map[uint64]bool) bool {
 		survey.add(rs)
 	}
 	p.weights = survey.heaviestWeights()
-	return p.split(ctx, n, survey.splits) || p.merge(ctx, n, survey.coldRanges(), now, live)
+	return p.split(ctx, n, survey.splits) || p.merge(ctx, n, survey, now, live)
 }
 
 // rangeStats yields every range's status from its leaseholder
@@ -465,17 +465,17 @@ func weight(ri partition.RangeInfo) float64 {
 // merge their own partitions: partition.Store.MergeThresholds): it names
 // the left group's voters for the right group, and once both groups'
 // members are there, all live, records the merge. It reports whether it
-// did either. It pairs the ranges of stats, the cold ones of a survey,
-// and times at most maxTracked pairs.
-func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now time.Time, live map[uint64]bool) bool {
+// did either. It pairs the survey's cold ranges (each cold and small
+// enough, none the system group's), and times at most maxTracked pairs.
+func (p *placement) merge(ctx context.Context, n *Node, survey *rangeSurvey, now time.Time, live map[uint64]bool) bool {
 	if n.cfg.MergeAfter < 0 {
 		return false
 	}
-	coldOps, mergeBytes := n.st().MergeThresholds()
+	stats := survey.coldRanges()
 	type rangeKey struct{ account, table, end string }
 	byEnd := map[rangeKey]RangeStatus{} // a range, by where it ends
 	for _, rs := range stats {
-		if rs.Group != systemGroup && rs.EndPartitionKey != "" {
+		if rs.EndPartitionKey != "" {
 			byEnd[rangeKey{rs.Account, rs.Table, rs.EndPartitionKey}] = rs
 		}
 	}
@@ -489,12 +489,11 @@ func (p *placement) merge(ctx context.Context, n *Node, stats []RangeStatus, now
 		p.coldSince = shrink.Map(p.coldSince, &p.coldPeak)
 	}()
 	for _, right := range stats {
-		if right.Group == systemGroup || right.StartPartitionKey == "" {
+		if right.StartPartitionKey == "" {
 			continue
 		}
 		left, ok := byEnd[rangeKey{right.Account, right.Table, right.StartPartitionKey}]
-		if !ok || left.ReadsPerSecond+left.WritesPerSecond >= coldOps || right.ReadsPerSecond+right.WritesPerSecond >= coldOps ||
-			left.Bytes+right.Bytes >= mergeBytes {
+		if !ok || left.Bytes+right.Bytes >= survey.mergeBytes {
 			continue
 		}
 		cold[right.Group] = true

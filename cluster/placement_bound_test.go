@@ -78,7 +78,7 @@ func TestColdRangesTrackedUpToALimit(t *testing.T) {
 		for _, i := range rng.Perm(len(stats)) {
 			s.add(stats[i])
 		}
-		return p.merge(context.Background(), n, s.coldRanges(), time.Unix(1e9+int64(seconds), 0), nil)
+		return p.merge(context.Background(), n, s, time.Unix(1e9+int64(seconds), 0), nil)
 	}
 	if look(0) {
 		t.Fatal("merged before MergeAfter")
