@@ -11,6 +11,7 @@ import (
 
 func (db *DB) compactLoop() {
 	defer db.bgWG.Done()
+	db.lowerPriority()
 	for {
 		select {
 		case <-db.closing:
