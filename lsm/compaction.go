@@ -11,7 +11,6 @@ import (
 
 func (db *DB) compactLoop() {
 	defer db.bgWG.Done()
-	db.lowerPriority()
 	for {
 		select {
 		case <-db.closing:

@@ -9,7 +9,6 @@ import (
 	"slices"
 
 	"github.com/tabuladb/tabula/internal/base"
-	"github.com/tabuladb/tabula/internal/threadprio"
 	"github.com/tabuladb/tabula/memtable"
 	"github.com/tabuladb/tabula/sstable"
 	"github.com/tabuladb/tabula/vfs"
@@ -390,7 +389,6 @@ func (db *DB) queueObsolete(tables []*fileMetadata) {
 
 func (db *DB) cleanLoop() {
 	defer db.bgWG.Done()
-	db.lowerPriority()
 	for {
 		select {
 		case <-db.closing:
@@ -399,14 +397,6 @@ func (db *DB) cleanLoop() {
 			db.deleteObsoleteTables()
 		}
 	}
-}
-
-// lowerPriority runs the calling background goroutine, to its end, on a
-// thread of its own at Options.BackgroundNice. Where the kernel refuses,
-// the goroutine runs on at the process's priority: only the writers' gain
-// is lost.
-func (db *DB) lowerPriority() {
-	_, _ = threadprio.Lower(db.opts.BackgroundNice)
 }
 
 func (db *DB) deleteObsoleteTables() {

@@ -110,18 +110,6 @@ type Options struct {
 	// zeros: every segment is a new file, appended to, so that Verify
 	// can tell damage to a segment's last record from a torn write.
 	RecycledWALSegments int
-	// BackgroundNice is how many steps of nice value above the process's
-	// the goroutines running compactions and file deletions run at: each
-	// is locked to a thread of its own, at that lower CPU priority, so
-	// that when they and the writers want more CPU than there is, the
-	// writers get it (RocksDB lowers its compaction pool's priority so).
-	// Flushes keep the process's priority: writers wait for them when
-	// memtables fill, and a slower flush holds its memtable's memory
-	// longer. Compaction's share is kept by the L0 slowdown, which paces
-	// writes until it catches up. Default 10; negative leaves them at the
-	// process's priority. Linux only: elsewhere threads have no priority
-	// of their own, and it is ignored.
-	BackgroundNice int
 	// FS is the filesystem the DB writes through. Default: the OS.
 	FS vfs.FS
 	// DisableBackgroundCompactions stops automatic compactions (flushes
@@ -155,7 +143,6 @@ func (o *Options) withDefaults() Options {
 	setDefault(&r.LevelMultiplier, 10)
 	setDefault(&r.TargetFileSize, 4<<20)
 	setDefault(&r.L0SlowdownWritesThreshold, 8)
-	setDefault(&r.BackgroundNice, 10)
 	// Raised, not refused, as documented; negative values are left for
 	// validate to refuse.
 	if r.L0StopWritesThreshold > 0 {
