@@ -79,12 +79,19 @@ func startClusterServer(t testing.TB, opts *server.Options, rangeGroups bool) *t
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- node.Run(ctx) }()
-		// Cleanups run last-registered first: the REST server (registered
-		// by serveStore below) stops before the node, the node before its
-		// log; serveStore closes the store.
+		// Cleanups run last-registered first: the REST server stops
+		// first, then the node, then its store (which the node applies
+		// entries to until it stops), then its log.
 		t.Cleanup(func() {
 			if err := rlog.Close(); err != nil {
 				t.Errorf("node %d: closing the raft log: %v", id, err)
+			}
+		})
+		t.Cleanup(func() {
+			// The node's store: a snapshot install may have replaced
+			// the one opened here.
+			if err := node.Replica().Close(); err != nil {
+				t.Errorf("node %d: closing the store: %v", id, err)
 			}
 		})
 		t.Cleanup(func() {
@@ -95,7 +102,8 @@ func startClusterServer(t testing.TB, opts *server.Options, rangeGroups bool) *t
 			internal.Close()
 			tr.Close()
 		})
-		ts := serveStoreAs(t, store, node.Store(), &o)
+		ts := serveBackend(t, node.Store(), &o)
+		ts.Store = store
 		members = append(members, member{node: node, ts: ts})
 	}
 	// Ready when a leader has committed an entry of its term and a

@@ -67,15 +67,30 @@ func serveStore(t testing.TB, store *partition.Store, opts *server.Options) *tes
 // when the test ends.
 func serveStoreAs(t testing.TB, store *partition.Store, backend server.Store, opts *server.Options) *testServer {
 	t.Helper()
+	var ts *testServer
+	// Registered first, so run after the server's shutdown.
+	t.Cleanup(func() {
+		if err := store.Close(); err != nil && (ts == nil || !ts.storageFailed) {
+			t.Errorf("closing the store: %v", err)
+		}
+	})
+	ts = serveBackend(t, backend, opts)
+	ts.Store = store
+	return ts
+}
+
+// serveBackend serves backend until the test's cleanup shuts the server
+// down; closing what backend holds is the caller's.
+func serveBackend(t testing.TB, backend server.Store, opts *server.Options) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		store.Close()
 		t.Fatal(err)
 	}
 	srv := server.New(backend, opts)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
-	ts := &testServer{Store: store, Server: srv, Addr: ln.Addr().String()}
+	ts := &testServer{Server: srv, Addr: ln.Addr().String()}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -84,9 +99,6 @@ func serveStoreAs(t testing.TB, store *partition.Store, backend server.Store, op
 		}
 		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("serve: %v", err)
-		}
-		if err := store.Close(); err != nil && !ts.storageFailed {
-			t.Errorf("closing the store: %v", err)
 		}
 	})
 	scheme := "http"
