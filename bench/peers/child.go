@@ -11,6 +11,8 @@ import (
 	"runtime/pprof"
 	"syscall"
 	"time"
+
+	"github.com/tabuladb/tabula/internal/rusage"
 )
 
 // childSpec is everything a child needs to run one (engine, workload,
@@ -207,18 +209,18 @@ func measure(res *result, e Engine, w workload, spec childSpec) error {
 		}
 	}
 
-	cpu0, err := processCPU()
+	cpu0, err := rusage.Self()
 	if err != nil {
-		return err
+		return fmt.Errorf("CPU time: %w", err)
 	}
 	t0 := time.Now()
 	ph, runErr := w.Run(e, spec.Params)
 	elapsed := time.Since(t0)
-	cpu1, err := processCPU()
+	cpu1, err := rusage.Self()
 	if err != nil {
-		return err
+		return fmt.Errorf("CPU time: %w", err)
 	}
-	res.CPUSeconds = cpu1 - cpu0
+	res.CPUSeconds = (cpu1.CPU - cpu0.CPU).Seconds()
 
 	if spec.CPUProfile != "" {
 		pprof.StopCPUProfile()

@@ -35,17 +35,6 @@ func (c ioCounters) sub(d ioCounters) ioCounters {
 	}
 }
 
-// processCPU returns the CPU time, user and system, of every thread of
-// this process so far, in seconds.
-func processCPU() (float64, error) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, fmt.Errorf("getrusage: %w", err)
-	}
-	seconds := func(tv syscall.Timeval) float64 { return float64(tv.Sec) + float64(tv.Usec)/1e6 }
-	return seconds(ru.Utime) + seconds(ru.Stime), nil
-}
-
 // readProcIO reads /proc/self/io.
 func readProcIO() (ioCounters, error) {
 	data, err := os.ReadFile("/proc/self/io")

@@ -136,6 +136,16 @@ func (w *workloadSummary) engine(name string) *engineSummary {
 	return nil
 }
 
+// tabulaToPebble formats tabula ÷ pebble of one figure of ws's two
+// engines, "–" if either did not run.
+func tabulaToPebble(ws workloadSummary, figure func(*engineSummary) num) string {
+	t, pb := ws.engine("tabula"), ws.engine("pebble")
+	if t == nil || pb == nil {
+		return "–"
+	}
+	return fmtRatio(num(ratio(float64(figure(t)), float64(figure(pb)))))
+}
+
 // groupCommit is the fillsync8/fillsync1 scaling of each engine.
 type groupCommit struct {
 	Bar     float64       `json:"bar"`
@@ -392,11 +402,7 @@ func (rep *engineReport) markdown() string {
 				return s
 			},
 			ratio: func(ws workloadSummary) string {
-				t, pb := ws.engine("tabula"), ws.engine("pebble")
-				if t == nil || pb == nil {
-					return "–"
-				}
-				return fmtRatio(num(ratio(float64(t.P99Micros), float64(pb.P99Micros)))) + " (p99)"
+				return tabulaToPebble(ws, func(e *engineSummary) num { return e.P99Micros }) + " (p99)"
 			},
 			skip: never,
 		},
@@ -420,11 +426,7 @@ func (rep *engineReport) markdown() string {
 			unit:  " µs",
 			cell:  func(e engineSummary) string { return fmtFloat(float64(e.CPUMicrosPerOp), 2) },
 			ratio: func(ws workloadSummary) string {
-				t, pb := ws.engine("tabula"), ws.engine("pebble")
-				if t == nil || pb == nil {
-					return "–"
-				}
-				return fmtRatio(num(ratio(float64(t.CPUMicrosPerOp), float64(pb.CPUMicrosPerOp))))
+				return tabulaToPebble(ws, func(e *engineSummary) num { return e.CPUMicrosPerOp })
 			},
 			skip: func(ws workloadSummary) bool {
 				return !slices.ContainsFunc(ws.Engines, func(e engineSummary) bool { return e.CPUMicrosPerOp > 0 })
