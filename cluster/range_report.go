@@ -33,8 +33,9 @@ const maxStatusReport = 16 << 20
 const reportWriteTimeout = 10 * time.Second
 
 // reportIdleTimeout is how long a member may send nothing of its report
-// before the controller leaves the rest of it out; a node sends what it
-// has at least this often.
+// before the controller leaves the rest of it out. A node flushes its
+// report after a range once reportFlushEvery has passed since the last
+// flush: a walk that finds no range it leads for longer sends nothing.
 const (
 	reportIdleTimeout = time.Second
 	reportFlushEvery  = reportIdleTimeout / 10
