@@ -113,3 +113,24 @@ func FuzzUnloadedRecord(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIdentity feeds garbage to the CLUSTER reader: no input panics, and
+// an identity it accepts names a node and is written back alike.
+func FuzzIdentity(f *testing.F) {
+	f.Add([]byte("cluster 0123456789abcdef0123456789abcdef\nnode 2\n"))
+	f.Add([]byte("cluster c\nnode 3\nremoved\n"))
+	f.Add([]byte("cluster \nnode 0\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		id, ok := parseIdentity(raw)
+		if !ok {
+			return
+		}
+		if id.Node == 0 {
+			t.Fatal("node 0 accepted")
+		}
+		again, ok := parseIdentity(id.encode())
+		if !ok || again != id {
+			t.Fatalf("identity %+v reads back as %+v (%v)", id, again, ok)
+		}
+	})
+}

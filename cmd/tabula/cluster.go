@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"iter"
 	"log/slog"
 	"maps"
@@ -29,7 +28,6 @@ import (
 	"github.com/tabuladb/tabula/cluster/raftlog"
 	"github.com/tabuladb/tabula/cluster/transport"
 	"github.com/tabuladb/tabula/partition"
-	"github.com/tabuladb/tabula/vfs"
 )
 
 // secretEnv is where the cluster secret comes from when --cluster-secret
@@ -38,10 +36,6 @@ const secretEnv = "TABULA_CLUSTER_SECRET"
 
 // minSecretLen is the shortest cluster secret taken.
 const minSecretLen = 16
-
-// identityFile records, in a node's data directory, the cluster and node
-// the directory belongs to.
-const identityFile = "CLUSTER"
 
 // clusterFlags are serve's flags of cluster mode.
 type clusterFlags struct {
@@ -145,64 +139,6 @@ func clusterID(founders map[uint64]string, secret []byte) string {
 	return hex.EncodeToString(m.Sum(nil))[:32]
 }
 
-// identity is what CLUSTER says of a data directory: the cluster and node
-// it belongs to, and whether the cluster removed that node.
-type identity struct {
-	cluster string
-	node    uint64
-	removed bool
-}
-
-func (id identity) encode() []byte {
-	s := fmt.Sprintf("cluster %s\nnode %d\n", id.cluster, id.node)
-	if id.removed {
-		s += "removed\n"
-	}
-	return []byte(s)
-}
-
-// readIdentity reads CLUSTER; ok is false when there is none.
-func readIdentity(dir string) (id identity, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(dir, identityFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return identity{}, false, nil
-	}
-	if err != nil {
-		return identity{}, false, err
-	}
-	id, ok = parseIdentity(b)
-	if !ok {
-		return identity{}, false, fmt.Errorf("%s is damaged", filepath.Join(dir, identityFile))
-	}
-	return id, true, nil
-}
-
-// parseIdentity reads CLUSTER's content (docs/cluster-files.md).
-func parseIdentity(b []byte) (id identity, ok bool) {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) < 2 || !strings.HasPrefix(lines[0], "cluster ") {
-		return identity{}, false
-	}
-	id.cluster = strings.TrimPrefix(lines[0], "cluster ")
-	if _, err := fmt.Sscanf(lines[1], "node %d", &id.node); err != nil || id.node == 0 {
-		return identity{}, false
-	}
-	id.removed = len(lines) > 2 && lines[2] == "removed"
-	return id, true
-}
-
-// writeIdentity replaces the identity file atomically and durably: a
-// power loss must not leave a directory that a later start, under another
-// --join list or secret, takes for a new one (or a removed node's
-// directory without its mark).
-func writeIdentity(dir string, id identity) error {
-	path := filepath.Join(dir, identityFile)
-	if err := vfs.WriteFileAtomic(vfs.Default(), path, id.encode()); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
 // clusterPlan is a cluster node's identity, checked against its data
 // directory before anything in it is opened.
 type clusterPlan struct {
@@ -234,19 +170,19 @@ func (cf clusterFlags) prepare(dataDir string) (clusterPlan, error) {
 			founderID = id
 		}
 	}
-	id, ok, err := readIdentity(dataDir)
+	id, ok, err := cluster.ReadIdentity(dataDir)
 	switch {
 	case err != nil:
 		return clusterPlan{}, err
-	case ok && id.cluster != plan.cluster:
+	case ok && id.Cluster != plan.cluster:
 		return clusterPlan{}, fmt.Errorf("%s belongs to another cluster (%s names cluster %s; this --join list and secret make %s): start it with the --join list and secret it was made with",
-			dataDir, identityFile, id.cluster, plan.cluster)
-	case ok && id.removed:
-		return clusterPlan{}, fmt.Errorf("%s belongs to node %d, which the cluster removed: start a new node from an empty directory", dataDir, id.node)
-	case ok && founderID != 0 && id.node != founderID:
-		return clusterPlan{}, fmt.Errorf("%s belongs to node %d, but --node-addr %s is node %d of --join", dataDir, id.node, cf.nodeAddr, founderID)
+			dataDir, cluster.IdentityFile, id.Cluster, plan.cluster)
+	case ok && id.Removed:
+		return clusterPlan{}, fmt.Errorf("%s belongs to node %d, which the cluster removed: start a new node from an empty directory", dataDir, id.Node)
+	case ok && founderID != 0 && id.Node != founderID:
+		return clusterPlan{}, fmt.Errorf("%s belongs to node %d, but --node-addr %s is node %d of --join", dataDir, id.Node, cf.nodeAddr, founderID)
 	case ok:
-		plan.self = id.node
+		plan.self = id.Node
 	default:
 		if entries, _ := os.ReadDir(dataDir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == "CURRENT" }) {
 			return clusterPlan{}, fmt.Errorf("%s holds a single-node store: a cluster node starts from an empty directory", dataDir)
@@ -256,7 +192,7 @@ func (cf clusterFlags) prepare(dataDir string) (clusterPlan, error) {
 		}
 		if founderID != 0 {
 			plan.self = founderID
-			if err := writeIdentity(dataDir, identity{cluster: plan.cluster, node: founderID}); err != nil {
+			if err := cluster.WriteIdentity(dataDir, cluster.Identity{Cluster: plan.cluster, Node: founderID}); err != nil {
 				return clusterPlan{}, err
 			}
 		}
@@ -295,7 +231,7 @@ func (p *clusterPlan) join() error {
 				return fmt.Errorf("joining: a bad answer from %s: %q", addr, body)
 			}
 			p.self, p.members = a.ID, a.Members
-			return writeIdentity(p.dir, identity{cluster: p.cluster, node: a.ID})
+			return cluster.WriteIdentity(p.dir, cluster.Identity{Cluster: p.cluster, Node: a.ID})
 		case resp.StatusCode == http.StatusUnauthorized:
 			return fmt.Errorf("%s refused this node (%s): the cluster secret or the --join list does not match the cluster's", addr, bytes.TrimSpace(body))
 		case resp.Header.Get("X-Tabula-Leader") != "":
@@ -392,7 +328,7 @@ func startCluster(plan clusterPlan, store *partition.Store, log *slog.Logger, on
 	go func() {
 		c.runErr = node.Run(ctx)
 		if errors.Is(c.runErr, cluster.ErrRemoved) {
-			if err := writeIdentity(plan.dir, identity{cluster: plan.cluster, node: self, removed: true}); err != nil {
+			if err := cluster.WriteIdentity(plan.dir, cluster.Identity{Cluster: plan.cluster, Node: self, Removed: true}); err != nil {
 				log.Error("marking the data directory removed", "err", err)
 			}
 		}
