@@ -43,6 +43,9 @@ func (w *Writer) flushLoop() {
 			from, to := cur.written, cur.n
 			start, target := w.flushed, w.logical
 			doSync := w.syncReq > w.synced
+			// Once Close has been called nothing is appended any more:
+			// zeros ahead would be written, and synced, for no write.
+			zeros := doSync && w.zeroAhead > 0 && !w.closing
 			writtenBack = max(writtenBack, w.synced)
 			writeBack := !doSync && w.bytesPerSync > 0 && target-writtenBack >= w.bytesPerSync
 			if len(batch) == 0 && from == to && !doSync && !writeBack {
@@ -57,7 +60,7 @@ func (w *Writer) flushLoop() {
 			w.clearForLog(target)
 			w.zeroLastPage(target)
 			err := w.writeOut(batch, cur, from, to, start)
-			if err == nil && doSync && w.zeroAhead > 0 {
+			if err == nil && zeros {
 				w.refillZeros(target)
 			}
 			if err == nil && writeBack {

@@ -224,8 +224,10 @@ func TestZeroAhead(t *testing.T) {
 		}
 	})
 	// A reused file is zeroed ahead as a new one is, its older pages
-	// dropped from the cache (see TestReusedFileIsNotRead), whether the
-	// log is synced as it goes or only by Close.
+	// dropped from the cache (see TestReusedFileIsNotRead). A log synced
+	// only by Close gets no zeros ahead, as nothing follows that fsync:
+	// past it, the file holds the older log's bytes but for the rest of
+	// the page it ends in (zeroLastPage).
 	for _, synced := range []bool{true, false} {
 		for _, cached := range []bool{false, true} {
 			t.Run(fmt.Sprintf("reused synced=%v cached=%v", synced, cached), func(t *testing.T) {
@@ -237,10 +239,27 @@ func TestZeroAhead(t *testing.T) {
 					}
 					return
 				}
-				zerosPast(t, data, size, older, cached)
+				if synced {
+					zerosPast(t, data, size, older, cached)
+					return
+				}
+				page := alignPage(size)
+				if len(data) != len(older) || !bytes.Equal(data[page:], older[page:]) || bytes.ContainsFunc(data[size:page], func(r rune) bool { return r != 0 }) {
+					t.Fatalf("a log of %d bytes synced by Close only: the reused file past it is not its last page's zeros and the older bytes", size)
+				}
+				if res := readLog(t, data, 3); res.err != nil || res.torn || len(res.recs) != len(recs) || res.off != size {
+					t.Fatalf("read %d of %d records ending at %d (log size %d), err=%v torn=%v", len(res.recs), len(recs), res.off, size, res.err, res.torn)
+				}
 			})
 		}
 	}
+	// A new file synced only by Close ends with the log.
+	t.Run("new synced=false", func(t *testing.T) {
+		data, size := onDisk(t, nil, WriterOptions{LogNum: 3, ZeroAhead: ahead}, false)
+		if int64(len(data)) != size {
+			t.Fatalf("a log of %d bytes synced by Close only left a file of %d", size, len(data))
+		}
+	})
 }
 
 // TestReusedFileIsNotRead checks that writing a log over a reused file

@@ -93,8 +93,9 @@ func (z *zeroer) run() {
 				return
 			}
 		case <-z.quit:
-			// An ask not taken yet is filled still: a Writer's Close
-			// leaves the zeros its last round asked for, as zeroFill did.
+			// An ask not taken yet is filled still: the Writer's last
+			// round before Close leaves the zeros it asked for, as
+			// zeroFill does.
 			select {
 			case off := <-z.want:
 				z.fill(off)
