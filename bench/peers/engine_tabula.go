@@ -90,7 +90,11 @@ func (e *tabulaEngine) Scan(start []byte, limit int, fn func(k, v []byte)) (int,
 // Settle uses Compact, which flushes the memtables first.
 func (e *tabulaEngine) Settle() error { return e.db.Compact(nil, nil) }
 
-func (e *tabulaEngine) Stats() any { return e.db.Metrics() }
+// Stats returns the DB's metrics; a pointer, whose String tail prints.
+func (e *tabulaEngine) Stats() any {
+	m := e.db.Metrics()
+	return &m
+}
 
 func (e *tabulaEngine) Stalls() (int64, time.Duration) {
 	m := e.db.Metrics()

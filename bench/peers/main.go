@@ -6,7 +6,7 @@
 //	go -C bench/peers run . table [flags]    Tabula's table service vs its raw engine
 //	go -C bench/peers run . rest [flags]     Tabula's server vs Azurite over HTTP
 //	go -C bench/peers run . all [flags]      every suite, into one output folder
-//	go -C bench/peers run . tail [flags]     where a fill's slowest sets lose their time
+//	go -C bench/peers run . tail [flags]     where a write workload's slowest operations lose their time
 //
 // Each (engine, workload, repeat) runs in its own child process, this
 // binary re-executed with the hidden child subcommand, on a fresh data
@@ -88,7 +88,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", s.name, s.summary)
 	}
 	fmt.Fprintf(w, "  %-8s every suite above, with its defaults and the common flags given\n", "all")
-	fmt.Fprintf(w, "  %-8s a diagnosis, not a suite: where a fill's slowest sets lose their time\n", "tail")
+	fmt.Fprintf(w, "  %-8s a diagnosis, not a suite: where a write workload's slowest operations lose their time\n", "tail")
 	fmt.Fprintf(w, "\nRun a suite with -h for its flags.\n")
 }
 
