@@ -9,8 +9,9 @@ import (
 )
 
 // TestWritePaceFollowsTheFlush checks the pace's arithmetic: the mutable
-// memtable may take the share of its arena that the flush ahead of it
-// has read of what it must drain, and all of it once that is done.
+// memtable may take its runway, and of the rest of its arena the share
+// that the flush ahead of it has read of what it must drain; all of it
+// once that is done.
 func TestWritePaceFollowsTheFlush(t *testing.T) {
 	opts := smallOptions()
 	opts.FS = vfs.NewMem()
@@ -53,15 +54,18 @@ func TestWritePaceFollowsTheFlush(t *testing.T) {
 	}
 
 	capacity := int64(mem.Capacity())
+	runway := int64(float64(capacity) * paceRunway)
 	ahead.firstSeq, ahead.lastSeq = 1, 1000 // rotated holding 1,000 entries
-	if room := full.room(); room != 0 || !full.holds(1) {
-		t.Fatalf("nothing flushed: room %d, holds a 1-byte write: %v; want 0 and true", room, full.holds(1))
+	if room := full.room(); room != runway || full.holds(int(runway)) || !full.holds(int(runway)+1) {
+		t.Fatalf("nothing flushed: room %d, holds a write of the runway: %v, of a byte more: %v; want %d, false and true",
+			room, full.holds(int(runway)), full.holds(int(runway)+1), runway)
 	}
 	ahead.flushed.Store(500)
-	if room := full.room(); room != capacity/2 {
-		t.Fatalf("half flushed: room %d, want %d", room, capacity/2)
+	half := int64(float64(capacity) * (paceRunway + (1-paceRunway)/2))
+	if room := full.room(); room != half {
+		t.Fatalf("half flushed: room %d, want %d", room, half)
 	}
-	mem.reserved.Store(capacity/2 - 100)
+	mem.reserved.Store(half - 100)
 	if full.holds(100) || !full.holds(101) {
 		t.Fatalf("100 bytes short of the pace: holds 100 bytes %v, 101 bytes %v; want false, true", full.holds(100), full.holds(101))
 	}
@@ -96,8 +100,11 @@ func TestWritePaceCountsTheFlushTail(t *testing.T) {
 	defer mem.unref()
 	p := &writePace{mem: mem, ahead: []*memTable{ahead}, need: int64(ahead.Capacity())}
 	capacity := float64(mem.Capacity())
-	within := func(what string, want float64) {
+	// within checks the room for a flush's share drained: the runway and
+	// that share of the rest.
+	within := func(what string, share float64) {
 		t.Helper()
+		want := paceRunway + (1-paceRunway)*share
 		if room := float64(p.room()); room < want*capacity-1 || room > want*capacity+capacity/1000 {
 			t.Fatalf("%s: room %.4f of the memtable, want %.4f", what, room/capacity, want)
 		}
