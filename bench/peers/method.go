@@ -44,7 +44,7 @@ func (rep *engineReport) configDoc(heading string) string {
 		{"L1 / Lbase target", mib(c.LBaseMaxBytes) + ", ×10 per level", mib(c.LBaseMaxBytes) + " (`LBaseMaxBytes`), ×10, dynamic base level", mib(c.LBaseMaxBytes) + " (`CompactionTotalSize`), ×10"},
 		{"table file size", mib(c.TargetFileSize) + " (`TargetFileSize`)", "default: 2 MiB in L0, doubling per level below Lbase", mib(c.TargetFileSize) + " (`CompactionTableSize`)"},
 		{"memtables before writes wait", "2: the mutable one and one flushing (`MemTableStopWritesThreshold` 1, default), writes paced to the flush past that", "2 (`MemTableStopWritesThreshold` 2, default: it counts the mutable one)", "2: the mutable one and one flushing (its design)"},
-		{"L0 compaction / stop", "4 / 12 files (defaults)", "4 / 12 sublevels (defaults)", "4 / pause at 12 files, slowdown at 8 (defaults)"},
+		{"L0 compaction / stop", "4 / 36 files, slowdown from 20 (defaults)", "4 / 12 sublevels (defaults)", "4 / pause at 12 files, slowdown at 8 (defaults)"},
 		{"compaction concurrency", "1 (its design)", "1 (default `CompactionConcurrencyRange`)", "1 table compaction (its design)"},
 		{"format", "its only format", "`FormatNewest` (columnar blocks)", "LevelDB table format"},
 		{"non-synced writes", "`&lsm.WriteOptions{Sync: false}`", "`pebble.NoSync`", "`&opt.WriteOptions{Sync: false}`"},
