@@ -23,6 +23,14 @@ import (
 // operation.
 // A p99 that moves with the machine's noise rather than with the engine
 // shows here as operations of the last kind.
+//
+// The lock has a price in what "blocked" counts: a locked goroutine that
+// Go's scheduler preempts, to run another on its P, leaves its thread
+// asleep until it runs again (stoplockedm), a voluntary switch too. In a
+// 1M-key batch100, over half of the writer thread's voluntary switches
+// were such preemptions (perf's sched_switch stacks); the engine's own
+// waits are the rest, and its counters, printed after the classes, say
+// how many of those were paced or slowed writes and stalls.
 
 // rusageThread is Linux's RUSAGE_THREAD, which package syscall does not
 // name: the calling thread's usage.
