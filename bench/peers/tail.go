@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -136,8 +137,9 @@ func (r *tailReport) observe(d time.Duration, before, after *syscall.Rusage) {
 	r.Time[c] += d
 }
 
-// tailWorkloads are the write workloads tail runs, as the engine suite
-// does; overwrite's prefill is not measured.
+// tailWorkloads are the engine suite's workloads tail runs: those that
+// write from one goroutine, the one measured. A prefilled one's prefill
+// is not measured.
 var tailWorkloads = []string{"fillrandom", "overwrite", "batch100"}
 
 // tailOps is how many operations workload does on n keys.
@@ -152,22 +154,18 @@ func tailOps(workload string, n int) int {
 // classifies its operations from the from-th on that take longer than
 // slow.
 func tailRun(e Engine, workload string, n, from int, slow time.Duration, seed uint64) (tailReport, error) {
-	p := params{N: n, Seed: seed}
-	var run func(Engine, params) (phase, error)
-	switch workload {
-	case "fillrandom":
-		run = runFillRandom
-	case "overwrite":
-		run = runOverwrite
-	case "batch100":
-		run = runBatch100
-	default:
+	if !slices.Contains(tailWorkloads, workload) {
 		return tailReport{}, fmt.Errorf("-workload %q: want one of %v", workload, tailWorkloads)
+	}
+	w, err := findWorkload(workload)
+	if err != nil {
+		return tailReport{}, err
 	}
 	if ops := tailOps(workload, n); from < 0 || from >= ops {
 		return tailReport{}, fmt.Errorf("-from %d: want 0 <= from < %d, the workload's operations", from, ops)
 	}
-	if workload == "overwrite" {
+	p := params{N: n, Seed: seed}
+	if w.Prefill {
 		if err := prefill(e, p); err != nil {
 			return tailReport{}, fmt.Errorf("prefill: %w", err)
 		}
@@ -177,7 +175,7 @@ func tailRun(e Engine, workload string, n, from int, slow time.Duration, seed ui
 	defer runtime.UnlockOSThread()
 	rep := tailReport{SlowBound: slow}
 	began := time.Now()
-	if _, err := run(&tailEngine{Engine: e, from: from, rep: &rep}, p); err != nil {
+	if _, err := w.Run(&tailEngine{Engine: e, from: from, rep: &rep}, p); err != nil {
 		return tailReport{}, err
 	}
 	rep.Elapsed = time.Since(began)
