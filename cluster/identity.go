@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -45,10 +44,14 @@ func parseIdentity(b []byte) (id Identity, ok bool) {
 	return id, true
 }
 
+// maxIdentityFile bounds what ReadIdentity reads of CLUSTER, a few short
+// lines when it is sound.
+const maxIdentityFile = 64 << 10
+
 // ReadIdentity reads dir's CLUSTER; ok is false when there is none.
 func ReadIdentity(dir string) (id Identity, ok bool, err error) {
 	path := filepath.Join(dir, IdentityFile)
-	b, err := os.ReadFile(path)
+	b, err := vfs.ReadFile(vfs.Default(), path, maxIdentityFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Identity{}, false, nil
 	}
