@@ -30,9 +30,9 @@ func (g *gatedFS) Create(name string) (vfs.File, error) {
 // and queue with nothing held. The memtable whose rotation would pass the
 // threshold is paced to the flush ahead of it, which reads nothing while
 // held: it takes no write past its runway (paceRunway), and the writer
-// goes on as soon as the flushes do. (TestCloseWakesHeldWriter/stalled has flushes that read
-// their memtables but cannot finish: the writer fills the memtable and
-// stalls at its rotation.)
+// goes on as soon as the flushes do. (TestCloseWakesHeldWriter/stalled
+// has flushes that read their memtables but cannot finish: the writer
+// fills the memtable and stalls at its rotation.)
 func TestRotationUnderLoadHeldOnlyAtTheThreshold(t *testing.T) {
 	fs := &gatedFS{FS: vfs.NewMem(), gate: make(chan struct{})}
 	opts := smallOptions()
