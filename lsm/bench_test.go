@@ -4,11 +4,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/internal/rusage"
+	"github.com/tabuladb/tabula/wal"
 )
 
 // benchKey returns a key shaped like a clustered-index key.
@@ -47,6 +50,51 @@ func BenchmarkFillRandom(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkFillRandomLatency is BenchmarkFillRandom with each set timed:
+// it reports their median and p99, and the median of the sets whose WAL
+// record filled a block (about one in a hundred, so where the p99 sits
+// if they pay for waking the WAL's background goroutine: see
+// wal.handOffBlocks).
+func BenchmarkFillRandomLatency(b *testing.B) {
+	db := openTestDB(b, b.TempDir(), benchOptions())
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := benchValue(rng)
+	var key []byte
+	wo := &WriteOptions{}
+	all := make([]time.Duration, 0, b.N)
+	var filling []time.Duration
+	b.SetBytes(int64(len(benchKey(nil, 0)) + len(val)))
+	b.ResetTimer()
+	for range b.N {
+		key = benchKey(key, rng.Uint64N(1<<40))
+		log := db.log.writer
+		before := log.Size()
+		start := time.Now()
+		if err := db.Set(key, val, wo); err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(start)
+		all = append(all, d)
+		if db.log.writer == log && before/wal.BlockSize != log.Size()/wal.BlockSize {
+			filling = append(filling, d)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(quantile(all, 0.5).Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(quantile(all, 0.99).Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(quantile(filling, 0.5).Nanoseconds()), "filling-p50-ns")
+}
+
+// quantile sorts d and returns its q-quantile, 0 if it is empty.
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[int(q*float64(len(d)-1))]
 }
 
 func BenchmarkBatch100(b *testing.B) {
